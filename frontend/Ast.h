@@ -1,0 +1,103 @@
+// The AST: the project's own nodes with source ranges, built from the ANTLR parse tree.
+#pragma once
+
+#include "frontend/Source.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dnnc::ast {
+
+struct Expr;
+using ExprPtr = std::unique_ptr<Expr>;
+
+struct Arg {
+  std::string keyword; // empty when positional
+  ExprPtr value;
+  SourceRange range;
+};
+
+struct Subscript {
+  enum class Kind { Ellipsis, Slice, Point } kind;
+  ExprPtr start, stop, step; // Point uses start; any may be null in a Slice
+  SourceRange range;
+};
+
+struct Expr {
+  enum class Kind { Int, Float, Bool, String, Name, DType, Tuple, List, Unary, Binary, Call, Index, Member };
+  Kind kind;
+  SourceRange range;
+  std::string text;            // Name/Member/DType/String spelling, operator for Unary/Binary
+  int64_t intValue = 0;        // Int and Bool
+  double floatValue = 0;       // Float
+  std::vector<ExprPtr> items;  // Tuple/List elements; Unary/Binary operands; Member base
+  ExprPtr callee;              // Call callee, Index base
+  std::vector<Arg> args;       // Call
+  std::vector<Subscript> subs; // Index
+};
+
+struct DimItem {
+  bool ellipsis = false;
+  ExprPtr expr;
+  SourceRange range;
+};
+
+struct Type {
+  enum class Kind { Tensor, Tuple } kind = Kind::Tensor;
+  std::string dtype;
+  bool hasDims = false; // `f32` alone names a scalar, like `f32[]`
+  std::vector<DimItem> dims;
+  std::vector<std::unique_ptr<Type>> elements;
+  SourceRange range;
+};
+using TypePtr = std::unique_ptr<Type>;
+
+struct Stmt;
+using StmtPtr = std::unique_ptr<Stmt>;
+using Block = std::vector<StmtPtr>;
+
+struct Stmt {
+  enum class Kind { Let, Var, Assign, Return, If, For, While, Assert, Expr };
+  Kind kind;
+  SourceRange range;
+  std::vector<std::string> names;    // Let pattern / Var / Assign target / For variable
+  std::vector<SourceRange> nameRanges;
+  TypePtr annotation;                // Let/Var, optional
+  ExprPtr value;                     // the expression, condition, or loop start
+  ExprPtr hi;                        // For: loop end
+  Block body, orelse;                // If: then/else; For/While: body
+};
+
+struct Param {
+  std::string name;
+  TypePtr type;
+  ExprPtr defaultValue;
+  SourceRange range;
+};
+
+struct Decl {
+  enum class Kind { Import, Const, Dim, Param, Fn, Model };
+  Kind kind;
+  std::string name;
+  SourceRange range, nameRange;
+  ExprPtr value;      // Const value, Param initializer, Dim range start
+  ExprPtr hi;         // Dim range end
+  TypePtr type;       // Param type, Fn/Model result type
+  std::vector<Param> params;
+  Block body;
+};
+
+struct Module {
+  std::string name;
+  int file = -1;
+  std::vector<std::unique_ptr<Decl>> decls;
+};
+
+// Renders the AST as an indented tree (`dnnc emit --emit=ast`).
+std::string print(const Module &m);
+std::string printExpr(const Expr &e);
+std::string printType(const Type &t);
+
+} // namespace dnnc::ast

@@ -1,0 +1,86 @@
+// The .dnn language (spec §2-§6). The C++ parser is generated into the build tree.
+grammar Dnn;
+
+program : topDecl* EOF ;
+// A lone expression, as the REPL reads it.
+replInput : expr EOF ;
+
+topDecl
+  : 'import' ID ';'                                          # importDecl
+  | 'const' ID '=' expr ';'                                  # constDecl
+  | 'dim' ID ('in' lo=expr '..' hi=expr)? ';'                # dimDecl
+  | 'param' ID ':' type ('=' expr)? ';'                      # paramDecl
+  | kw=('fn' | 'model') ID '(' (param (',' param)*)? ')' '->' type block   # funcDecl
+  ;
+
+param : ID ':' type ('=' expr)? ;
+
+type
+  : DTYPE ('[' (dimItem (',' dimItem)*)? ']')?               # tensorType
+  | '(' type (',' type)+ ')'                                 # tupleType
+  ;
+dimItem : '...' | expr ;
+
+block : '{' stmt* '}' ;
+
+stmt
+  : 'let' pattern (':' type)? '=' expr ';'                   # letStmt
+  | 'var' ID (':' type)? '=' expr ';'                        # varStmt
+  | ID '=' expr ';'                                          # assignStmt
+  | 'return' expr ';'                                        # returnStmt
+  | ifStmt                                                   # ifStatement
+  | 'for' ID 'in' lo=expr '..' hi=expr block                 # forStmt
+  | 'while' expr block                                       # whileStmt
+  | 'assert' expr ';'                                        # assertStmt
+  | expr ';'                                                 # exprStmt
+  ;
+ifStmt : 'if' expr block ('else' (block | ifStmt))? ;
+pattern : ID | '(' ID (',' ID)+ ')' ;
+
+expr
+  : postfix                                                  # postfixExpr
+  | <assoc=right> expr '**' expr                             # powExpr
+  | op=('-' | '+') expr                                      # unaryExpr
+  | expr op=('*' | '/' | '%' | '@') expr                     # mulExpr
+  | expr op=('+' | '-') expr                                 # addExpr
+  | expr op=('==' | '!=' | '<' | '<=' | '>' | '>=') expr     # cmpExpr
+  | 'not' expr                                               # notExpr
+  | expr 'and' expr                                          # andExpr
+  | expr 'or' expr                                           # orExpr
+  ;
+
+postfix
+  : primary                                                  # primaryPostfix
+  | postfix '(' (arg (',' arg)*)? ')'                        # callPostfix
+  | postfix '[' subscript (',' subscript)* ']'               # indexPostfix
+  | postfix '.' ID                                           # memberPostfix
+  ;
+
+arg : (ID '=')? expr ;
+subscript
+  : '...'                                                    # ellipsisSub
+  | from=expr? ':' to=expr? (':' by=expr?)?             # sliceSub
+  | expr                                                     # pointSub
+  ;
+
+primary
+  : INT                                                      # intLit
+  | FLOAT                                                    # floatLit
+  | ('true' | 'false')                                       # boolLit
+  | STRING                                                   # stringLit
+  | ID                                                       # nameRef
+  | DTYPE                                                    # dtypeRef
+  | '(' expr ')'                                             # parenExpr
+  | '(' expr ',' (expr (',' expr)*)? ')'                     # tupleExpr
+  | '[' (expr (',' expr)*)? ']'                              # listExpr
+  ;
+
+DTYPE : 'f32' | 'f16' | 'bf16' | 'i32' | 'i64' | 'bool' ;
+ID : [A-Za-z_] [A-Za-z0-9_]* ;
+FLOAT : [0-9]+ '.' [0-9]+ ([eE] [+-]? [0-9]+)? | [0-9]+ [eE] [+-]? [0-9]+ ;
+INT : [0-9]+ ;
+STRING : '"' (~["\\\r\n] | '\\' .)* '"' ;
+COMMENT : '#' ~[\r\n]* -> skip ;
+WS : [ \t\r\n]+ -> skip ;
+// Any other character becomes a token the parser rejects with a located diagnostic.
+ERROR_CHAR : . ;

@@ -1,0 +1,115 @@
+// Construction and the textual form of the graph IR.
+#include "ir/graph/Graph.h"
+
+#include "ir/graph/OpRegistry.h"
+
+#include <fmt/format.h>
+
+namespace dnnc::ir {
+
+Value *Graph::newValue(TensorType type, std::string name, SourceRange loc) {
+  auto v = std::make_unique<Value>();
+  v->id = static_cast<int>(values_.size());
+  v->type = std::move(type);
+  v->name = std::move(name);
+  v->loc = loc;
+  values_.push_back(std::move(v));
+  return values_.back().get();
+}
+
+Op *Graph::newOp(OpKind kind, SourceRange loc) {
+  auto op = std::make_unique<Op>();
+  op->kind = kind;
+  op->shapeClass = opInfo(kind).shapeClass;
+  op->loc = loc;
+  ops_.push_back(std::move(op));
+  return ops_.back().get();
+}
+
+std::string attrText(const Attr &a) {
+  return std::visit(
+      [](const auto &v) -> std::string {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, int64_t>)
+          return std::to_string(v);
+        else if constexpr (std::is_same_v<T, double>)
+          return fmt::format("{}", v);
+        else if constexpr (std::is_same_v<T, bool>)
+          return v ? "true" : "false";
+        else if constexpr (std::is_same_v<T, std::string>)
+          return "\"" + v + "\"";
+        else if constexpr (std::is_same_v<T, DType>)
+          return dtypeName(v);
+        else if constexpr (std::is_same_v<T, sym::ExprRef>)
+          return v ? v->str() : "?";
+        else {
+          std::string out = "[";
+          for (size_t i = 0; i < v.size(); ++i)
+            out += (i ? ", " : "") + (v[i] ? v[i]->str() : std::string("?"));
+          return out + "]";
+        }
+      },
+      a);
+}
+
+namespace {
+
+std::string ref(const Value *v) { return v->name.empty() ? fmt::format("%{}", v->id) : fmt::format("%{}.{}", v->name, v->id); }
+
+std::string refs(const std::vector<Value *> &vs) {
+  std::string out;
+  for (size_t i = 0; i < vs.size(); ++i)
+    out += (i ? ", " : "") + ref(vs[i]);
+  return out;
+}
+
+void printRegion(const Region &r, int depth, std::string &out);
+
+void printOp(const Op &op, int depth, std::string &out) {
+  std::string pad(depth * 2, ' ');
+  std::string lhs = op.results.empty() ? "" : refs(op.results) + " = ";
+  std::string attrs;
+  for (auto &[k, v] : op.attrs)
+    attrs += (attrs.empty() ? " {" : ", ") + k + " = " + attrText(v);
+  if (!attrs.empty())
+    attrs += "}";
+  std::string types;
+  for (size_t i = 0; i < op.results.size(); ++i)
+    types += (i ? ", " : "") + op.results[i]->type.str();
+  std::string line = op.loc.valid() ? fmt::format("  # line {}", op.loc.begin.line) : "";
+  out += fmt::format("{}{}{}({}){}{}{}{}", pad, lhs, opInfo(op.kind).spelling, refs(op.operands), attrs,
+                     types.empty() ? "" : " : " + types, op.shapeClass != opInfo(op.kind).shapeClass
+                                                             ? std::string(" ") + shapeClassName(op.shapeClass)
+                                                             : "",
+                     op.regions.empty() ? line + "\n" : " {" + line + "\n");
+  for (size_t i = 0; i < op.regions.size(); ++i) {
+    if (i)
+      out += pad + "} {\n";
+    printRegion(*op.regions[i], depth + 1, out);
+  }
+  if (!op.regions.empty())
+    out += pad + "}\n";
+}
+
+void printRegion(const Region &r, int depth, std::string &out) {
+  std::string pad(depth * 2, ' ');
+  if (!r.args.empty()) {
+    std::string args;
+    for (size_t i = 0; i < r.args.size(); ++i)
+      args += (i ? ", " : "") + ref(r.args[i]) + ": " + r.args[i]->type.str();
+    out += pad.substr(2) + "^(" + args + "):\n";
+  }
+  for (const Op *op : r.ops)
+    printOp(*op, depth, out);
+  out += pad + "yield(" + refs(r.yields) + ")\n";
+}
+
+} // namespace
+
+std::string print(const Graph &g) {
+  std::string out = "model " + g.name + " {\n";
+  printRegion(g.body, 1, out);
+  return out + "}\n";
+}
+
+} // namespace dnnc::ir

@@ -1,0 +1,80 @@
+// The graph IR: SSA tensor values, ops from the registry, If/For/While regions, a printer.
+#pragma once
+
+#include "frontend/Source.h"
+#include "ir/graph/Types.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace dnnc::ir {
+
+enum class OpKind {
+#define OP(name, spelling, cls, dtypeRule, shapeRule, sig) name,
+#include "ir/graph/Ops.def"
+#undef OP
+};
+
+struct Op;
+struct Region;
+
+struct Value {
+  int id = 0;
+  TensorType type;
+  std::string name; // the source name it was bound to, if any
+  Op *def = nullptr;       // null for region arguments
+  Region *owner = nullptr; // the region whose argument this is, if any
+  SourceRange loc;
+};
+
+// A list of dims in which null marks a position given by a runtime operand.
+using DimList = std::vector<sym::ExprRef>;
+using Attr = std::variant<int64_t, double, bool, std::string, DType, sym::ExprRef, DimList>;
+
+struct Region {
+  std::vector<Value *> args;
+  std::vector<Op *> ops;
+  std::vector<Value *> yields;
+};
+
+struct Op {
+  OpKind kind;
+  ShapeClass shapeClass; // the registry's class, refined per use (topk with a runtime k)
+  std::vector<Value *> operands;
+  std::vector<Value *> results;
+  std::map<std::string, Attr> attrs;
+  std::vector<std::unique_ptr<Region>> regions;
+  SourceRange loc;
+
+  bool has(const std::string &k) const { return attrs.count(k) != 0; }
+  template <class T> const T &get(const std::string &k) const { return std::get<T>(attrs.at(k)); }
+};
+
+// One model after sema: its body region (inputs are the region's arguments, outputs its
+// yields) and the store that owns every value and op.
+class Graph {
+public:
+  std::string name;
+  Region body;
+
+  Value *newValue(TensorType type, std::string name = "", SourceRange loc = {});
+  Op *newOp(OpKind kind, SourceRange loc);
+  const std::vector<std::unique_ptr<Value>> &values() const { return values_; }
+
+private:
+  std::vector<std::unique_ptr<Value>> values_;
+  std::vector<std::unique_ptr<Op>> ops_;
+};
+
+// Renders the graph as text (`dnnc emit --emit=ir`).
+std::string print(const Graph &g);
+std::string attrText(const Attr &a);
+
+// Checks structural invariants (operands defined before use and in scope, result and
+// yield counts, typed values); throws InternalError naming the first violation.
+void verify(const Graph &g);
+
+} // namespace dnnc::ir

@@ -1,0 +1,591 @@
+// The registry table, builtin signatures, and every op's dtype and shape rule.
+#include "ir/graph/OpRegistry.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+namespace dnnc::ir {
+namespace {
+
+using sym::ExprRef;
+using sym::Rel;
+
+ExprRef one() { return sym::constant(1); }
+bool isLiteralOne(ExprRef d) { return d->asConst() == 1; }
+
+std::vector<ParamSpec> parseSignature(const char *text) {
+  std::vector<ParamSpec> out;
+  std::string s(text);
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t end = s.find(',', pos);
+    std::string item = s.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+    pos = end == std::string::npos ? s.size() : end + 1;
+    item.erase(0, item.find_first_not_of(' '));
+    size_t colon = item.find(':'), eq = item.find('=');
+    ParamSpec p;
+    p.name = item.substr(0, colon);
+    std::string kind = item.substr(colon + 1, eq == std::string::npos ? std::string::npos : eq - colon - 1);
+    static const std::map<std::string, ParamSpec::Kind> kinds = {
+        {"T", ParamSpec::Kind::Tensor}, {"Ts", ParamSpec::Kind::TensorList}, {"I", ParamSpec::Kind::Int},
+        {"Is", ParamSpec::Kind::IntList}, {"Vs", ParamSpec::Kind::ValueList}, {"V", ParamSpec::Kind::Value},
+        {"F", ParamSpec::Kind::Float}, {"B", ParamSpec::Kind::Bool}, {"D", ParamSpec::Kind::DType}};
+    p.kind = kinds.at(kind);
+    if (eq != std::string::npos)
+      p.defaultText = item.substr(eq + 1);
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+// ---- shared pieces ----------------------------------------------------------------
+
+// NumPy broadcasting of two shapes, checking each aligned pair through the analyzer.
+DimList broadcastShapes(const RuleContext &c, const DimList &a, const DimList &b, int ia, int ib) {
+  size_t rank = std::max(a.size(), b.size());
+  DimList out(rank);
+  for (size_t k = 1; k <= rank; ++k) { // k: distance from the right
+    ExprRef da = k <= a.size() ? a[a.size() - k] : nullptr;
+    ExprRef db = k <= b.size() ? b[b.size() - k] : nullptr;
+    size_t axis = rank - k;
+    if (!da || !db) {
+      out[axis] = da ? da : db;
+      continue;
+    }
+    if (da == db || c.analyzer.canProve(da, Rel::EQ, db))
+      out[axis] = da;
+    else if (isLiteralOne(da))
+      out[axis] = db;
+    else if (isLiteralOne(db))
+      out[axis] = da;
+    else
+      c.requireEqual(da, db, fmt::format("dim {}", axis), ia, ib);
+  }
+  return out;
+}
+
+std::string typeText(const RuleContext &c, int i) { return c.in(i).str(); }
+
+// ---- dtype rules -------------------------------------------------------------------
+
+DType applyDTypeRule(const RuleContext &c, DTypeRule rule) {
+  auto requireSame = [&](size_t from) {
+    for (size_t i = from + 1; i < c.numInputs(); ++i)
+      if (c.in(i).dtype != c.in(from).dtype)
+        c.error(DiagKind::DType,
+                fmt::format("cannot {} {} and {}: element types {} and {} differ", opVerb(c.op.kind),
+                            typeText(c, from), typeText(c, i), dtypeName(c.in(from).dtype), dtypeName(c.in(i).dtype)),
+                {}, "use cast(x, dtype) to convert one side");
+    return c.numInputs() > from ? c.in(from).dtype : DType::F32;
+  };
+  switch (rule) {
+  case DTypeRule::Same: return requireSame(0);
+  case DTypeRule::Float: {
+    DType d = requireSame(0);
+    if (!isFloat(d))
+      c.error(DiagKind::DType, fmt::format("'{}' needs a floating-point tensor, not {}", opInfo(c.op.kind).spelling,
+                                           typeText(c, 0)), {}, "use cast(x, f32) first");
+    return d;
+  }
+  case DTypeRule::Compare: requireSame(0); return DType::Bool;
+  case DTypeRule::Logical:
+    for (size_t i = 0; i < c.numInputs(); ++i)
+      if (c.in(i).dtype != DType::Bool)
+        c.error(DiagKind::DType, fmt::format("'{}' needs bool operands, not {}", opInfo(c.op.kind).spelling, typeText(c, (int)i)));
+    return DType::Bool;
+  case DTypeRule::Where:
+    if (c.in(0).dtype != DType::Bool)
+      c.error(DiagKind::DType, fmt::format("the condition of 'where' must be bool, not {}", typeText(c, 0)));
+    return requireSame(1);
+  case DTypeRule::I64: return DType::I64;
+  case DTypeRule::First: return c.in(0).dtype;
+  case DTypeRule::Attr: return c.op.get<DType>("dtype");
+  case DTypeRule::None: return DType::F32;
+  }
+  return DType::F32;
+}
+
+// ---- shape rules -------------------------------------------------------------------
+
+std::vector<TensorType> elementwiseRule(const RuleContext &c, DType dt) {
+  DimList shape = c.in(0).dims;
+  for (size_t i = 1; i < c.numInputs(); ++i)
+    shape = broadcastShapes(c, shape, c.in(i).dims, 0, static_cast<int>(i));
+  return {{dt, shape}};
+}
+
+std::vector<size_t> reduceAxes(const RuleContext &c, size_t rank) {
+  std::set<size_t> axes;
+  if (!c.has("axis")) {
+    for (size_t i = 0; i < rank; ++i)
+      axes.insert(i);
+  } else {
+    for (ExprRef a : c.listAttr("axis"))
+      if (!axes.insert(c.axis(*a->asConst(), rank)).second)
+        c.error(DiagKind::Range, fmt::format("axis {} is repeated", a->str()));
+  }
+  return {axes.begin(), axes.end()};
+}
+
+std::vector<TensorType> reduceRule(const RuleContext &c, DType dt) {
+  const DimList &in = c.in(0).dims;
+  auto axes = reduceAxes(c, in.size());
+  bool keep = c.has("keepdims") && c.op.get<bool>("keepdims");
+  DimList out;
+  for (size_t i = 0; i < in.size(); ++i) {
+    bool reduced = std::find(axes.begin(), axes.end(), i) != axes.end();
+    if (!reduced)
+      out.push_back(in[i]);
+    else if (keep)
+      out.push_back(one());
+  }
+  return {{dt, out}};
+}
+
+std::vector<TensorType> softmaxRule(const RuleContext &c, DType dt) {
+  c.axis(c.intAttr("axis"), c.in(0).rank());
+  return {{dt, c.in(0).dims}};
+}
+
+std::vector<TensorType> matmulRule(const RuleContext &c, DType dt) {
+  DimList a = c.in(0).dims, b = c.in(1).dims;
+  if (a.empty() || b.empty())
+    c.error(DiagKind::Rank, fmt::format("cannot multiply {} and {}: matmul needs operands of rank 1 or more",
+                                        typeText(c, 0), typeText(c, 1)));
+  bool vecA = a.size() == 1, vecB = b.size() == 1;
+  if (vecA)
+    a.insert(a.begin(), one());
+  if (vecB)
+    b.push_back(one());
+  ExprRef k1 = a[a.size() - 1], k2 = b[b.size() - 2];
+  if (!(k1 == k2 || c.analyzer.canProve(k1, Rel::EQ, k2)))
+    c.requireEqual(k1, k2, "the inner dims", 0, 1);
+  DimList batch = broadcastShapes(c, DimList(a.begin(), a.end() - 2), DimList(b.begin(), b.end() - 2), 0, 1);
+  if (!vecA)
+    batch.push_back(a[a.size() - 2]);
+  if (!vecB)
+    batch.push_back(b[b.size() - 1]);
+  return {{dt, batch}};
+}
+
+void requireRank(const RuleContext &c, int i, size_t rank, const char *layout) {
+  if (c.in(i).rank() != rank)
+    c.error(DiagKind::Rank, fmt::format("'{}' needs a rank-{} tensor ({}), not {}", opInfo(c.op.kind).spelling, rank,
+                                        layout, typeText(c, i)));
+}
+
+ExprRef windowOut(const RuleContext &c, ExprRef in, ExprRef kernel, int64_t stride, int64_t pad, int64_t dilation) {
+  // (H + 2*padding - dilation*(K - 1) - 1) / stride + 1
+  ExprRef span = sym::add(sym::mul(sym::constant(dilation), sym::sub(kernel, one())), one());
+  ExprRef padded = sym::add(in, sym::constant(2 * pad));
+  if (c.analyzer.canProve(padded, Rel::LT, span))
+    c.error(DiagKind::Shape, fmt::format("the window of {} does not fit in a spatial dim of {} (padded: {})", span->str(),
+                                         in->str(), padded->str()));
+  return c.analyzer.simplify(sym::add(sym::floorDiv(sym::sub(padded, span), sym::constant(stride)), one()));
+}
+
+int64_t positiveAttr(const RuleContext &c, const char *name, int64_t min) {
+  int64_t v = c.intAttr(name);
+  if (v < min)
+    c.error(DiagKind::Range, fmt::format("{} of '{}' must be at least {}, not {}", name, opInfo(c.op.kind).spelling, min, v));
+  return v;
+}
+
+std::vector<TensorType> conv2dRule(const RuleContext &c, DType dt) {
+  requireRank(c, 0, 4, "N, C, H, W");
+  requireRank(c, 1, 4, "O, C / groups, KH, KW");
+  int64_t stride = positiveAttr(c, "stride", 1), pad = positiveAttr(c, "padding", 0);
+  int64_t dil = positiveAttr(c, "dilation", 1), groups = positiveAttr(c, "groups", 1);
+  const DimList &x = c.in(0).dims, &w = c.in(1).dims;
+  c.requireEqual(x[1], sym::mul(w[1], sym::constant(groups)), "the input channels", 0, 1);
+  return {{dt, {x[0], w[0], windowOut(c, x[2], w[2], stride, pad, dil), windowOut(c, x[3], w[3], stride, pad, dil)}}};
+}
+
+std::vector<TensorType> pool2dRule(const RuleContext &c, DType dt) {
+  requireRank(c, 0, 4, "N, C, H, W");
+  int64_t k = positiveAttr(c, "kernel", 1), pad = positiveAttr(c, "padding", 0);
+  int64_t stride = c.intAttr("stride") == 0 ? k : positiveAttr(c, "stride", 1);
+  const DimList &x = c.in(0).dims;
+  ExprRef kd = sym::constant(k);
+  return {{dt, {x[0], x[1], windowOut(c, x[2], kd, stride, pad, 1), windowOut(c, x[3], kd, stride, pad, 1)}}};
+}
+
+ExprRef product(const DimList &dims) {
+  ExprRef p = one();
+  for (ExprRef d : dims)
+    p = sym::mul(p, d);
+  return p;
+}
+
+std::vector<TensorType> reshapeRule(const RuleContext &c, DType dt) {
+  DimList target = c.listAttr("shape");
+  int inferred = -1;
+  DimList known;
+  for (size_t i = 0; i < target.size(); ++i) {
+    if (target[i]->asConst() == -1) {
+      if (inferred >= 0)
+        c.error(DiagKind::Shape, "reshape can infer only one dim; the shape has two -1 entries");
+      inferred = static_cast<int>(i);
+    } else {
+      known.push_back(target[i]);
+    }
+  }
+  ExprRef inCount = product(c.in(0).dims), outCount = product(known);
+  if (inferred >= 0) {
+    ExprRef q = c.analyzer.simplify(sym::floorDiv(inCount, outCount));
+    if (!c.analyzer.canProve(sym::mul(q, outCount), Rel::EQ, inCount))
+      c.error(DiagKind::Unprovable,
+              fmt::format("cannot reshape {} with -1: {} elements are not provably divisible by {}", typeText(c, 0),
+                          inCount->str(), outCount->str()),
+              {}, "add an `assert` that relates the dims");
+    target[inferred] = q;
+  } else if (!c.analyzer.canProve(inCount, Rel::EQ, outCount)) {
+    bool differ = c.analyzer.canProve(inCount, Rel::NE, outCount);
+    c.error(differ ? DiagKind::Shape : DiagKind::Unprovable,
+            fmt::format("cannot reshape {} to [{}]: {} elements {} {}", typeText(c, 0), attrText(target).substr(1, attrText(target).size() - 2),
+                        inCount->str(), differ ? "are not" : "cannot be proved equal to", outCount->str()),
+            {}, differ ? "" : fmt::format("add `assert {} == {};` if they are always equal", inCount->str(), outCount->str()));
+  }
+  return {{dt, target}};
+}
+
+std::vector<TensorType> transposeRule(const RuleContext &c, DType dt) {
+  const DimList &in = c.in(0).dims;
+  DimList out = in;
+  if (!c.has("perm")) {
+    if (in.size() < 2)
+      c.error(DiagKind::Rank, fmt::format("transpose(x) swaps the last two dims and needs rank 2 or more, not {}", typeText(c, 0)));
+    std::swap(out[in.size() - 1], out[in.size() - 2]);
+    return {{dt, out}};
+  }
+  const DimList &perm = c.listAttr("perm");
+  if (perm.size() != in.size())
+    c.error(DiagKind::Rank, fmt::format("the permutation has {} entries but {} has rank {}", perm.size(), typeText(c, 0), in.size()));
+  std::set<size_t> seen;
+  for (size_t i = 0; i < perm.size(); ++i) {
+    size_t a = c.axis(*perm[i]->asConst(), in.size());
+    if (!seen.insert(a).second)
+      c.error(DiagKind::Range, fmt::format("axis {} appears twice in the permutation", a));
+    out[i] = in[a];
+  }
+  return {{dt, out}};
+}
+
+std::vector<TensorType> broadcastToRule(const RuleContext &c, DType dt) {
+  const DimList &in = c.in(0).dims, &target = c.listAttr("shape");
+  if (in.size() > target.size())
+    c.error(DiagKind::Rank, fmt::format("cannot broadcast {} to rank {}", typeText(c, 0), target.size()));
+  for (size_t i = 0; i < in.size(); ++i) {
+    ExprRef d = in[in.size() - 1 - i], t = target[target.size() - 1 - i];
+    if (!isLiteralOne(d))
+      c.requireEqual(d, t, fmt::format("dim {} of the target", target.size() - 1 - i), 0, 0);
+  }
+  return {{dt, target}};
+}
+
+std::vector<TensorType> unsqueezeRule(const RuleContext &c, DType dt) {
+  DimList out = c.in(0).dims;
+  size_t a = c.axis(c.intAttr("axis"), out.size() + 1);
+  out.insert(out.begin() + static_cast<long>(a), one());
+  return {{dt, out}};
+}
+
+std::vector<TensorType> squeezeRule(const RuleContext &c, DType dt) {
+  const DimList &in = c.in(0).dims;
+  DimList out;
+  if (!c.has("axis")) {
+    for (ExprRef d : in)
+      if (!isLiteralOne(d))
+        out.push_back(d);
+    return {{dt, out}};
+  }
+  auto axes = reduceAxes(c, in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (std::find(axes.begin(), axes.end(), i) == axes.end()) {
+      out.push_back(in[i]);
+    } else if (!c.analyzer.canProve(in[i], Rel::EQ, one())) {
+      c.error(DiagKind::Shape, fmt::format("cannot squeeze dim {} of {}: it is {}, not 1", i, typeText(c, 0), in[i]->str()));
+    }
+  }
+  return {{dt, out}};
+}
+
+std::vector<TensorType> concatRule(const RuleContext &c, DType dt) {
+  const DimList &first = c.in(0).dims;
+  size_t a = c.axis(c.intAttr("axis"), first.size());
+  DimList out = first;
+  for (size_t i = 1; i < c.numInputs(); ++i) {
+    const DimList &d = c.in(i).dims;
+    if (d.size() != first.size())
+      c.error(DiagKind::Rank, fmt::format("cannot concatenate {} and {}: ranks differ", typeText(c, 0), typeText(c, (int)i)));
+    for (size_t k = 0; k < d.size(); ++k)
+      if (k != a)
+        c.requireEqual(first[k], d[k], fmt::format("dim {}", k), 0, static_cast<int>(i));
+    out[a] = sym::add(out[a], d[a]);
+  }
+  return {{dt, out}};
+}
+
+std::vector<TensorType> stackRule(const RuleContext &c, DType dt) {
+  const DimList &first = c.in(0).dims;
+  for (size_t i = 1; i < c.numInputs(); ++i) {
+    if (c.in(i).rank() != first.size())
+      c.error(DiagKind::Rank, fmt::format("cannot stack {} and {}: ranks differ", typeText(c, 0), typeText(c, (int)i)));
+    for (size_t k = 0; k < first.size(); ++k)
+      c.requireEqual(first[k], c.in(i).dims[k], fmt::format("dim {}", k), 0, static_cast<int>(i));
+  }
+  DimList out = first;
+  size_t a = c.axis(c.intAttr("axis"), first.size() + 1);
+  out.insert(out.begin() + static_cast<long>(a), sym::constant(static_cast<int64_t>(c.numInputs())));
+  return {{dt, out}};
+}
+
+std::vector<TensorType> splitRule(const RuleContext &c, DType dt) {
+  const DimList &in = c.in(0).dims;
+  size_t a = c.axis(c.intAttr("axis"), in.size());
+  const DimList &parts = c.listAttr("parts");
+  std::vector<TensorType> out;
+  if (parts.size() == 1) {
+    int64_t n = *parts[0]->asConst();
+    if (n < 1)
+      c.error(DiagKind::Range, fmt::format("split needs at least one part, not {}", n));
+    ExprRef piece = c.analyzer.simplify(sym::floorDiv(in[a], sym::constant(n)));
+    if (!c.analyzer.canProve(sym::mul(piece, sym::constant(n)), Rel::EQ, in[a]))
+      c.error(DiagKind::Unprovable, fmt::format("cannot split dim {} of {} into {} equal parts: {} is not provably divisible by {}",
+                                                a, typeText(c, 0), n, in[a]->str(), n),
+              {}, "pass a list of sizes to split unevenly");
+    for (int64_t i = 0; i < n; ++i) {
+      DimList d = in;
+      d[a] = piece;
+      out.push_back({dt, d});
+    }
+    return out;
+  }
+  ExprRef total = sym::constant(0);
+  for (ExprRef p : parts) {
+    DimList d = in;
+    d[a] = p;
+    total = sym::add(total, p);
+    out.push_back({dt, d});
+  }
+  c.requireEqual(in[a], total, fmt::format("dim {} and the sum of the split sizes", a), 0, 0);
+  return out;
+}
+
+std::vector<TensorType> flattenRule(const RuleContext &c, DType dt) {
+  const DimList &in = c.in(0).dims;
+  if (in.empty())
+    return {{dt, {one()}}};
+  size_t s = c.axis(c.intAttr("start"), in.size(), "start");
+  DimList out(in.begin(), in.begin() + static_cast<long>(s));
+  out.push_back(product(DimList(in.begin() + static_cast<long>(s), in.end())));
+  return {{dt, out}};
+}
+
+std::vector<TensorType> padRule(const RuleContext &c, DType dt) {
+  DimList out = c.in(0).dims;
+  const DimList &pads = c.listAttr("pads");
+  if (pads.size() % 2 != 0 || pads.size() / 2 > out.size())
+    c.error(DiagKind::Rank, fmt::format("pad needs (before, after) pairs for at most {} dims, got {} numbers", out.size(), pads.size()));
+  for (size_t i = 0; i < pads.size() / 2; ++i) {
+    if (c.analyzer.canProve(pads[2 * i], Rel::LT, sym::constant(0)) || c.analyzer.canProve(pads[2 * i + 1], Rel::LT, sym::constant(0)))
+      c.error(DiagKind::Range, "pad widths must be non-negative");
+    out[i] = sym::add(out[i], sym::add(pads[2 * i], pads[2 * i + 1]));
+  }
+  return {{dt, out}};
+}
+
+std::vector<TensorType> takeRule(const RuleContext &c, DType dt) {
+  const DimList &x = c.in(0).dims;
+  if (!isInteger(c.in(1).dtype))
+    c.error(DiagKind::DType, fmt::format("indices must be i32 or i64, not {}", typeText(c, 1)));
+  size_t a = c.op.kind == OpKind::Embedding ? 0 : c.axis(c.intAttr("axis"), x.size());
+  if (x.empty())
+    c.error(DiagKind::Rank, fmt::format("cannot index into the scalar {}", typeText(c, 0)));
+  DimList out(x.begin(), x.begin() + static_cast<long>(a));
+  out.insert(out.end(), c.in(1).dims.begin(), c.in(1).dims.end());
+  out.insert(out.end(), x.begin() + static_cast<long>(a) + 1, x.end());
+  return {{dt, out}};
+}
+
+std::vector<TensorType> oneHotRule(const RuleContext &c, DType dt) {
+  if (!isInteger(c.in(0).dtype))
+    c.error(DiagKind::DType, fmt::format("one_hot needs integer ids, not {}", typeText(c, 0)));
+  DimList out = c.in(0).dims;
+  out.push_back(c.dimAttr("depth"));
+  return {{dt, out}};
+}
+
+std::vector<TensorType> topkRule(const RuleContext &c, DType dt) {
+  DimList out = c.in(0).dims;
+  if (out.empty())
+    c.error(DiagKind::Rank, "topk needs a tensor of rank 1 or more");
+  size_t a = c.axis(c.intAttr("axis"), out.size());
+  ExprRef k = c.has("k") ? c.dimAttr("k") : c.freshDim("K");
+  if (c.analyzer.canProve(k, Rel::GT, out[a]))
+    c.error(DiagKind::Range, fmt::format("topk asks for k = {} but dim {} of {} is only {}", k->str(), a, typeText(c, 0), out[a]->str()));
+  out[a] = k;
+  return {{dt, out}, {DType::I64, out}};
+}
+
+std::vector<TensorType> resizeRule(const RuleContext &c, DType dt) {
+  DimList out = c.in(0).dims;
+  const DimList &size = c.listAttr("size");
+  if (size.size() > out.size())
+    c.error(DiagKind::Rank, fmt::format("resize to {} dims, but {} has rank {}", size.size(), typeText(c, 0), out.size()));
+  std::copy(size.begin(), size.end(), out.end() - static_cast<long>(size.size()));
+  return {{dt, out}};
+}
+
+std::vector<TensorType> nonzeroRule(const RuleContext &c, DType dt) {
+  return {{dt, {c.freshDim("N"), sym::constant(static_cast<int64_t>(c.in(0).rank()))}}};
+}
+
+std::vector<TensorType> maskedSelectRule(const RuleContext &c, DType dt) {
+  if (c.in(1).dtype != DType::Bool)
+    c.error(DiagKind::DType, fmt::format("the mask must be bool, not {}", typeText(c, 1)));
+  broadcastShapes(c, c.in(0).dims, c.in(1).dims, 0, 1);
+  return {{dt, {c.freshDim("N")}}};
+}
+
+std::vector<TensorType> uniqueRule(const RuleContext &c, DType dt) { return {{dt, {c.freshDim("U")}}}; }
+
+std::vector<TensorType> creationRule(const RuleContext &c, DType dt) { return {{dt, c.listAttr("shape")}}; }
+
+std::vector<TensorType> arangeRule(const RuleContext &c, DType dt) {
+  return {{dt, {c.has("count") ? c.dimAttr("count") : c.freshDim("A")}}};
+}
+
+// x[subscripts]: per input axis a start, stop and step (null: given by a runtime operand)
+// and a flag saying a point index drops the axis.
+std::vector<TensorType> indexRule(const RuleContext &c, DType dt) {
+  const DimList &in = c.in(0).dims;
+  const DimList &starts = c.listAttr("starts"), &stops = c.listAttr("stops"), &steps = c.listAttr("steps");
+  const DimList &points = c.listAttr("points");
+  DimList out;
+  for (size_t i = 0; i < in.size(); ++i) {
+    bool point = points[i]->asConst() == 1;
+    if (point) {
+      if (starts[i] && (c.analyzer.canProve(starts[i], Rel::GE, in[i]) || c.analyzer.canProve(starts[i], Rel::LT, sym::constant(0))))
+        c.error(DiagKind::Range, fmt::format("index {} is out of range for dim {} of {} (size {})", starts[i]->str(), i,
+                                             typeText(c, 0), in[i]->str()));
+      continue;
+    }
+    if (!starts[i] || !stops[i]) {
+      out.push_back(c.freshDim("S"));
+      continue;
+    }
+    ExprRef stop = sym::min(stops[i], in[i]), start = sym::min(starts[i], in[i]);
+    ExprRef step = steps[i];
+    ExprRef len = sym::floorDiv(sym::add(sym::sub(stop, start), sym::sub(step, one())), step);
+    len = c.analyzer.simplify(sym::max(len, sym::constant(0)));
+    out.push_back(len);
+  }
+  return {{dt, out}};
+}
+
+const std::vector<OpInfo> &table() {
+  static const std::vector<OpInfo> ops = [] {
+    std::vector<OpInfo> v;
+    ShapeRule Declared = nullptr, Elementwise = elementwiseRule, Reduce = reduceRule, Softmax = softmaxRule,
+              Matmul = matmulRule, Conv2d = conv2dRule, Pool2d = pool2dRule, Reshape = reshapeRule,
+              Transpose = transposeRule, BroadcastTo = broadcastToRule, Unsqueeze = unsqueezeRule,
+              Squeeze = squeezeRule, Concat = concatRule, Stack = stackRule, Split = splitRule,
+              Flatten = flattenRule, Pad = padRule, Take = takeRule, OneHot = oneHotRule, Topk = topkRule,
+              Resize = resizeRule, Nonzero = nonzeroRule, MaskedSelect = maskedSelectRule, Unique = uniqueRule,
+              Creation = creationRule, Arange = arangeRule, Index = indexRule;
+#define OP(name, spelling, cls, dtypeRule, shapeRule, sig)                                                             \
+  v.push_back({OpKind::name, spelling, ShapeClass::cls, DTypeRule::dtypeRule, shapeRule, parseSignature(sig)});
+#include "ir/graph/Ops.def"
+#undef OP
+    return v;
+  }();
+  return ops;
+}
+
+} // namespace
+
+int64_t RuleContext::intAttr(const std::string &k) const {
+  const Attr &a = op.attrs.at(k);
+  if (auto *i = std::get_if<int64_t>(&a))
+    return *i;
+  auto c = std::get<sym::ExprRef>(a)->asConst();
+  if (!c)
+    error(DiagKind::NotConstant, fmt::format("'{}' of '{}' must be a constant, not {}", k, opInfo(op.kind).spelling,
+                                             std::get<sym::ExprRef>(a)->str()));
+  return *c;
+}
+
+sym::ExprRef RuleContext::dimAttr(const std::string &k) const {
+  const Attr &a = op.attrs.at(k);
+  if (auto *i = std::get_if<int64_t>(&a))
+    return sym::constant(*i);
+  return std::get<sym::ExprRef>(a);
+}
+
+size_t RuleContext::axis(int64_t a, size_t rank, const std::string &what) const {
+  int64_t r = static_cast<int64_t>(rank);
+  if (a < -r || a >= r)
+    error(DiagKind::Range, fmt::format("{} {} is out of range for a tensor of rank {} (valid: {} to {})", what, a, rank,
+                                       -r, r - 1));
+  return static_cast<size_t>(a < 0 ? a + r : a);
+}
+
+void RuleContext::error(DiagKind kind, std::string message, std::vector<std::pair<int, sym::ExprRef>> blame,
+                        std::string suggestion) const {
+  throw RuleError{kind, std::move(message), std::move(blame), std::move(suggestion)};
+}
+
+void RuleContext::requireEqual(sym::ExprRef a, sym::ExprRef b, const std::string &context, int opA, int opB) const {
+  if (a == b || analyzer.canProve(a, Rel::EQ, b))
+    return;
+  std::string types = opA == opB ? in(opA).str() : in(opA).str() + " and " + in(opB).str();
+  bool differ = analyzer.canProve(a, Rel::NE, b);
+  std::string head = fmt::format("cannot {} {}: {} {} {} here and {} there", opVerb(op.kind), types, context,
+                                 context.rfind("dim", 0) == 0 ? "is" : "are", a->str(), b->str());
+  if (differ)
+    error(DiagKind::Shape, head, {{opA, a}, {opB, b}});
+  error(DiagKind::Unprovable, head + ", and they can be proved neither equal nor different", {{opA, a}, {opB, b}},
+        fmt::format("add `assert {} == {};` if they are always equal", a->str(), b->str()));
+}
+
+const std::vector<OpInfo> &allOps() { return table(); }
+const OpInfo &opInfo(OpKind k) { return table().at(static_cast<size_t>(k)); }
+
+const OpInfo *findBuiltin(const std::string &spelling) {
+  for (const OpInfo &i : table())
+    if (i.callable() && spelling == i.spelling)
+      return &i;
+  return nullptr;
+}
+
+std::string opVerb(OpKind k) {
+  switch (k) {
+  case OpKind::Add: return "add";
+  case OpKind::Sub: return "subtract";
+  case OpKind::Mul: return "multiply";
+  case OpKind::Div: return "divide";
+  case OpKind::Mod: return "take the remainder of";
+  case OpKind::Pow: return "raise";
+  case OpKind::Matmul: return "multiply (matmul)";
+  case OpKind::Eq: case OpKind::Ne: case OpKind::Lt: case OpKind::Le: case OpKind::Gt: case OpKind::Ge: return "compare";
+  case OpKind::Concat: return "concatenate";
+  case OpKind::Stack: return "stack";
+  case OpKind::Conv2d: return "convolve";
+  case OpKind::BroadcastTo: return "broadcast";
+  case OpKind::Split: return "split";
+  default: return std::string("apply '") + opInfo(k).spelling + "' to";
+  }
+}
+
+std::vector<TensorType> inferResultTypes(const RuleContext &ctx) {
+  const OpInfo &info = opInfo(ctx.op.kind);
+  if (!info.shapeRule)
+    throw InternalError(std::string("op '") + info.spelling + "' has no shape rule; sema types it");
+  DType dt = applyDTypeRule(ctx, info.dtypeRule);
+  return info.shapeRule(ctx, dt);
+}
+
+} // namespace dnnc::ir

@@ -1,0 +1,77 @@
+// Names, sizes and printing of element types, tensor types and shape classes.
+#include "ir/graph/Types.h"
+
+namespace dnnc::ir {
+
+const char *dtypeName(DType d) {
+  switch (d) {
+  case DType::F32: return "f32";
+  case DType::F16: return "f16";
+  case DType::BF16: return "bf16";
+  case DType::I32: return "i32";
+  case DType::I64: return "i64";
+  case DType::Bool: return "bool";
+  }
+  return "?";
+}
+
+std::optional<DType> parseDType(const std::string &s) {
+  for (DType d : {DType::F32, DType::F16, DType::BF16, DType::I32, DType::I64, DType::Bool})
+    if (s == dtypeName(d))
+      return d;
+  return std::nullopt;
+}
+
+bool isFloat(DType d) { return d == DType::F32 || d == DType::F16 || d == DType::BF16; }
+bool isInteger(DType d) { return d == DType::I32 || d == DType::I64; }
+
+size_t dtypeBytes(DType d) {
+  switch (d) {
+  case DType::F32: return 4;
+  case DType::F16:
+  case DType::BF16: return 2;
+  case DType::I32: return 4;
+  case DType::I64: return 8;
+  case DType::Bool: return 1;
+  }
+  return 0;
+}
+
+std::string dimText(sym::ExprRef d, const std::map<std::string, int64_t> *binding) {
+  if (binding && !binding->empty()) {
+    std::map<std::string, sym::ExprRef> subst;
+    for (auto &[k, v] : *binding)
+      subst[k] = sym::constant(v);
+    return sym::substitute(d, subst)->str();
+  }
+  return d->str();
+}
+
+std::string TensorType::str(const std::map<std::string, int64_t> *binding) const {
+  std::string out = std::string(dtypeName(dtype)) + "[";
+  for (size_t i = 0; i < dims.size(); ++i)
+    out += (i ? ", " : "") + dimText(dims[i], binding);
+  return out + "]";
+}
+
+const char *shapeClassName(ShapeClass c) {
+  switch (c) {
+  case ShapeClass::ISDO: return "ISDO";
+  case ShapeClass::ISDOS: return "ISDOS";
+  case ShapeClass::ISVDOS: return "ISVDOS";
+  case ShapeClass::EDO: return "EDO";
+  }
+  return "?";
+}
+
+const char *shapeClassMeaning(ShapeClass c) {
+  switch (c) {
+  case ShapeClass::ISDO: return "shape and value are known from input shapes alone";
+  case ShapeClass::ISDOS: return "the output shape is known from the input shapes";
+  case ShapeClass::ISVDOS: return "the output shape depends on input values as well as shapes";
+  case ShapeClass::EDO: return "the output shape is known only by executing the op";
+  }
+  return "";
+}
+
+} // namespace dnnc::ir

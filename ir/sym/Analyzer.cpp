@@ -1,0 +1,271 @@
+// Bounds by interval arithmetic over dims shifted to start at zero, simplification under
+// facts, and sound proofs of dim relations (false means unknown).
+#include "ir/sym/Analyzer.h"
+
+#include <algorithm>
+
+namespace dnnc::sym {
+namespace {
+
+constexpr int64_t kInf = Interval::kInf;
+constexpr int kMaxProofDepth = 3;
+// Names the analyzer makes for itself; '$' cannot start a user identifier.
+constexpr char kShiftedPrefix = '$';
+
+int64_t clampInf(__int128 v) { return v >= kInf ? kInf : v <= -kInf ? -kInf : static_cast<int64_t>(v); }
+
+Interval mulInterval(Interval a, Interval b) {
+  __int128 c[4] = {(__int128)a.lo * b.lo, (__int128)a.lo * b.hi, (__int128)a.hi * b.lo, (__int128)a.hi * b.hi};
+  return {clampInf(*std::min_element(c, c + 4)), clampInf(*std::max_element(c, c + 4))};
+}
+
+Interval addInterval(Interval a, Interval b) {
+  return {clampInf((__int128)a.lo + b.lo), clampInf((__int128)a.hi + b.hi)};
+}
+
+int64_t floorDivSat(int64_t a, int64_t b) {
+  if (a >= kInf || a <= -kInf)
+    return a;
+  if (b >= kInf)
+    return a >= 0 ? 0 : -1;
+  int64_t q = a / b;
+  if (a % b != 0 && (a < 0) != (b < 0))
+    --q;
+  return q;
+}
+
+} // namespace
+
+const char *relSpelling(Rel r) {
+  switch (r) {
+  case Rel::EQ: return "==";
+  case Rel::NE: return "!=";
+  case Rel::LT: return "<";
+  case Rel::LE: return "<=";
+  case Rel::GT: return ">";
+  case Rel::GE: return ">=";
+  }
+  return "?";
+}
+
+void Analyzer::setRange(const std::string &name, int64_t lo, int64_t hi) {
+  Interval cur = range(name);
+  ranges_[name] = {std::max(cur.lo, lo), std::min(cur.hi, hi)};
+}
+
+Interval Analyzer::range(const std::string &name) const {
+  if (auto s = proofScratch_.find(name); s != proofScratch_.end())
+    return s->second;
+  if (!name.empty() && name[0] == kShiftedPrefix) {
+    Interval base = range(name.substr(1));
+    return {0, base.hi >= kInf ? kInf : base.hi - base.lo};
+  }
+  auto it = ranges_.find(name);
+  return it == ranges_.end() ? Interval{1, kInf} : it->second;
+}
+
+void Analyzer::addFact(ExprRef a, Rel rel, ExprRef b) {
+  a = simplify(a);
+  b = simplify(b);
+  switch (rel) {
+  case Rel::EQ: {
+    const Atom *va = a->asVar(), *vb = b->asVar();
+    auto names = [](ExprRef e) { return freeVars(e); };
+    auto mentions = [&](ExprRef e, const std::string &n) {
+      auto fv = names(e);
+      return std::binary_search(fv.begin(), fv.end(), n);
+    };
+    if (va && !mentions(b, va->name)) {
+      // Keep the range information of the replaced dim.
+      Interval r = range(va->name);
+      equalities_[va->name] = b;
+      if (vb)
+        setRange(vb->name, r.lo, r.hi);
+    } else if (vb && !mentions(a, vb->name)) {
+      equalities_[vb->name] = a;
+    } else {
+      nonNegative_.push_back(sub(a, b));
+      nonNegative_.push_back(sub(b, a));
+    }
+    return;
+  }
+  case Rel::NE: return; // a disequality narrows nothing the interval engine can use
+  case Rel::GT: return addFact(a, Rel::GE, add(b, constant(1)));
+  case Rel::LT: return addFact(a, Rel::LE, sub(b, constant(1)));
+  case Rel::GE: return addFact(b, Rel::LE, a);
+  case Rel::LE: {
+    auto cb = b->asConst(), ca = a->asConst();
+    if (a->asVar() && cb)
+      setRange(a->asVar()->name, -kInf, *cb);
+    else if (b->asVar() && ca)
+      setRange(b->asVar()->name, *ca, kInf);
+    else
+      nonNegative_.push_back(sub(b, a));
+    return;
+  }
+  }
+}
+
+ExprRef Analyzer::simplify(ExprRef e) const {
+  if (e->isConst())
+    return e;
+  ExprRef cur = e;
+  for (int i = 0; i < 8 && !equalities_.empty(); ++i) {
+    ExprRef next = substitute(cur, equalities_);
+    if (next == cur)
+      break;
+    cur = next;
+  }
+  ExprRef out = constant(cur->constant());
+  for (const Term &t : cur->terms()) {
+    ExprRef term = constant(t.coef);
+    for (const Atom *a : t.factors) {
+      ExprRef f = nullptr;
+      if (a->kind == Atom::Kind::Var) {
+        f = var(a->name);
+      } else {
+        ExprRef l = simplify(a->lhs), r = simplify(a->rhs);
+        switch (a->kind) {
+        case Atom::Kind::Min:
+          f = canProve(l, Rel::LE, r) ? l : canProve(r, Rel::LE, l) ? r : min(l, r);
+          break;
+        case Atom::Kind::Max:
+          f = canProve(l, Rel::GE, r) ? l : canProve(r, Rel::GE, l) ? r : max(l, r);
+          break;
+        case Atom::Kind::Div: {
+          Interval lb = bounds(l), rb = bounds(r);
+          f = (lb.lo >= 0 && rb.lo > lb.hi) ? constant(0) : floorDiv(l, r);
+          break;
+        }
+        case Atom::Kind::Mod: {
+          Interval lb = bounds(l), rb = bounds(r);
+          f = (lb.lo >= 0 && rb.lo > lb.hi) ? l : mod(l, r);
+          break;
+        }
+        case Atom::Kind::Var: break;
+        }
+      }
+      term = mul(term, f);
+    }
+    out = add(out, term);
+  }
+  return out;
+}
+
+Interval Analyzer::atomBounds(const Atom *a) const {
+  switch (a->kind) {
+  case Atom::Kind::Var: return range(a->name);
+  case Atom::Kind::Min: {
+    Interval l = bounds(a->lhs), r = bounds(a->rhs);
+    return {std::min(l.lo, r.lo), std::min(l.hi, r.hi)};
+  }
+  case Atom::Kind::Max: {
+    Interval l = bounds(a->lhs), r = bounds(a->rhs);
+    return {std::max(l.lo, r.lo), std::max(l.hi, r.hi)};
+  }
+  case Atom::Kind::Div: {
+    Interval l = bounds(a->lhs), r = bounds(a->rhs);
+    if (r.lo <= 0)
+      return {};
+    int64_t c[4] = {floorDivSat(l.lo, r.lo), floorDivSat(l.lo, r.hi), floorDivSat(l.hi, r.lo), floorDivSat(l.hi, r.hi)};
+    return {*std::min_element(c, c + 4), *std::max_element(c, c + 4)};
+  }
+  case Atom::Kind::Mod: {
+    Interval l = bounds(a->lhs), r = bounds(a->rhs);
+    if (r.lo <= 0)
+      return {};
+    Interval out{0, r.hi >= kInf ? kInf : r.hi - 1};
+    if (l.lo >= 0)
+      out.hi = std::min(out.hi, l.hi);
+    return out;
+  }
+  }
+  return {};
+}
+
+Interval Analyzer::rawBounds(ExprRef e) const {
+  Interval sum{e->constant(), e->constant()};
+  for (const Term &t : e->terms()) {
+    Interval prod{t.coef, t.coef};
+    for (const Atom *a : t.factors)
+      prod = mulInterval(prod, atomBounds(a));
+    sum = addInterval(sum, prod);
+  }
+  return sum;
+}
+
+Interval Analyzer::bounds(ExprRef e) const {
+  e = simplify(e);
+  // Shifting each dim x in [lo, hi] to lo + x' with x' in [0, hi - lo] makes interval
+  // arithmetic exact on sums of non-negative terms: B*T - B becomes B'*T' + T' >= 0.
+  std::map<std::string, ExprRef> shift;
+  for (const std::string &name : freeVars(e)) {
+    Interval r = range(name);
+    if (r.lo > -kInf && r.lo != 0 && name[0] != kShiftedPrefix && name[0] != '%')
+      shift[name] = add(constant(r.lo), var(std::string(1, kShiftedPrefix) + name));
+  }
+  Interval plain = rawBounds(e);
+  if (shift.empty())
+    return plain;
+  Interval shifted = rawBounds(substitute(e, shift));
+  return {std::max(plain.lo, shifted.lo), std::min(plain.hi, shifted.hi)};
+}
+
+bool Analyzer::proveNonNegative(ExprRef d, int depth) const {
+  if (bounds(d).lo >= 0)
+    return true;
+  for (ExprRef f : nonNegative_)
+    if (bounds(sub(d, f)).lo >= 0)
+      return true;
+  if (depth >= kMaxProofDepth)
+    return false;
+  // Eliminate one floor division by a constant c: c*floor(n/c) = n - r with 0 <= r < c.
+  for (const Term &t : d->terms())
+    for (const Atom *q : t.factors) {
+      if (q->kind != Atom::Kind::Div || !q->rhs->asConst() || *q->rhs->asConst() <= 0)
+        continue;
+      int64_t c = *q->rhs->asConst();
+      std::string rname = "%r" + std::to_string(depth) + q->key;
+      proofScratch_[rname] = {0, c - 1};
+      ExprRef replaced = sub(q->lhs, var(rname)); // = c * q
+      ExprRef out = constant(c * d->constant());
+      bool ok = true;
+      for (const Term &u : d->terms()) {
+        ExprRef rest = constant(u.coef);
+        int uses = 0;
+        for (const Atom *f : u.factors) {
+          if (f == q)
+            ++uses;
+          else
+            rest = mul(rest, atomExpr(f));
+        }
+        if (uses > 1) {
+          ok = false;
+          break;
+        }
+        out = add(out, uses ? mul(rest, replaced) : mul(rest, constant(c)));
+      }
+      bool proved = ok && proveNonNegative(out, depth + 1);
+      proofScratch_.erase(rname);
+      if (proved)
+        return true;
+    }
+  return false;
+}
+
+bool Analyzer::canProve(ExprRef a, Rel rel, ExprRef b) const {
+  a = simplify(a);
+  b = simplify(b);
+  ExprRef one = constant(1);
+  switch (rel) {
+  case Rel::EQ: return a == b || simplify(sub(a, b)) == constant(0);
+  case Rel::NE: return proveNonNegative(sub(sub(a, b), one), 0) || proveNonNegative(sub(sub(b, a), one), 0);
+  case Rel::LE: return proveNonNegative(sub(b, a), 0);
+  case Rel::LT: return proveNonNegative(sub(sub(b, a), one), 0);
+  case Rel::GE: return proveNonNegative(sub(a, b), 0);
+  case Rel::GT: return proveNonNegative(sub(sub(a, b), one), 0);
+  }
+  return false;
+}
+
+} // namespace dnnc::sym

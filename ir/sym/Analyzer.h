@@ -1,0 +1,51 @@
+// The one symbolic analyzer: dim ranges and assert facts, bounds, simplification, proofs.
+#pragma once
+
+#include "ir/sym/Sym.h"
+
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace dnnc::sym {
+
+enum class Rel { EQ, NE, LT, LE, GT, GE };
+const char *relSpelling(Rel r);
+
+struct Interval {
+  static constexpr int64_t kInf = std::numeric_limits<int64_t>::max() / 4;
+  int64_t lo = -kInf, hi = kInf;
+  bool bounded() const { return lo > -kInf && hi < kInf; }
+};
+
+class Analyzer {
+public:
+  // Declares (or narrows) the inclusive range of a dim. Dims are >= 1 unless told otherwise.
+  void setRange(const std::string &name, int64_t lo, int64_t hi = Interval::kInf);
+  Interval range(const std::string &name) const;
+  // Records `a rel b` as a known fact (from an `assert`). Equalities whose one side is a
+  // dim become substitutions; `d <= c` on a dim narrows its range.
+  void addFact(ExprRef a, Rel rel, ExprRef b);
+
+  // Canonical form under the known facts: equalities substituted, min/max/div/mod
+  // resolved wherever the bounds decide them.
+  ExprRef simplify(ExprRef e) const;
+  // Sound bounds of e over every binding the ranges and facts allow.
+  Interval bounds(ExprRef e) const;
+  // True only when `a rel b` holds for every allowed binding; false means unknown.
+  bool canProve(ExprRef a, Rel rel, ExprRef b) const;
+
+private:
+  bool proveNonNegative(ExprRef d, int depth) const;
+  Interval rawBounds(ExprRef e) const;
+  Interval atomBounds(const Atom *a) const;
+
+  std::map<std::string, Interval> ranges_;
+  std::map<std::string, ExprRef> equalities_; // dim -> what it equals
+  std::vector<ExprRef> nonNegative_;          // facts f >= 0
+  // Remainder variables introduced while a proof eliminates a floor division.
+  mutable std::map<std::string, Interval> proofScratch_;
+};
+
+} // namespace dnnc::sym

@@ -1,0 +1,128 @@
+// Rank and Dimension Propagation: forward rules, branch joins, loop fixpoints, backward
+// unification (see the header for the contract).
+#include "ir/transforms/RankDimPropagation.h"
+
+#include <fmt/format.h>
+
+namespace dnnc::ir {
+
+void inferOp(Op &op, PropagationContext &ctx) {
+  RuleContext rc{op, ctx.analyzer, ctx.freshDim};
+  std::vector<TensorType> types = inferResultTypes(rc);
+  if (types.size() != op.results.size())
+    throw InternalError(fmt::format("op '{}' was built with {} results but its rule gives {}", opInfo(op.kind).spelling,
+                                    op.results.size(), types.size()));
+  for (size_t i = 0; i < types.size(); ++i) {
+    for (auto &d : types[i].dims)
+      d = ctx.analyzer.simplify(d);
+    op.results[i]->type = std::move(types[i]);
+  }
+}
+
+std::optional<TensorType> joinTypes(const TensorType &a, const TensorType &b, PropagationContext &ctx, bool &fresh) {
+  if (a.dtype != b.dtype || a.rank() != b.rank())
+    return std::nullopt;
+  TensorType out = a;
+  for (size_t i = 0; i < a.rank(); ++i)
+    if (!(a.dims[i] == b.dims[i] || ctx.analyzer.canProve(a.dims[i], sym::Rel::EQ, b.dims[i]))) {
+      out.dims[i] = ctx.freshDim("J");
+      fresh = true;
+    }
+  return out;
+}
+
+std::vector<size_t> loopVariantAxes(const TensorType &entry, const TensorType &afterOne, const sym::Analyzer &an) {
+  std::vector<size_t> axes;
+  for (size_t i = 0; i < entry.rank() && i < afterOne.rank(); ++i)
+    if (!(entry.dims[i] == afterOne.dims[i] || an.canProve(entry.dims[i], sym::Rel::EQ, afterOne.dims[i])))
+      axes.push_back(i);
+  return axes;
+}
+
+TensorType loopExitType(const TensorType &entry, const TensorType &generic, const TensorType &afterGeneric,
+                        sym::ExprRef trips, PropagationContext &ctx, bool &fresh) {
+  TensorType out = entry;
+  for (size_t i = 0; i < entry.rank(); ++i) {
+    if (generic.dims[i] == entry.dims[i])
+      continue; // loop-invariant axis
+    auto growth = ctx.analyzer.simplify(sym::sub(afterGeneric.dims[i], generic.dims[i]))->asConst();
+    if (growth && *growth >= 0) {
+      sym::ExprRef n = trips ? trips : ctx.freshDim("iters");
+      if (!trips)
+        fresh = true;
+      out.dims[i] = ctx.analyzer.simplify(sym::add(entry.dims[i], sym::mul(sym::constant(*growth), n)));
+    } else {
+      out.dims[i] = ctx.freshDim("L");
+      fresh = true;
+    }
+  }
+  return out;
+}
+
+namespace {
+void substituteRegion(Region &r, const std::map<std::string, sym::ExprRef> &m) {
+  auto fix = [&](Value *v) {
+    for (auto &d : v->type.dims)
+      d = sym::substitute(d, m);
+  };
+  for (Value *a : r.args)
+    fix(a);
+  for (Op *op : r.ops) {
+    for (Value *v : op->results)
+      fix(v);
+    for (auto &[k, a] : op->attrs) {
+      if (auto *e = std::get_if<sym::ExprRef>(&a))
+        *e = sym::substitute(*e, m);
+      else if (auto *l = std::get_if<DimList>(&a))
+        for (auto &d : *l)
+          if (d)
+            d = sym::substitute(d, m);
+    }
+    for (auto &sub : op->regions)
+      substituteRegion(*sub, m);
+  }
+}
+} // namespace
+
+void unifyDim(Graph &g, const std::string &freshVar, sym::ExprRef value, std::vector<TensorType *> extra) {
+  std::map<std::string, sym::ExprRef> m{{freshVar, value}};
+  substituteRegion(g.body, m);
+  for (TensorType *t : extra)
+    for (auto &d : t->dims)
+      d = sym::substitute(d, m);
+}
+
+namespace {
+void checkRegion(const Region &r, sym::Analyzer &an) {
+  for (Op *op : r.ops) {
+    for (auto &sub : op->regions)
+      checkRegion(*sub, an);
+    if (!opInfo(op->kind).shapeRule || op->shapeClass == ShapeClass::EDO || op->shapeClass == ShapeClass::ISVDOS)
+      continue; // fresh dims are new on every derivation
+    PropagationContext ctx{an, [](const std::string &) -> sym::ExprRef {
+                             throw InternalError("a rule-typed op asked for a fresh dim");
+                           }};
+    RuleContext rc{*op, an, ctx.freshDim};
+    std::vector<TensorType> types;
+    try {
+      types = inferResultTypes(rc);
+    } catch (const RuleError &e) {
+      throw InternalError(fmt::format("RDP check: op '{}' at line {} no longer type-checks: {}",
+                                      opInfo(op->kind).spelling, op->loc.begin.line, e.message));
+    }
+    for (size_t i = 0; i < types.size(); ++i) {
+      const TensorType &have = op->results[i]->type;
+      bool same = types[i].dtype == have.dtype && types[i].rank() == have.rank();
+      for (size_t k = 0; same && k < have.rank(); ++k)
+        same = an.canProve(types[i].dims[k], sym::Rel::EQ, have.dims[k]);
+      if (!same)
+        throw InternalError(fmt::format("RDP check: op '{}' at line {} holds {} but its rule gives {}",
+                                        opInfo(op->kind).spelling, op->loc.begin.line, have.str(), types[i].str()));
+    }
+  }
+}
+} // namespace
+
+void checkPropagation(const Graph &g, sym::Analyzer &an) { checkRegion(g.body, an); }
+
+} // namespace dnnc::ir

@@ -1,0 +1,84 @@
+// Table tests of the symbolic dim algebra and the analyzer's proofs.
+#include "ir/sym/Analyzer.h"
+
+#include <catch2/catch.hpp>
+
+using namespace dnnc::sym;
+
+namespace {
+ExprRef B = var("B"), T = var("T"), D = var("D");
+ExprRef c(int64_t v) { return constant(v); }
+} // namespace
+
+TEST_CASE("canonical forms are interned and printed readably", "[sym]") {
+  CHECK(add(T, c(1)) == add(c(1), T));
+  CHECK(sub(mul(B, add(T, c(1))), B) == mul(B, T));
+  CHECK(floorDiv(mul(c(2), T), c(2)) == T);
+  CHECK(floorDiv(add(mul(c(2), T), c(3)), c(2)) == add(T, c(1)));
+  CHECK(mod(mul(c(4), T), c(2)) == c(0));
+  CHECK(floorDiv(mul(mul(B, T), D), mul(T, D)) == B);
+  CHECK(min(T, T) == T);
+  CHECK(min(c(3), c(5)) == c(3));
+  CHECK(min(B, T) == min(T, B));
+  CHECK(add(T, c(1))->str() == "T + 1");
+  CHECK(sub(mul(B, T), B)->str() == "B*T - B");
+  CHECK(mul(floorDiv(add(T, c(7)), c(8)), c(8))->str() == "8*((T + 7)/8)");
+  CHECK(min(T, c(2048))->str() == "min(2048, T)");
+  CHECK(neg(T)->str() == "-T");
+}
+
+TEST_CASE("substitution and evaluation", "[sym]") {
+  ExprRef e = add(mul(B, T), floorDiv(T, c(2)));
+  CHECK(evaluate(e, {{"B", 2}, {"T", 7}}) == 17);
+  CHECK(!evaluate(e, {{"B", 2}}).has_value());
+  CHECK(substitute(e, {{"T", add(var("T0"), var("n"))}})->str() == "B*T0 + B*n + (T0 + n)/2");
+  CHECK(!evaluate(floorDiv(T, sub(T, T)), {{"T", 3}}).has_value()); // division by zero
+  CHECK(freeVars(e) == std::vector<std::string>{"B", "T"});
+}
+
+TEST_CASE("analyzer proofs", "[sym]") {
+  Analyzer an;
+  an.setRange("T", 1, 2048);
+  struct Row {
+    ExprRef a;
+    Rel rel;
+    ExprRef b;
+    bool provable;
+  };
+  const Row rows[] = {
+      {sub(mul(B, add(T, c(1))), B), Rel::EQ, mul(B, T), true},
+      {floorDiv(mul(c(2), T), c(2)), Rel::EQ, T, true},
+      {min(T, c(2048)), Rel::EQ, T, true},
+      {max(T, c(2048)), Rel::EQ, c(2048), true},
+      {mul(floorDiv(add(T, c(7)), c(8)), c(8)), Rel::GE, T, true},
+      {mul(floorDiv(T, c(8)), c(8)), Rel::LE, T, true},
+      {T, Rel::LE, c(2048), true},
+      {T, Rel::LT, c(2048), false},
+      {B, Rel::GE, c(1), true},
+      {add(T, c(1)), Rel::NE, T, true},
+      {add(T, c(1)), Rel::GT, T, true},
+      {B, Rel::EQ, T, false},
+      {B, Rel::NE, T, false}, // unknown, never "no"
+      {mul(B, T), Rel::GE, B, true},
+      {mod(T, c(8)), Rel::LT, c(8), true},
+      {floorDiv(T, c(4096)), Rel::EQ, c(0), true},
+  };
+  for (const Row &r : rows) {
+    INFO(r.a->str() << " " << relSpelling(r.rel) << " " << r.b->str());
+    CHECK(an.canProve(r.a, r.rel, r.b) == r.provable);
+  }
+}
+
+TEST_CASE("assert facts feed the analyzer", "[sym]") {
+  Analyzer an;
+  ExprRef S = var("S");
+  CHECK_FALSE(an.canProve(S, Rel::EQ, T));
+  an.addFact(S, Rel::EQ, T);
+  CHECK(an.canProve(S, Rel::EQ, T));
+  CHECK(an.canProve(add(S, c(1)), Rel::EQ, add(T, c(1))));
+  an.addFact(B, Rel::LE, c(64));
+  CHECK(an.bounds(B).hi == 64);
+  CHECK(an.canProve(mul(B, c(2)), Rel::LE, c(128)));
+  an.addFact(var("K"), Rel::LE, T);
+  CHECK(an.canProve(var("K"), Rel::LE, add(T, c(3))));
+}

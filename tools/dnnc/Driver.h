@@ -1,0 +1,27 @@
+// Pieces shared by the dnnc subcommands.
+#pragma once
+
+#include "frontend/Sema.h"
+
+#include <map>
+#include <ostream>
+#include <string>
+
+namespace dnnc::tool {
+
+enum ExitCode { kOk = 0, kUserError = 1, kUsage = 2, kInternal = 3 };
+
+using Binding = std::map<std::string, int64_t>;
+
+// Parses "B=4,T=16" (commas or spaces); returns an error message or "".
+std::string parseBinding(const std::string &text, Binding &out);
+// Checks that every bound dim exists in the model and lies in its range; "" when fine.
+std::string checkBinding(const ModelInfo &m, const Binding &b);
+// Chooses --model, or the only/"main" model; null with a message when none fits.
+ModelInfo *selectModel(Program &p, const std::string &name, std::string &error);
+
+// `dnnc shapes` output.
+void printShapes(const ModelInfo &m, const Binding &b, bool json, std::ostream &os);
+int runRepl(const std::string &file, const std::vector<std::string> &includes);
+
+} // namespace dnnc::tool

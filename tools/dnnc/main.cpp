@@ -1,0 +1,215 @@
+// dnnc: the command-line driver (check, shapes, emit, repl).
+#include "frontend/Ast.h"
+#include "frontend/Parser.h"
+#include "tools/dnnc/Driver.h"
+
+#include <boost/program_options.hpp>
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+namespace po = boost::program_options;
+using namespace dnnc;
+using namespace dnnc::tool;
+
+namespace {
+
+const char *kUsageText = R"(usage: dnnc <command> [options]
+
+commands:
+  check FILE                      parse and type-check
+  shapes FILE [--model M] [--bind B=4,T=16] [--json]
+                                  every named value with its type and shape class
+  emit FILE --emit=ast|ir [-o OUT]
+                                  print a compiler stage as text
+  repl [FILE]                     the shape-query REPL
+
+Run 'dnnc <command> --help' for a command's options; 'dnnc --version' for the version.
+)";
+
+struct CommonOptions {
+  std::string file;
+  std::vector<std::string> includes;
+};
+
+po::options_description commonOptions(CommonOptions &c) {
+  po::options_description d("options");
+  d.add_options()("help,h", "show this help")("include,I", po::value(&c.includes)->composing(),
+                                                "add a folder to the import search path");
+  return d;
+}
+
+// Parses a subcommand's options; returns -1 to continue, else an exit code.
+int parseOptions(int argc, char **argv, const po::options_description &desc, const char *usage, bool needFile,
+                 CommonOptions &c, po::variables_map &vm) {
+  po::positional_options_description pos;
+  pos.add("file", 1);
+  po::options_description all = desc;
+  all.add_options()("file", po::value(&c.file), "input file");
+  try {
+    po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
+    po::notify(vm);
+  } catch (const po::error &e) {
+    std::cerr << "dnnc: error: " << e.what() << "\n" << usage << desc;
+    return kUsage;
+  }
+  if (vm.count("help")) {
+    std::cout << usage << desc;
+    return kOk;
+  }
+  if (needFile && c.file.empty()) {
+    std::cerr << "dnnc: error: no input file\n" << usage << desc;
+    return kUsage;
+  }
+  return -1;
+}
+
+bool loadProgram(Program &p, const CommonOptions &c, DiagnosticEngine &diags) {
+  for (const std::string &i : c.includes)
+    p.addIncludePath(i);
+  bool ok = p.load(c.file, diags);
+  diags.render(std::cerr);
+  return ok;
+}
+
+// Writes `text` to `path` all at once (through a temporary), or to stdout when empty.
+int writeOutput(const std::string &path, const std::string &text) {
+  if (path.empty()) {
+    std::cout << text;
+    return kOk;
+  }
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out << text;
+    if (!out) {
+      std::cerr << "dnnc: error: cannot write '" << path << "'\n";
+      std::remove(tmp.c_str());
+      return kUserError;
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::cerr << "dnnc: error: cannot write '" << path << "': " << ec.message() << "\n";
+    std::remove(tmp.c_str());
+    return kUserError;
+  }
+  return kOk;
+}
+
+int cmdCheck(int argc, char **argv) {
+  CommonOptions c;
+  po::options_description desc = commonOptions(c);
+  po::variables_map vm;
+  if (int rc = parseOptions(argc, argv, desc, "usage: dnnc check FILE [-I DIR]...\n", true, c, vm); rc >= 0)
+    return rc;
+  Program p;
+  DiagnosticEngine diags(p.sources());
+  return loadProgram(p, c, diags) ? kOk : kUserError;
+}
+
+int cmdShapes(int argc, char **argv) {
+  CommonOptions c;
+  std::string model, bind;
+  po::options_description desc = commonOptions(c);
+  desc.add_options()("model", po::value(&model), "the model to show (default: main, or the first)")(
+      "bind", po::value(&bind), "bind dims, e.g. B=4,T=16")("json", "print one JSON object");
+  po::variables_map vm;
+  if (int rc = parseOptions(argc, argv, desc, "usage: dnnc shapes FILE [--model M] [--bind B=4,T=16] [--json]\n", true, c, vm);
+      rc >= 0)
+    return rc;
+  Binding binding;
+  if (std::string err = parseBinding(bind, binding); !err.empty()) {
+    std::cerr << "dnnc: error: " << err << "\n";
+    return kUsage;
+  }
+  Program p;
+  DiagnosticEngine diags(p.sources());
+  if (!loadProgram(p, c, diags))
+    return kUserError;
+  std::string err;
+  ModelInfo *m = selectModel(p, model, err);
+  if (!m || !(err = checkBinding(*m, binding)).empty()) {
+    std::cerr << "dnnc: error: " << err << "\n";
+    return kUserError;
+  }
+  printShapes(*m, binding, vm.count("json") > 0, std::cout);
+  return kOk;
+}
+
+int cmdEmit(int argc, char **argv) {
+  CommonOptions c;
+  std::string stage, out;
+  po::options_description desc = commonOptions(c);
+  desc.add_options()("emit", po::value(&stage)->required(), "the stage: ast or ir")("output,o", po::value(&out),
+                                                                                    "write to this file, not stdout");
+  po::variables_map vm;
+  if (int rc = parseOptions(argc, argv, desc, "usage: dnnc emit FILE --emit=ast|ir [-o OUT]\n", true, c, vm); rc >= 0)
+    return rc;
+  if (stage != "ast" && stage != "ir") {
+    std::cerr << "dnnc: error: unknown stage '" << stage << "' for --emit (this build emits: ast, ir)\n";
+    return kUsage;
+  }
+  Program p;
+  DiagnosticEngine diags(p.sources());
+  if (!loadProgram(p, c, diags))
+    return kUserError;
+  std::string text;
+  if (stage == "ast") {
+    DiagnosticEngine parseDiags(p.sources());
+    auto m = parseModule(p.sources(), p.sources().find(c.file), parseDiags);
+    m->name = std::filesystem::path(c.file).stem().string();
+    text = ast::print(*m);
+  } else {
+    for (const ModelInfo &m : p.models())
+      text += ir::print(*m.graph);
+  }
+  return writeOutput(out, text);
+}
+
+int cmdRepl(int argc, char **argv) {
+  CommonOptions c;
+  po::options_description desc = commonOptions(c);
+  po::variables_map vm;
+  if (int rc = parseOptions(argc, argv, desc, "usage: dnnc repl [FILE] [-I DIR]...\n", false, c, vm); rc >= 0)
+    return rc;
+  return runRepl(c.file, c.includes);
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    std::cerr << kUsageText;
+    return kUsage;
+  }
+  std::string cmd = argv[1];
+  try {
+    if (cmd == "--version" || cmd == "version") {
+      std::cout << "dnnc " << DNNC_VERSION << "\n";
+      return kOk;
+    }
+    if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+      std::cout << kUsageText;
+      return kOk;
+    }
+    if (cmd == "check")
+      return cmdCheck(argc - 1, argv + 1);
+    if (cmd == "shapes")
+      return cmdShapes(argc - 1, argv + 1);
+    if (cmd == "emit")
+      return cmdEmit(argc - 1, argv + 1);
+    if (cmd == "repl")
+      return cmdRepl(argc - 1, argv + 1);
+    std::cerr << "dnnc: error: unknown command '" << cmd << "'\n" << kUsageText;
+    return kUsage;
+  } catch (const std::exception &e) {
+    std::cerr << "dnnc: internal error: " << e.what()
+              << "\nThis is a bug in dnnc; please report it with the input that caused it.\n";
+    return kInternal;
+  }
+}
