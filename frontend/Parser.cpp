@@ -5,6 +5,10 @@
 #include "DnnParser.h"
 #include "antlr4-runtime.h"
 
+#include <fmt/format.h>
+
+#include <optional>
+
 namespace dnnc {
 namespace {
 
@@ -362,10 +366,38 @@ private:
 } // namespace
 
 namespace {
+// The first byte that is not valid UTF-8 (or a NUL), as a located diagnostic. ANTLR's
+// input stream would throw on it instead.
+std::optional<Diagnostic> invalidByte(const std::string &text, int file) {
+  int line = 1, col = 1;
+  for (size_t i = 0; i < text.size();) {
+    unsigned char c = static_cast<unsigned char>(text[i]);
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    bool ok = len != 0 && c != 0 && i + len <= text.size();
+    for (size_t k = 1; ok && k < len; ++k)
+      ok = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
+    if (!ok) {
+      SourceLoc at{file, line, col};
+      return Diagnostic{DiagKind::Parse, {at, {file, line, col + 1}, at},
+                        fmt::format("invalid byte 0x{:02x}: source files must be UTF-8 text", c), {}};
+    }
+    if (c == '\n')
+      ++line, col = 1;
+    else
+      ++col;
+    i += len;
+  }
+  return std::nullopt;
+}
+
 // Runs `entry` of the generated parser over the file and converts its tree with `build`.
 template <class Entry, class Build>
 auto parseWith(const SourceManager &sm, int file, DiagnosticEngine &diags, Entry entry, Build build)
     -> decltype(build(std::declval<AstBuilder &>(), entry(std::declval<antlr::DnnParser &>()))) {
+  if (auto bad = invalidByte(sm.text(file), file)) {
+    diags.report(*bad);
+    return nullptr;
+  }
   antlr4::ANTLRInputStream input(sm.text(file));
   antlr::DnnLexer lexer(&input);
   antlr4::CommonTokenStream tokens(&lexer);

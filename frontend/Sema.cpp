@@ -55,7 +55,12 @@ struct SVal {
   ModuleCtx *module = nullptr; // Function: its module; Module: the module itself
   SourceRange loc;
 
-  static SVal ofTensor(ir::Value *v) { return SVal{Kind::Tensor, v}; }
+  static SVal ofTensor(ir::Value *v) {
+    SVal s;
+    s.kind = Kind::Tensor;
+    s.tensor = v;
+    return s;
+  }
   static SVal ofInt(ExprRef d) {
     SVal s;
     s.kind = Kind::Int;
@@ -271,8 +276,6 @@ ModuleCtx *Program::Sema::loadFile(const std::string &path, const std::string *t
     ss << in.rdbuf();
     content = ss.str();
   }
-  if (content.find('\0') != std::string::npos)
-    fail(DiagKind::Parse, from, fmt::format("'{}' is not a text file (it contains NUL bytes)", path));
   int file = prog_.sources_.add(path, content);
   auto mod = std::make_unique<ModuleCtx>();
   mod->name = fs::path(path).stem().string();
@@ -520,7 +523,8 @@ void Program::Sema::record(const std::string &name, const std::string &role, con
   if (v.kind == SVal::Kind::Tensor) {
     const ir::Op *def = v.tensor->def;
     st_->info->values.push_back({name, role, loc, v.tensor->type, def ? def->shapeClass : ir::ShapeClass::ISDO,
-                                 def ? ir::opInfo(def->kind).spelling : (role == "input" ? "input" : "loop")});
+                                 def ? ir::opInfo(def->kind).spelling
+                                     : (v.tensor->owner == &st_->graph->body ? "input" : "loop")});
   } else if (v.kind == SVal::Kind::Int) {
     st_->info->values.push_back({name, role, loc, TensorType{DType::I64, {}}, ir::ShapeClass::ISDO, "dim " + v.dim->str()});
   } else if (v.kind == SVal::Kind::Tuple || v.kind == SVal::Kind::List) {
@@ -545,7 +549,7 @@ ExprRef Program::Sema::freshDim(const std::string &hint, SourceRange loc, const 
   st_->info->dims.push_back({name, loc, origin, true});
   st_->generated.insert(name);
   // A size known only by running may be 0 (nonzero may find nothing).
-  st_->info->analyzer.setRange(name, 0);
+  st_->info->analyzer.declare(name, 0);
   return sym::var(name);
 }
 
@@ -922,7 +926,7 @@ SVal Program::Sema::callBuiltin(const ir::OpInfo &info, std::vector<std::pair<as
     size_t slot = 0;
     if (arg->keyword.empty()) {
       if (pos >= sig.size())
-        fail(DiagKind::Arity, arg->range, fmt::format("'{}' takes at most {} arguments", info.spelling, sig.size()), sigNote);
+        fail(DiagKind::Arity, arg->range, fmt::format("'{}' takes at most {} argument{}", info.spelling, sig.size(), sig.size() == 1 ? "" : "s"), sigNote);
       slot = pos++;
     } else {
       auto it = std::find_if(sig.begin(), sig.end(), [&](const ir::ParamSpec &p) { return p.name == arg->keyword; });
@@ -1087,7 +1091,7 @@ SVal Program::Sema::callFn(const ast::Decl &fn, ModuleCtx &m, std::vector<std::p
     size_t slot = 0;
     if (arg->keyword.empty()) {
       if (pos >= fn.params.size())
-        fail(DiagKind::Arity, arg->range, fmt::format("'{}' takes at most {} arguments", fn.name, fn.params.size()), declNote);
+        fail(DiagKind::Arity, arg->range, fmt::format("'{}' takes at most {} argument{}", fn.name, fn.params.size(), fn.params.size() == 1 ? "" : "s"), declNote);
       slot = pos++;
     } else {
       auto it = std::find_if(fn.params.begin(), fn.params.end(), [&](const ast::Param &p) { return p.name == arg->keyword; });
@@ -1117,7 +1121,6 @@ SVal Program::Sema::callFn(const ast::Decl &fn, ModuleCtx &m, std::vector<std::p
       v = SVal::ofTensor(materialize(v, *ir::parseDType(p.type->dtype), at));
     scope->names[p.name] = Binding{v, false, p.range};
   }
-  std::optional<ModelState> detached;
   if (st_)
     ++st_->depth;
   SVal result;
@@ -1296,7 +1299,7 @@ void Program::Sema::checkDim(ExprRef actual, const ast::DimItem &item, ScopePtr 
       // An annotation names a fresh dim: rename it everywhere.
       bound = sym::var(ex.text);
       sym::Interval r = an().range(fresh->name);
-      an().setRange(ex.text, r.lo, r.hi);
+      an().declare(ex.text, r.lo, r.hi);
       for (DimInfo &d : st_->info->dims)
         if (d.name == fresh->name)
           d.name = ex.text, d.origin = "named by an annotation; " + d.origin, d.loc = item.range;
@@ -1578,40 +1581,73 @@ void Program::Sema::execLoop(const ast::Stmt &s, ScopePtr scope) {
   };
 
   // Fixpoint: run the body; axes whose dims change become generic loop dims; run again.
-  std::set<std::pair<size_t, size_t>> generic;
+  // Axes that enter equal and grow by the same constant share one generic dim (a KV
+  // cache and the token list of a decoder), which the final pass confirms.
   std::string origin = fmt::format("fresh: loop-variant in the loop at line {}", s.range.begin.line);
-  for (int pass = 0;; ++pass) {
-    size_t namedMark = st_->info->values.size();
-    body = runRegion(&s.body, nullptr);
-    bool stable = true;
-    for (size_t k = 0; k < carried.size(); ++k) {
-      const TensorType &after = body->yields[k]->type;
-      if (after.dtype != types[k].dtype || after.rank() != types[k].rank())
-        fail(DiagKind::Assign, s.range, fmt::format("'{}' enters the loop as {} and leaves an iteration as {}; a var keeps its dtype and rank",
-                                                    carried[k], types[k].str(), after.str()));
-      for (size_t axis : ir::loopVariantAxes(types[k], after, an())) {
-        if (generic.count({k, axis}))
-          continue; // already generic: its growth is read off below
-        stable = false;
-        if (pass < 3) {
+  std::vector<TensorType> entryTypes = types;
+  for (bool share : {true, false}) {
+    std::set<std::pair<size_t, size_t>> generic;
+    std::map<std::string, ExprRef> groups; // "entry dim|growth" -> generic dim
+    std::map<std::string, std::vector<std::pair<size_t, size_t>>> members;
+    types = entryTypes;
+    size_t dimsMark = st_->info->dims.size();
+    for (int pass = 0;; ++pass) {
+      size_t namedMark = st_->info->values.size();
+      body = runRegion(&s.body, nullptr);
+      bool stable = true;
+      for (size_t k = 0; k < carried.size(); ++k) {
+        const TensorType &after = body->yields[k]->type;
+        if (after.dtype != types[k].dtype || after.rank() != types[k].rank())
+          fail(DiagKind::Assign, s.range,
+               fmt::format("'{}' enters the loop as {} and leaves an iteration as {}; a var keeps its dtype and rank",
+                           carried[k], types[k].str(), after.str()));
+        for (size_t axis : ir::loopVariantAxes(types[k], after, an())) {
+          if (generic.count({k, axis}))
+            continue; // already generic: its growth is read off below
+          stable = false;
+          if (pass >= 3)
+            continue;
           generic.insert({k, axis});
-          types[k].dims[axis] = freshDim("L", s.range, origin);
-          sym::Interval entryRange = an().bounds(entry[k].tensor->type.dims[axis]);
-          an().setRange(types[k].dims[axis]->asVar()->name, std::max<int64_t>(0, entryRange.lo));
+          ExprRef growth = an().simplify(sym::sub(after.dims[axis], types[k].dims[axis]));
+          std::string key = share && growth->isConst() ? types[k].dims[axis]->str() + "|" + growth->str()
+                                                       : fmt::format("{}|{}", k, axis);
+          auto [it, isNew] = groups.try_emplace(key, nullptr);
+          if (isNew) {
+            it->second = freshDim("L", s.range, origin);
+            sym::Interval entryRange = an().bounds(types[k].dims[axis]);
+            an().declare(it->second->asVar()->name, std::max<int64_t>(0, entryRange.lo));
+          }
+          members[key].push_back({k, axis});
+          types[k].dims[axis] = it->second;
         }
       }
+      if (stable || pass >= 3)
+        break;
+      st_->info->values.resize(namedMark); // the names recorded by the discarded pass
     }
-    if (stable || pass >= 3)
+    bool confirmed = true;
+    for (auto &[key, axes] : members) {
+      std::set<std::string> growths;
+      for (auto [k, axis] : axes)
+        growths.insert(an().simplify(sym::sub(body->yields[k]->type.dims[axis], types[k].dims[axis]))->str());
+      confirmed = confirmed && growths.size() == 1;
+    }
+    if (confirmed || !share)
       break;
-    st_->info->values.resize(namedMark); // the names recorded by the discarded pass
+    st_->info->dims.resize(dimsMark); // retry with one generic dim per axis
   }
   if (!isFor)
     cond = runRegion(nullptr, s.value.get());
   bool fresh = false;
   std::string exitOrigin = fmt::format("fresh: the size after the loop at line {}", s.range.begin.line);
   ir::PropagationContext ctx{an(), [&](const std::string &hint) { return freshDim(hint, s.range, exitOrigin); }};
+  bool tripsKnown = trips != nullptr;
+  if (!tripsKnown) // a while loop: one trip-count dim, made only if some size grows
+    for (size_t k = 0; k < carried.size() && !trips; ++k)
+      if (types[k].dims != entry[k].tensor->type.dims)
+        trips = freshDim("iters", s.range, fmt::format("fresh: the trip count of the loop at line {}", s.range.begin.line));
   for (size_t k = 0; k < carried.size(); ++k) {
-    TensorType exit = ir::loopExitType(entry[k].tensor->type, types[k], body->yields[k]->type, trips, ctx, fresh);
+    TensorType exit = ir::loopExitType(entry[k].tensor->type, types[k], body->yields[k]->type, trips, tripsKnown, ctx, fresh);
     ir::Value *r = st_->graph->newValue(exit, carried[k], scope->find(carried[k])->declLoc);
     r->def = op;
     op->results.push_back(r);
@@ -1651,7 +1687,7 @@ void Program::Sema::buildModel(ModuleCtx &m, const ast::Decl &d, ModelInfo &info
   info.graph->name = d.name;
   info.analyzer = globalAn_;
   info.dims = globalDims_;
-  ModelState state{info.graph.get(), &info, &info.graph->body};
+  ModelState state{info.graph.get(), &info, &info.graph->body, 0, 0, {}, {}};
   st_ = &state;
   struct Reset {
     ModelState *&st;
@@ -1705,7 +1741,7 @@ void Program::Sema::checkModels(ModuleCtx &m, std::vector<ModelInfo> &out) {
 ExprType Program::Sema::typeExpression(ModelInfo &info, const ast::Expr &e) {
   // Build into a scratch region that no model holds: nothing of it survives.
   ir::Region scratch;
-  ModelState state{info.graph.get(), &info, &scratch};
+  ModelState state{info.graph.get(), &info, &scratch, 0, 0, {}, {}};
   state.depth = 1;
   size_t dimsMark = info.dims.size();
   sym::Analyzer saved = info.analyzer;

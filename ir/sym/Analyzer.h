@@ -23,6 +23,8 @@ class Analyzer {
 public:
   // Declares (or narrows) the inclusive range of a dim. Dims are >= 1 unless told otherwise.
   void setRange(const std::string &name, int64_t lo, int64_t hi = Interval::kInf);
+  // Sets the range of a new dim outright (fresh dims may be 0).
+  void declare(const std::string &name, int64_t lo, int64_t hi = Interval::kInf) { ranges_[name] = {lo, hi}; }
   Interval range(const std::string &name) const;
   // Records `a rel b` as a known fact (from an `assert`). Equalities whose one side is a
   // dim become substitutions; `d <= c` on a dim narrows its range.

@@ -40,17 +40,16 @@ std::vector<size_t> loopVariantAxes(const TensorType &entry, const TensorType &a
 }
 
 TensorType loopExitType(const TensorType &entry, const TensorType &generic, const TensorType &afterGeneric,
-                        sym::ExprRef trips, PropagationContext &ctx, bool &fresh) {
+                        sym::ExprRef trips, bool tripsKnown, PropagationContext &ctx, bool &fresh) {
   TensorType out = entry;
   for (size_t i = 0; i < entry.rank(); ++i) {
     if (generic.dims[i] == entry.dims[i])
       continue; // loop-invariant axis
     auto growth = ctx.analyzer.simplify(sym::sub(afterGeneric.dims[i], generic.dims[i]))->asConst();
     if (growth && *growth >= 0) {
-      sym::ExprRef n = trips ? trips : ctx.freshDim("iters");
-      if (!trips)
+      if (!tripsKnown)
         fresh = true;
-      out.dims[i] = ctx.analyzer.simplify(sym::add(entry.dims[i], sym::mul(sym::constant(*growth), n)));
+      out.dims[i] = ctx.analyzer.simplify(sym::add(entry.dims[i], sym::mul(sym::constant(*growth), trips)));
     } else {
       out.dims[i] = ctx.freshDim("L");
       fresh = true;

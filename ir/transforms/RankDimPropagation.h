@@ -35,10 +35,10 @@ std::vector<size_t> loopVariantAxes(const TensorType &entry, const TensorType &a
 
 // After the body ran with each variant axis typed as the generic dim `generic[axis]`,
 // the type the loop leaves: `entry + c*trips` where the body adds a constant c per
-// iteration, else a fresh dim (set `fresh`). `trips` is null when the trip count is
-// itself unknown (a while loop), in which case a fresh trip-count dim is used.
+// iteration, else a fresh dim (set `fresh`). `trips` is the trip count; when it is not
+// known from shapes (a while loop, `tripsKnown` false) a size that uses it is EDO.
 TensorType loopExitType(const TensorType &entry, const TensorType &generic, const TensorType &afterGeneric,
-                        sym::ExprRef trips, PropagationContext &ctx, bool &fresh);
+                        sym::ExprRef trips, bool tripsKnown, PropagationContext &ctx, bool &fresh);
 
 // Backward step: the dim `freshVar` is known to equal `value`; rewrite every type in the
 // graph (and in `extra`) accordingly.

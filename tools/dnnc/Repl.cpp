@@ -28,7 +28,7 @@ const char *kHelp = R"(commands:
 
 class Repl {
 public:
-  Repl(std::vector<std::string> includes) : includes_(std::move(includes)) {}
+  Repl(std::vector<std::string> includes, bool interactive) : includes_(std::move(includes)), interactive_(interactive) {}
 
   void load(const std::string &file) {
     auto p = std::make_unique<Program>();
@@ -45,7 +45,7 @@ public:
     model_ = selectModel(*program_, "", err);
     if (!model_)
       std::cerr << "error: " << err << "\n";
-    else
+    else if (interactive_) // scripted sessions print results only
       out(fmt::format("loaded {} (model {})", file, model_->name));
   }
 
@@ -180,6 +180,7 @@ private:
   }
 
   std::vector<std::string> includes_;
+  bool interactive_;
   std::unique_ptr<Program> program_;
   ModelInfo *model_ = nullptr;
   Binding binding_;
@@ -188,8 +189,8 @@ private:
 } // namespace
 
 int runRepl(const std::string &file, const std::vector<std::string> &includes) {
-  Repl repl(includes);
   bool interactive = isatty(STDIN_FILENO);
+  Repl repl(includes, interactive);
   if (!file.empty())
     repl.load(file);
   std::string history;
