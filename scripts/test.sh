@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds dnnc and its tests, and runs the whole suite; then
+# builds again with AddressSanitizer and UndefinedBehaviorSanitizer and runs the frontend
+# tests (parser, sema, diagnostics, robustness fuzzing) under them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+./scripts/install-deps.sh
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build
+(cd build && ctest --output-on-failure -j"$jobs")
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDNNC_SANITIZE=ON >/dev/null
+cmake --build build-asan
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -L frontend -j"$jobs")
