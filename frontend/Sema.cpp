@@ -1070,6 +1070,8 @@ SVal Program::Sema::callBuiltin(const ir::OpInfo &info, std::vector<std::pair<as
       results = parts.size();
     }
   }
+  if (cls == ir::ShapeClass::ISVDOS && !attrs.count("dynamic"))
+    cls = ir::ShapeClass::ISDOS; // value-taking, but fed shapes only: folded at compile time
   ir::Op *op = emit(info.kind, operands, attrs, results, e.range, cls);
   if (results == 1)
     return SVal::ofTensor(op->results[0]);

@@ -143,6 +143,7 @@ std::optional<ExprRef> exactDivide(ExprRef a, ExprRef b) {
   if (a->constant() != 0)
     return std::nullopt;
   std::map<Monomial, int64_t> out;
+  int64_t constantPart = 0;
   for (const Term &t : a->terms()) {
     if (t.coef % d.coef != 0)
       return std::nullopt;
@@ -154,10 +155,11 @@ std::optional<ExprRef> exactDivide(ExprRef a, ExprRef b) {
       rest.erase(it);
     }
     if (rest.empty())
-      return std::nullopt; // would need a constant result; keep it symbolic
-    out[rest] += t.coef / d.coef;
+      constantPart += t.coef / d.coef;
+    else
+      out[rest] += t.coef / d.coef;
   }
-  return ctx().poly(out, 0);
+  return ctx().poly(out, constantPart);
 }
 } // namespace
 

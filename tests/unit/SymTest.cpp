@@ -17,6 +17,8 @@ TEST_CASE("canonical forms are interned and printed readably", "[sym]") {
   CHECK(floorDiv(add(mul(c(2), T), c(3)), c(2)) == add(T, c(1)));
   CHECK(mod(mul(c(4), T), c(2)) == c(0));
   CHECK(floorDiv(mul(mul(B, T), D), mul(T, D)) == B);
+  CHECK(floorDiv(mul(c(8), mul(B, T)), mul(B, T)) == c(8));
+  CHECK(mod(add(mul(c(8), mul(B, T)), mul(B, T)), mul(B, T)) == c(0));
   CHECK(min(T, T) == T);
   CHECK(min(c(3), c(5)) == c(3));
   CHECK(min(B, T) == min(T, B));
