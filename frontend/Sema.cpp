@@ -87,6 +87,9 @@ std::string describe(const SVal &v) {
   return "?";
 }
 
+// A call's arguments, each with its source, evaluated.
+using CallArgs = std::vector<std::pair<ast::Arg *, SVal>>;
+
 struct Binding {
   SVal val;
   bool isMutable = false;
@@ -217,10 +220,10 @@ private:
   SVal binary(const ast::Expr &e, ScopePtr scope);
   SVal compileTimeBinary(const std::string &op, const SVal &a, const SVal &b, const ast::Expr &e);
   SVal call(const ast::Expr &e, ScopePtr scope);
-  SVal callBuiltin(const ir::OpInfo &info, std::vector<std::pair<ast::Arg *, SVal>> &args, const ast::Expr &e);
-  std::optional<SVal> callSemaBuiltin(const std::string &name, std::vector<std::pair<ast::Arg *, SVal>> &args,
+  SVal callBuiltin(const ir::OpInfo &info, CallArgs &args, const ast::Expr &e);
+  std::optional<SVal> callSemaBuiltin(const std::string &name, CallArgs &args,
                                       const ast::Expr &e);
-  SVal callFn(const ast::Decl &fn, ModuleCtx &m, std::vector<std::pair<ast::Arg *, SVal>> &args, const ast::Expr &e);
+  SVal callFn(const ast::Decl &fn, ModuleCtx &m, CallArgs &args, const ast::Expr &e);
   SVal index(const ast::Expr &e, ScopePtr scope);
   ir::Value *materialize(const SVal &v, std::optional<DType> adopt, SourceRange loc);
   ir::Value *tensorOf(const SVal &v, SourceRange loc, const std::string &what);
@@ -823,10 +826,37 @@ std::string signatureText(const std::string &name, const std::vector<ir::ParamSp
     out += (i ? ", " : "") + sig[i].name + (sig[i].defaultText ? " = " + *sig[i].defaultText : "");
   return out + ")";
 }
+
+using BoundArgs = std::vector<std::optional<std::pair<ast::Arg *, SVal>>>;
+
+// Assigns positional and keyword arguments to the callee's parameters, in order.
+BoundArgs bindArguments(const std::string &callee, const std::vector<std::string> &params, CallArgs &args,
+                        const std::vector<Note> &notes) {
+  BoundArgs bound(params.size());
+  size_t pos = 0;
+  for (auto &[arg, val] : args) {
+    size_t slot = 0;
+    if (arg->keyword.empty()) {
+      if (pos >= params.size())
+        fail(DiagKind::Arity, arg->range,
+             fmt::format("'{}' takes at most {} argument{}", callee, params.size(), params.size() == 1 ? "" : "s"), notes);
+      slot = pos++;
+    } else {
+      auto it = std::find(params.begin(), params.end(), arg->keyword);
+      if (it == params.end())
+        fail(DiagKind::Keyword, arg->range, fmt::format("'{}' has no parameter '{}'", callee, arg->keyword), notes);
+      slot = static_cast<size_t>(it - params.begin());
+    }
+    if (bound[slot])
+      fail(DiagKind::Keyword, arg->range, fmt::format("argument '{}' of '{}' is given twice", params[slot], callee));
+    bound[slot] = std::make_pair(arg, val);
+  }
+  return bound;
+}
 } // namespace
 
 SVal Program::Sema::call(const ast::Expr &e, ScopePtr scope) {
-  std::vector<std::pair<ast::Arg *, SVal>> args;
+  CallArgs args;
   for (const ast::Arg &a : e.args)
     args.emplace_back(const_cast<ast::Arg *>(&a), eval(*a.value, scope));
   const ast::Expr &callee = *e.callee;
@@ -844,7 +874,7 @@ SVal Program::Sema::call(const ast::Expr &e, ScopePtr scope) {
   return callFn(*f.fn, *f.module, args, e);
 }
 
-std::optional<SVal> Program::Sema::callSemaBuiltin(const std::string &name, std::vector<std::pair<ast::Arg *, SVal>> &args,
+std::optional<SVal> Program::Sema::callSemaBuiltin(const std::string &name, CallArgs &args,
                                                    const ast::Expr &e) {
   auto positional = [&](size_t min, size_t max) {
     for (auto &[a, v] : args)
@@ -916,28 +946,14 @@ std::optional<SVal> Program::Sema::callSemaBuiltin(const std::string &name, std:
   return std::nullopt;
 }
 
-SVal Program::Sema::callBuiltin(const ir::OpInfo &info, std::vector<std::pair<ast::Arg *, SVal>> &args, const ast::Expr &e) {
+SVal Program::Sema::callBuiltin(const ir::OpInfo &info, CallArgs &args, const ast::Expr &e) {
   using PK = ir::ParamSpec::Kind;
   const auto &sig = info.signature;
   std::vector<Note> sigNote{{{}, "the signature is " + signatureText(info.spelling, sig)}};
-  std::vector<std::optional<std::pair<ast::Arg *, SVal>>> bound(sig.size());
-  size_t pos = 0;
-  for (auto &[arg, val] : args) {
-    size_t slot = 0;
-    if (arg->keyword.empty()) {
-      if (pos >= sig.size())
-        fail(DiagKind::Arity, arg->range, fmt::format("'{}' takes at most {} argument{}", info.spelling, sig.size(), sig.size() == 1 ? "" : "s"), sigNote);
-      slot = pos++;
-    } else {
-      auto it = std::find_if(sig.begin(), sig.end(), [&](const ir::ParamSpec &p) { return p.name == arg->keyword; });
-      if (it == sig.end())
-        fail(DiagKind::Keyword, arg->range, fmt::format("'{}' has no parameter '{}'", info.spelling, arg->keyword), sigNote);
-      slot = static_cast<size_t>(it - sig.begin());
-    }
-    if (bound[slot])
-      fail(DiagKind::Keyword, arg->range, fmt::format("argument '{}' of '{}' is given twice", sig[slot].name, info.spelling));
-    bound[slot] = std::make_pair(arg, val);
-  }
+  std::vector<std::string> names;
+  for (const ir::ParamSpec &p : sig)
+    names.push_back(p.name);
+  BoundArgs bound = bindArguments(info.spelling, names, args, sigNote);
   // Scalar literals adopt the dtype of the first tensor operand (preferring non-bool).
   std::optional<DType> adopt;
   for (size_t i = 0; i < sig.size(); ++i)
@@ -1081,30 +1097,16 @@ SVal Program::Sema::callBuiltin(const ir::OpInfo &info, std::vector<std::pair<as
   return makeList(items, SVal::Kind::Tuple);
 }
 
-SVal Program::Sema::callFn(const ast::Decl &fn, ModuleCtx &m, std::vector<std::pair<ast::Arg *, SVal>> &args,
+SVal Program::Sema::callFn(const ast::Decl &fn, ModuleCtx &m, CallArgs &args,
                            const ast::Expr &e) {
   if (st_ && st_->depth >= kMaxInstantiationDepth)
     fail(DiagKind::ControlFlow, e.range, fmt::format("calls of '{}' nest deeper than {} (recursion is not supported)", fn.name,
                                                      kMaxInstantiationDepth));
   std::vector<Note> declNote{{fn.nameRange, fmt::format("'{}' is declared here", fn.name)}};
-  std::vector<std::optional<std::pair<ast::Arg *, SVal>>> bound(fn.params.size());
-  size_t pos = 0;
-  for (auto &[arg, val] : args) {
-    size_t slot = 0;
-    if (arg->keyword.empty()) {
-      if (pos >= fn.params.size())
-        fail(DiagKind::Arity, arg->range, fmt::format("'{}' takes at most {} argument{}", fn.name, fn.params.size(), fn.params.size() == 1 ? "" : "s"), declNote);
-      slot = pos++;
-    } else {
-      auto it = std::find_if(fn.params.begin(), fn.params.end(), [&](const ast::Param &p) { return p.name == arg->keyword; });
-      if (it == fn.params.end())
-        fail(DiagKind::Keyword, arg->range, fmt::format("'{}' has no parameter '{}'", fn.name, arg->keyword), declNote);
-      slot = static_cast<size_t>(it - fn.params.begin());
-    }
-    if (bound[slot])
-      fail(DiagKind::Keyword, arg->range, fmt::format("argument '{}' of '{}' is given twice", fn.params[slot].name, fn.name));
-    bound[slot] = std::make_pair(arg, val);
-  }
+  std::vector<std::string> names;
+  for (const ast::Param &p : fn.params)
+    names.push_back(p.name);
+  BoundArgs bound = bindArguments(fn.name, names, args, declNote);
   ScopePtr scope = moduleScope(m);
   for (size_t i = 0; i < fn.params.size(); ++i) {
     const ast::Param &p = fn.params[i];
