@@ -1729,6 +1729,10 @@ void Program::Sema::buildModel(ModuleCtx &m, const ast::Decl &d, ModelInfo &info
   });
   info.values.insert(info.values.begin(), params.begin(), params.end());
   info.scope = scope;
+  info.graph->mainFile = m.ast->file;
+  for (auto &[key, mod] : modules_)
+    if (mod->ast)
+      info.graph->fileNames[mod->ast->file] = fs::path(mod->path).filename().string();
   ir::verify(*info.graph);
   ir::checkPropagation(*info.graph, info.analyzer);
 }

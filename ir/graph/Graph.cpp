@@ -63,9 +63,18 @@ std::string refs(const std::vector<Value *> &vs) {
   return out;
 }
 
-void printRegion(const Region &r, int depth, std::string &out);
+void printRegion(const Graph &g, const Region &r, int depth, std::string &out);
 
-void printOp(const Op &op, int depth, std::string &out) {
+std::string where(const Graph &g, const SourceRange &loc) {
+  if (!loc.valid())
+    return "";
+  auto it = g.fileNames.find(loc.begin.file);
+  if (loc.begin.file == g.mainFile || it == g.fileNames.end())
+    return fmt::format("  # line {}", loc.begin.line);
+  return fmt::format("  # {}:{}", it->second, loc.begin.line);
+}
+
+void printOp(const Graph &g, const Op &op, int depth, std::string &out) {
   std::string pad(depth * 2, ' ');
   std::string lhs = op.results.empty() ? "" : refs(op.results) + " = ";
   std::string attrs;
@@ -76,7 +85,7 @@ void printOp(const Op &op, int depth, std::string &out) {
   std::string types;
   for (size_t i = 0; i < op.results.size(); ++i)
     types += (i ? ", " : "") + op.results[i]->type.str();
-  std::string line = op.loc.valid() ? fmt::format("  # line {}", op.loc.begin.line) : "";
+  std::string line = where(g, op.loc);
   out += fmt::format("{}{}{}({}){}{}{}{}", pad, lhs, opInfo(op.kind).spelling, refs(op.operands), attrs,
                      types.empty() ? "" : " : " + types, op.shapeClass != opInfo(op.kind).shapeClass
                                                              ? std::string(" ") + shapeClassName(op.shapeClass)
@@ -85,13 +94,13 @@ void printOp(const Op &op, int depth, std::string &out) {
   for (size_t i = 0; i < op.regions.size(); ++i) {
     if (i)
       out += pad + "} {\n";
-    printRegion(*op.regions[i], depth + 1, out);
+    printRegion(g, *op.regions[i], depth + 1, out);
   }
   if (!op.regions.empty())
     out += pad + "}\n";
 }
 
-void printRegion(const Region &r, int depth, std::string &out) {
+void printRegion(const Graph &g, const Region &r, int depth, std::string &out) {
   std::string pad(depth * 2, ' ');
   if (!r.args.empty()) {
     std::string args;
@@ -100,7 +109,7 @@ void printRegion(const Region &r, int depth, std::string &out) {
     out += pad.substr(2) + "^(" + args + "):\n";
   }
   for (const Op *op : r.ops)
-    printOp(*op, depth, out);
+    printOp(g, *op, depth, out);
   out += pad + "yield(" + refs(r.yields) + ")\n";
 }
 
@@ -108,7 +117,7 @@ void printRegion(const Region &r, int depth, std::string &out) {
 
 std::string print(const Graph &g) {
   std::string out = "model " + g.name + " {\n";
-  printRegion(g.body, 1, out);
+  printRegion(g, g.body, 1, out);
   return out + "}\n";
 }
 

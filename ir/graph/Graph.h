@@ -59,6 +59,8 @@ class Graph {
 public:
   std::string name;
   Region body;
+  int mainFile = -1;                    // ops from other files (the stdlib) name theirs
+  std::map<int, std::string> fileNames; // file id -> short name, for printing
 
   Value *newValue(TensorType type, std::string name = "", SourceRange loc = {});
   Op *newOp(OpKind kind, SourceRange loc);
