@@ -1069,6 +1069,10 @@ SVal Program::Sema::callBuiltin(const ir::OpInfo &info, CallArgs &args, const as
   // Dims given by runtime values are fresh: the op is ISVDOS.
   if (!valueDims.empty()) {
     auto &dims = std::get<ir::DimList>(attrs[valueListName]);
+    ir::DimList positions;
+    for (size_t i : valueDims)
+      positions.push_back(sym::constant(static_cast<int64_t>(i)));
+    attrs["value_dims"] = positions; // list positions given, in order, by the trailing operands
     for (size_t i : valueDims)
       dims[i] = freshDim("S", e.range, fmt::format("fresh: a value-given dim of {} at line {}", info.spelling, e.range.begin.line));
   }
@@ -1730,6 +1734,10 @@ void Program::Sema::buildModel(ModuleCtx &m, const ast::Decl &d, ModelInfo &info
   info.values.insert(info.values.begin(), params.begin(), params.end());
   info.scope = scope;
   info.graph->mainFile = m.ast->file;
+  for (const DimInfo &dim : info.dims) {
+    sym::Interval r = info.analyzer.range(dim.name);
+    info.graph->dimRanges[dim.name] = {r.lo, r.hi};
+  }
   for (auto &[key, mod] : modules_)
     if (mod->ast)
       info.graph->fileNames[mod->ast->file] = fs::path(mod->path).filename().string();

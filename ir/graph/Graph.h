@@ -61,6 +61,9 @@ public:
   Region body;
   int mainFile = -1;                    // ops from other files (the stdlib) name theirs
   std::map<int, std::string> fileNames; // file id -> short name, for printing
+  // The inclusive range of every dim the model knows (fresh dims start at 0); the
+  // runtime checks bound dims against it.
+  std::map<std::string, std::pair<int64_t, int64_t>> dimRanges;
 
   Value *newValue(TensorType type, std::string name = "", SourceRange loc = {});
   Op *newOp(OpKind kind, SourceRange loc);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "ir/sym/Sym.h"
+#include "runtime/DType.h"
 
 #include <map>
 #include <optional>
@@ -10,12 +11,12 @@
 
 namespace dnnc::ir {
 
-enum class DType { F32, F16, BF16, I32, I64, Bool };
-const char *dtypeName(DType d);
+using dnnc::DType;
+using dnnc::dtypeBytes;
+using dnnc::dtypeName;
+using dnnc::isFloat;
+using dnnc::isInteger;
 std::optional<DType> parseDType(const std::string &s);
-bool isFloat(DType d);
-bool isInteger(DType d);
-size_t dtypeBytes(DType d);
 
 struct TensorType {
   DType dtype = DType::F32;

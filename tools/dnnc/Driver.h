@@ -20,6 +20,15 @@ std::string checkBinding(const ModelInfo &m, const Binding &b);
 // Chooses --model, or the only/"main" model; null with a message when none fits.
 ModelInfo *selectModel(Program &p, const std::string &name, std::string &error);
 
+struct RunOptions {
+  std::string model, weights, outDir = "out", device = "auto";
+  std::vector<std::pair<std::string, std::string>> inputs; // NAME=FILE.npy
+  Binding binding;
+  uint64_t seed = 0;
+  bool stats = false;
+};
+int runModel(Program &p, const RunOptions &o);
+
 // `dnnc shapes` output.
 void printShapes(const ModelInfo &m, const Binding &b, bool json, std::ostream &os);
 int runRepl(const std::string &file, const std::vector<std::string> &includes);

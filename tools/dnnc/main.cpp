@@ -25,6 +25,8 @@ commands:
                                   every named value with its type and shape class
   emit FILE --emit=ast|ir [-o OUT]
                                   print a compiler stage as text
+  run FILE [--weights W] [--input NAME=X.npy]... [--bind B=2] [--out DIR] [--seed N]
+                                  run a model (on the reference interpreter)
   repl [FILE]                     the shape-query REPL
 
 Run 'dnnc <command> --help' for a command's options; 'dnnc --version' for the version.
@@ -171,6 +173,44 @@ int cmdEmit(int argc, char **argv) {
   return writeOutput(out, text);
 }
 
+int cmdRun(int argc, char **argv) {
+  CommonOptions c;
+  RunOptions o;
+  std::string bind;
+  std::vector<std::string> inputs;
+  po::options_description desc = commonOptions(c);
+  desc.add_options()("model", po::value(&o.model), "the model to run (default: main, or the first)")(
+      "weights", po::value(&o.weights), "a .safetensors file with every param, by name")(
+      "input", po::value(&inputs)->composing(), "NAME=FILE.npy for an input (repeatable); others are random")(
+      "bind", po::value(&bind), "bind dims, e.g. B=2,T=8 (sizes for random inputs)")(
+      "out", po::value(&o.outDir), "where out0.npy, out1.npy, ... go (default: out)")(
+      "device", po::value(&o.device), "auto or ref (the reference interpreter)")(
+      "seed", po::value(&o.seed), "seed for random weights and inputs (default 0)")("stats", "print the dims and ops run");
+  po::variables_map vm;
+  const char *usage = "usage: dnnc run FILE [--weights W.safetensors] [--input NAME=X.npy]... [--bind B=2,T=8] "
+                      "[--out DIR] [--device auto|ref] [--seed N]\n";
+  if (int rc = parseOptions(argc, argv, desc, usage, true, c, vm); rc >= 0)
+    return rc;
+  o.stats = vm.count("stats") > 0;
+  if (std::string err = parseBinding(bind, o.binding); !err.empty()) {
+    std::cerr << "dnnc: error: " << err << "\n";
+    return kUsage;
+  }
+  for (const std::string &in : inputs) {
+    size_t eq = in.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == in.size()) {
+      std::cerr << "dnnc: error: --input takes NAME=FILE.npy, not '" << in << "'\n";
+      return kUsage;
+    }
+    o.inputs.emplace_back(in.substr(0, eq), in.substr(eq + 1));
+  }
+  Program p;
+  DiagnosticEngine diags(p.sources());
+  if (!loadProgram(p, c, diags))
+    return kUserError;
+  return runModel(p, o);
+}
+
 int cmdRepl(int argc, char **argv) {
   CommonOptions c;
   po::options_description desc = commonOptions(c);
@@ -205,6 +245,8 @@ int main(int argc, char **argv) {
       return cmdEmit(argc - 1, argv + 1);
     if (cmd == "repl")
       return cmdRepl(argc - 1, argv + 1);
+    if (cmd == "run")
+      return cmdRun(argc - 1, argv + 1);
     std::cerr << "dnnc: error: unknown command '" << cmd << "'\n" << kUsageText;
     return kUsage;
   } catch (const std::exception &e) {

@@ -1,0 +1,54 @@
+// The reference interpreter: runs a model's graph IR op by op in plain C++. It is the
+// oracle that optimizations and back ends are tested against, so it favours obvious
+// correctness over speed, and it checks every result's shape against the type RDP gave it.
+#pragma once
+
+#include "ir/graph/Graph.h"
+#include "runtime/Tensor.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace dnnc::interp {
+
+using Binding = std::map<std::string, int64_t>;
+
+// What a model needs besides its inputs.
+struct ParamSpec {
+  std::string name;
+  ir::TensorType type;
+  std::string init; // initializer text, e.g. "normal(0, 0.02)"; empty means the default
+};
+std::vector<ParamSpec> paramsOf(const ir::Graph &g);
+
+class Interpreter {
+public:
+  explicit Interpreter(const ir::Graph &g) : graph_(g) {}
+  // Binds dims from the inputs' shapes (and `preset`), checks ranges and the asserts
+  // about input dims before anything runs, then runs the model. Throws rt::DataError for
+  // bad inputs or a violated assert, InternalError when a result contradicts its type.
+  std::vector<rt::Tensor> run(const std::vector<rt::Tensor> &inputs, const std::map<std::string, rt::Tensor> &params,
+                              const Binding &preset = {});
+  // Dims bound by the inputs (null: not given) and `preset`, checked against the inputs'
+  // types and the dims' ranges; what run() starts from.
+  Binding bindInputs(const std::vector<const rt::Tensor *> &inputs, Binding preset) const;
+  const Binding &binding() const { return binding_; }
+  size_t opsExecuted() const { return opsExecuted_; }
+
+private:
+  const ir::Graph &graph_;
+  Binding binding_;
+  size_t opsExecuted_ = 0;
+};
+
+// The shape an input must have under a binding, or an empty optional for each unbound
+// dim; used to make random inputs.
+std::vector<std::optional<int64_t>> expectedShape(const ir::TensorType &t, const Binding &b);
+
+// A tensor of `type` (dims evaluated under `b`) filled by its initializer text
+// ("normal(0, 0.02)", "uniform(a, b)", "zeros()", "ones()", "full(v)"; default: normal
+// for floats, zeros for integers), from `seed`.
+rt::Tensor initialize(const ir::TensorType &type, const std::string &init, const Binding &b, uint64_t seed);
+
+} // namespace dnnc::interp

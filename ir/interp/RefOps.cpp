@@ -1,0 +1,861 @@
+// Reference implementations, one per op kind; the switch in runRefOp names every op of
+// the registry, so adding an op without its reference is a compiler warning.
+#include "ir/interp/RefOps.h"
+
+#include "frontend/Diagnostics.h"
+#include "ir/graph/OpRegistry.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <optional>
+#include <set>
+
+namespace dnnc::interp {
+namespace {
+
+using rt::DataError;
+using rt::Tensor;
+using Shape = std::vector<int64_t>;
+using ir::OpKind;
+
+Shape stridesOf(const Shape &s) {
+  Shape st(s.size(), 1);
+  for (size_t k = s.size(); k-- > 1;)
+    st[k - 1] = st[k] * s[k];
+  return st;
+}
+
+size_t numelOf(const Shape &s) {
+  size_t n = 1;
+  for (int64_t d : s)
+    n *= static_cast<size_t>(d);
+  return n;
+}
+
+// Calls f(index, flat) for every index of `shape` in row-major order.
+template <class F> void forEach(const Shape &shape, F &&f) {
+  size_t n = numelOf(shape);
+  Shape idx(shape.size(), 0);
+  for (size_t flat = 0; flat < n; ++flat) {
+    f(idx, flat);
+    for (size_t k = shape.size(); k-- > 0;) {
+      if (++idx[k] < shape[k])
+        break;
+      idx[k] = 0;
+    }
+  }
+}
+
+// The flat position in t of the broadcast index `out` (aligned right; dims of 1 repeat).
+size_t broadcastFlat(const Tensor &t, const Shape &out) {
+  size_t flat = 0, stride = 1;
+  for (size_t k = 0; k < t.shape.size(); ++k) {
+    size_t axis = t.shape.size() - 1 - k;
+    int64_t d = t.shape[axis];
+    int64_t i = d == 1 ? 0 : out[out.size() - 1 - k];
+    flat += static_cast<size_t>(i) * stride;
+    stride *= static_cast<size_t>(d);
+  }
+  return flat;
+}
+
+Shape broadcastShape(const std::vector<const Tensor *> &ts) {
+  size_t rank = 0;
+  for (const Tensor *t : ts)
+    rank = std::max(rank, t->shape.size());
+  Shape out(rank, 1);
+  for (const Tensor *t : ts)
+    for (size_t k = 0; k < t->shape.size(); ++k) {
+      int64_t &o = out[rank - 1 - k];
+      int64_t d = t->shape[t->shape.size() - 1 - k];
+      if (o == 1)
+        o = d;
+      else if (d != 1 && d != o)
+        throw DataError(fmt::format("cannot broadcast {} with a dim of {}", t->typeText(), o));
+    }
+  return out;
+}
+
+size_t normAxis(int64_t a, size_t rank) { return static_cast<size_t>(a < 0 ? a + static_cast<int64_t>(rank) : a); }
+
+double floorMod(double a, double b) {
+  double r = std::fmod(a, b);
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+
+double unaryFn(OpKind k, double x) {
+  switch (k) {
+  case OpKind::Neg: return -x;
+  case OpKind::Abs: return std::fabs(x);
+  case OpKind::Exp: return std::exp(x);
+  case OpKind::Log: return std::log(x);
+  case OpKind::Sqrt: return std::sqrt(x);
+  case OpKind::Rsqrt: return 1.0 / std::sqrt(x);
+  case OpKind::Tanh: return std::tanh(x);
+  case OpKind::Sigmoid: return 1.0 / (1.0 + std::exp(-x));
+  case OpKind::Relu: return x > 0 ? x : 0.0;
+  case OpKind::Gelu: return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+  case OpKind::Silu: return x / (1.0 + std::exp(-x));
+  case OpKind::Erf: return std::erf(x);
+  case OpKind::Sin: return std::sin(x);
+  case OpKind::Cos: return std::cos(x);
+  case OpKind::Floor: return std::floor(x);
+  case OpKind::Ceil: return std::ceil(x);
+  case OpKind::Round: return std::nearbyint(x); // half to even, as NumPy
+  case OpKind::Sign: return (x > 0) - (x < 0);
+  case OpKind::Not: return x == 0;
+  default: throw InternalError("not a unary op");
+  }
+}
+
+double binaryFn(OpKind k, double a, double b, bool integer) {
+  switch (k) {
+  case OpKind::Add: return a + b;
+  case OpKind::Sub: return a - b;
+  case OpKind::Mul: return a * b;
+  case OpKind::Div:
+    if (integer) // floor division, and 0 for a zero divisor, as NumPy's // does
+      return b == 0 ? 0 : std::floor(a / b);
+    return a / b;
+  case OpKind::Mod:
+    if (integer && b == 0)
+      return 0;
+    return floorMod(a, b);
+  case OpKind::Pow: return std::pow(a, b);
+  case OpKind::Maximum: return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b);
+  case OpKind::Minimum: return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b);
+  case OpKind::Eq: return a == b;
+  case OpKind::Ne: return a != b;
+  case OpKind::Lt: return a < b;
+  case OpKind::Le: return a <= b;
+  case OpKind::Gt: return a > b;
+  case OpKind::Ge: return a >= b;
+  case OpKind::And: return a != 0 && b != 0;
+  case OpKind::Or: return a != 0 || b != 0;
+  default: throw InternalError("not a binary op");
+  }
+}
+
+// Integer arithmetic done exactly in int64 (doubles lose precision past 2^53).
+std::optional<int64_t> integerFn(OpKind k, int64_t a, int64_t b) {
+  switch (k) {
+  case OpKind::Add: return a + b;
+  case OpKind::Sub: return a - b;
+  case OpKind::Mul: return a * b;
+  case OpKind::Neg: return -a;
+  case OpKind::Abs: return a < 0 ? -a : a;
+  case OpKind::Sign: return (a > 0) - (a < 0);
+  case OpKind::Maximum: return std::max(a, b);
+  case OpKind::Minimum: return std::min(a, b);
+  case OpKind::Div: // floor division; 0 for a zero divisor, as NumPy's // gives
+    return b == 0 ? 0 : a / b - ((a % b != 0) && ((a < 0) != (b < 0)));
+  case OpKind::Mod: return b == 0 ? 0 : ((a % b) + b) % b;
+  default: return std::nullopt;
+  }
+}
+
+Tensor elementwise(const RefContext &c, DType out) {
+  Shape shape = broadcastShape(c.in);
+  Tensor r = Tensor::zeros(out, shape);
+  OpKind k = c.op.kind;
+  bool integer = isInteger(c.in[0]->dtype) && isInteger(out);
+  forEach(shape, [&](const Shape &idx, size_t flat) {
+    auto at = [&](size_t i) { return c.in[i]->get(broadcastFlat(*c.in[i], idx)); };
+    if (integer && k != OpKind::Cast && k != OpKind::Clip) {
+      int64_t a = c.in[0]->getInt(broadcastFlat(*c.in[0], idx));
+      int64_t b = c.in.size() > 1 ? c.in[1]->getInt(broadcastFlat(*c.in[1], idx)) : 0;
+      if (auto v = integerFn(k, a, b)) {
+        r.setInt(flat, *v);
+        return;
+      }
+    }
+    double v;
+    if (k == OpKind::Where)
+      v = at(0) != 0 ? at(1) : at(2);
+    else if (k == OpKind::Clip)
+      v = std::min(std::max(at(0), at(1)), at(2));
+    else if (k == OpKind::Cast)
+      v = at(0);
+    else if (c.in.size() == 1)
+      v = unaryFn(k, at(0));
+    else
+      v = binaryFn(k, at(0), at(1), integer);
+    r.set(flat, v);
+  });
+  return r;
+}
+
+std::vector<size_t> reduceAxes(const RefContext &c, size_t rank) {
+  if (!c.op.has("axis")) {
+    std::vector<size_t> all(rank);
+    std::iota(all.begin(), all.end(), 0);
+    return all;
+  }
+  std::vector<size_t> out;
+  for (int64_t a : c.listAttr("axis"))
+    out.push_back(normAxis(a, rank));
+  return out;
+}
+
+// Folds the values of each output position's reduction group.
+Tensor reduce(const RefContext &c, DType out) {
+  const Tensor &x = *c.in[0];
+  auto axes = reduceAxes(c, x.shape.size());
+  bool keep = c.boolAttr("keepdims", false);
+  std::vector<bool> reduced(x.shape.size(), false);
+  for (size_t a : axes)
+    reduced[a] = true;
+  Shape kept, outShape;
+  for (size_t k = 0; k < x.shape.size(); ++k) {
+    kept.push_back(reduced[k] ? 1 : x.shape[k]);
+    if (!reduced[k])
+      outShape.push_back(x.shape[k]);
+    else if (keep)
+      outShape.push_back(1);
+  }
+  size_t groups = numelOf(kept);
+  OpKind k = c.op.kind;
+  std::vector<std::vector<std::pair<double, int64_t>>> members(groups); // value, index along the axis
+  forEach(x.shape, [&](const Shape &idx, size_t flat) {
+    size_t g = 0, stride = 1;
+    int64_t along = 0;
+    for (size_t a = x.shape.size(); a-- > 0;) {
+      if (!reduced[a])
+        g += static_cast<size_t>(idx[a]) * stride, stride *= static_cast<size_t>(x.shape[a]);
+      else
+        along = idx[a];
+    }
+    members[g].push_back({x.get(flat), along});
+  });
+  Tensor r = Tensor::zeros(out, outShape);
+  for (size_t g = 0; g < groups; ++g) {
+    auto &m = members[g];
+    if (m.empty() && (k == OpKind::Max || k == OpKind::Min || k == OpKind::Argmax || k == OpKind::Argmin))
+      throw DataError(fmt::format("'{}' of an empty tensor ({})", ir::opInfo(k).spelling, x.typeText()));
+    double v = 0;
+    switch (k) {
+    case OpKind::Sum:
+    case OpKind::Mean:
+      for (auto &p : m)
+        v += p.first;
+      if (k == OpKind::Mean)
+        v /= static_cast<double>(m.size());
+      break;
+    case OpKind::Prod:
+      v = 1;
+      for (auto &p : m)
+        v *= p.first;
+      break;
+    case OpKind::Max:
+    case OpKind::Min:
+    case OpKind::Argmax:
+    case OpKind::Argmin: {
+      bool wantMax = k == OpKind::Max || k == OpKind::Argmax;
+      auto best = m[0];
+      for (auto &p : m)
+        if (std::isnan(p.first) ? !std::isnan(best.first) : (wantMax ? p.first > best.first : p.first < best.first))
+          best = p; // first occurrence wins; NaN propagates as in NumPy
+      v = (k == OpKind::Argmax || k == OpKind::Argmin) ? static_cast<double>(best.second) : best.first;
+      break;
+    }
+    case OpKind::Logsumexp: {
+      double mx = -INFINITY;
+      for (auto &p : m)
+        mx = std::max(mx, p.first);
+      double s = 0;
+      for (auto &p : m)
+        s += std::exp(p.first - mx);
+      v = std::isinf(mx) ? mx : mx + std::log(s);
+      break;
+    }
+    default: throw InternalError("not a reduction");
+    }
+    r.set(g, v);
+  }
+  return r;
+}
+
+Tensor softmax(const RefContext &c, bool logarithm) {
+  const Tensor &x = *c.in[0];
+  size_t axis = normAxis(c.intAttr("axis"), x.shape.size());
+  Tensor r = Tensor::zeros(x.dtype, x.shape);
+  Shape st = stridesOf(x.shape);
+  int64_t n = x.shape[axis];
+  forEach(x.shape, [&](const Shape &idx, size_t flat) {
+    if (idx[axis] != 0)
+      return; // one pass per row along the axis
+    double mx = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < n; ++j)
+      mx = std::max(mx, x.get(flat + j * st[axis]));
+    for (int64_t j = 0; j < n; ++j)
+      sum += std::exp(x.get(flat + j * st[axis]) - mx);
+    for (int64_t j = 0; j < n; ++j) {
+      double v = x.get(flat + j * st[axis]) - mx;
+      r.set(flat + j * st[axis], logarithm ? v - std::log(sum) : std::exp(v) / sum);
+    }
+  });
+  return r;
+}
+
+Tensor matmul(const RefContext &c) {
+  Tensor a = *c.in[0], b = *c.in[1];
+  bool vecA = a.shape.size() == 1, vecB = b.shape.size() == 1;
+  if (vecA)
+    a.shape.insert(a.shape.begin(), 1);
+  if (vecB)
+    b.shape.push_back(1);
+  int64_t m = a.shape[a.shape.size() - 2], k = a.shape.back(), n = b.shape.back();
+  if (b.shape[b.shape.size() - 2] != k)
+    throw DataError(fmt::format("matmul of {} and {}: inner dims differ", a.typeText(), b.typeText()));
+  Tensor ba = a, bb = b;
+  ba.shape.resize(a.shape.size() - 2);
+  bb.shape.resize(b.shape.size() - 2);
+  Shape batch = broadcastShape({&ba, &bb});
+  Shape outShape = batch;
+  outShape.push_back(m);
+  outShape.push_back(n);
+  Tensor r = Tensor::zeros(a.dtype, outShape);
+  size_t aMat = static_cast<size_t>(m * k), bMat = static_cast<size_t>(k * n);
+  forEach(batch, [&](const Shape &idx, size_t flat) {
+    size_t ao = broadcastFlat(ba, idx) * aMat, bo = broadcastFlat(bb, idx) * bMat;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (int64_t p = 0; p < k; ++p)
+          s += a.get(ao + i * k + p) * b.get(bo + p * n + j);
+        r.set(flat * m * n + i * n + j, s);
+      }
+  });
+  Shape finalShape = batch;
+  if (!vecA)
+    finalShape.push_back(m);
+  if (!vecB)
+    finalShape.push_back(n);
+  r.shape = finalShape;
+  return r;
+}
+
+Tensor conv2d(const RefContext &c) {
+  const Tensor &x = *c.in[0], &w = *c.in[1];
+  int64_t stride = c.intAttr("stride"), pad = c.intAttr("padding"), dil = c.intAttr("dilation"), groups = c.intAttr("groups");
+  int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
+  int64_t O = w.shape[0], CG = w.shape[1], KH = w.shape[2], KW = w.shape[3];
+  if (C != CG * groups || O % groups != 0)
+    throw DataError(fmt::format("conv2d of {} with weights {} and {} groups", x.typeText(), w.typeText(), groups));
+  int64_t OH = (H + 2 * pad - dil * (KH - 1) - 1) / stride + 1, OW = (W + 2 * pad - dil * (KW - 1) - 1) / stride + 1;
+  Tensor r = Tensor::zeros(x.dtype, {N, O, std::max<int64_t>(OH, 0), std::max<int64_t>(OW, 0)});
+  int64_t perGroup = O / groups;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          double s = 0;
+          int64_t g = o / perGroup;
+          for (int64_t ci = 0; ci < CG; ++ci)
+            for (int64_t kh = 0; kh < KH; ++kh)
+              for (int64_t kw = 0; kw < KW; ++kw) {
+                int64_t ih = oh * stride - pad + kh * dil, iw = ow * stride - pad + kw * dil;
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W)
+                  continue;
+                s += x.get(((n * C + g * CG + ci) * H + ih) * W + iw) * w.get(((o * CG + ci) * KH + kh) * KW + kw);
+              }
+          r.set(((n * O + o) * OH + oh) * OW + ow, s);
+        }
+  return r;
+}
+
+Tensor pool2d(const RefContext &c, bool isMax) {
+  const Tensor &x = *c.in[0];
+  int64_t k = c.intAttr("kernel"), pad = c.intAttr("padding"), stride = c.intAttr("stride");
+  if (stride == 0)
+    stride = k;
+  int64_t N = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
+  int64_t OH = (H + 2 * pad - k) / stride + 1, OW = (W + 2 * pad - k) / stride + 1;
+  Tensor r = Tensor::zeros(x.dtype, {N, C, std::max<int64_t>(OH, 0), std::max<int64_t>(OW, 0)});
+  for (int64_t nc = 0; nc < N * C; ++nc)
+    for (int64_t oh = 0; oh < OH; ++oh)
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        double acc = isMax ? -INFINITY : 0;
+        for (int64_t kh = 0; kh < k; ++kh)
+          for (int64_t kw = 0; kw < k; ++kw) {
+            int64_t ih = oh * stride - pad + kh, iw = ow * stride - pad + kw;
+            bool inside = ih >= 0 && ih < H && iw >= 0 && iw < W;
+            double v = inside ? x.get((nc * H + ih) * W + iw) : (isMax ? -INFINITY : 0.0);
+            acc = isMax ? std::max(acc, v) : acc + v;
+          }
+        // Average pooling counts the padding, as PyTorch's default does.
+        r.set((nc * OH + oh) * OW + ow, isMax ? acc : acc / static_cast<double>(k * k));
+      }
+  return r;
+}
+
+// A copy of x with a new shape (same element count).
+Tensor reshaped(const Tensor &x, Shape shape) {
+  if (numelOf(shape) != x.numel())
+    throw DataError(fmt::format("cannot reshape {} into {} elements", x.typeText(), numelOf(shape)));
+  Tensor r = x;
+  r.shape = std::move(shape);
+  return r;
+}
+
+Tensor permute(const Tensor &x, const std::vector<size_t> &perm) {
+  Shape outShape;
+  for (size_t p : perm)
+    outShape.push_back(x.shape[p]);
+  Tensor r = Tensor::zeros(x.dtype, outShape);
+  Shape st = stridesOf(x.shape);
+  forEach(outShape, [&](const Shape &idx, size_t flat) {
+    size_t src = 0;
+    for (size_t k = 0; k < perm.size(); ++k)
+      src += static_cast<size_t>(idx[k] * st[perm[k]]);
+    r.set(flat, x.get(src));
+  });
+  return r;
+}
+
+void copyValue(Tensor &dst, size_t d, const Tensor &src, size_t s) {
+  if (isFloat(src.dtype))
+    dst.set(d, src.f[s]);
+  else
+    dst.setInt(d, src.i[s]);
+}
+
+Tensor concat(const std::vector<const Tensor *> &xs, size_t axis) {
+  Shape outShape = xs[0]->shape;
+  outShape[axis] = 0;
+  for (const Tensor *t : xs)
+    outShape[axis] += t->shape[axis];
+  Tensor r = Tensor::zeros(xs[0]->dtype, outShape);
+  int64_t offset = 0;
+  Shape rst = stridesOf(outShape);
+  for (const Tensor *t : xs) {
+    forEach(t->shape, [&](const Shape &idx, size_t flat) {
+      size_t dst = 0;
+      for (size_t k = 0; k < idx.size(); ++k)
+        dst += static_cast<size_t>((idx[k] + (k == axis ? offset : 0)) * rst[k]);
+      copyValue(r, dst, *t, flat);
+    });
+    offset += t->shape[axis];
+  }
+  return r;
+}
+
+// A slice along one axis: positions [start, start + len).
+Tensor sliceAxis(const Tensor &x, size_t axis, int64_t start, int64_t len) {
+  Shape outShape = x.shape;
+  outShape[axis] = len;
+  Tensor r = Tensor::zeros(x.dtype, outShape);
+  Shape st = stridesOf(x.shape);
+  forEach(outShape, [&](const Shape &idx, size_t flat) {
+    size_t src = 0;
+    for (size_t k = 0; k < idx.size(); ++k)
+      src += static_cast<size_t>((idx[k] + (k == axis ? start : 0)) * st[k]);
+    copyValue(r, flat, x, src);
+  });
+  return r;
+}
+
+Tensor take(const Tensor &x, const Tensor &idx, size_t axis) {
+  Shape outShape(x.shape.begin(), x.shape.begin() + static_cast<long>(axis));
+  outShape.insert(outShape.end(), idx.shape.begin(), idx.shape.end());
+  outShape.insert(outShape.end(), x.shape.begin() + static_cast<long>(axis) + 1, x.shape.end());
+  Tensor r = Tensor::zeros(x.dtype, outShape);
+  Shape st = stridesOf(x.shape);
+  size_t ir = idx.shape.size();
+  forEach(outShape, [&](const Shape &o, size_t flat) {
+    Shape ii(o.begin() + static_cast<long>(axis), o.begin() + static_cast<long>(axis + ir));
+    size_t iflat = 0;
+    Shape ist = stridesOf(idx.shape);
+    for (size_t k = 0; k < ir; ++k)
+      iflat += static_cast<size_t>(ii[k] * ist[k]);
+    int64_t j = idx.getInt(iflat);
+    if (j < 0)
+      j += x.shape[axis];
+    if (j < 0 || j >= x.shape[axis])
+      throw DataError(fmt::format("index {} is out of range for dim {} of {} (size {})", idx.getInt(iflat), axis,
+                                  x.typeText(), x.shape[axis]));
+    size_t src = 0;
+    for (size_t k = 0; k < axis; ++k)
+      src += static_cast<size_t>(o[k] * st[k]);
+    src += static_cast<size_t>(j * st[axis]);
+    for (size_t k = axis + 1; k < x.shape.size(); ++k)
+      src += static_cast<size_t>(o[k - 1 + ir] * st[k]);
+    copyValue(r, flat, x, src);
+  });
+  return r;
+}
+
+Tensor topk(const RefContext &c, int64_t k, size_t axis, Tensor &indices) {
+  const Tensor &x = *c.in[0];
+  if (k < 0 || k > x.shape[axis])
+    throw DataError(fmt::format("topk asks for k = {} but dim {} of {} is {}", k, axis, x.typeText(), x.shape[axis]));
+  Shape outShape = x.shape;
+  outShape[axis] = k;
+  Tensor r = Tensor::zeros(x.dtype, outShape);
+  indices = Tensor::zeros(DType::I64, outShape);
+  Shape st = stridesOf(x.shape), ost = stridesOf(outShape);
+  forEach(x.shape, [&](const Shape &idx, size_t flat) {
+    if (idx[axis] != 0)
+      return;
+    std::vector<int64_t> order(static_cast<size_t>(x.shape[axis]));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return x.get(flat + a * st[axis]) > x.get(flat + b * st[axis]); });
+    size_t base = 0;
+    for (size_t d = 0; d < idx.size(); ++d)
+      base += static_cast<size_t>(idx[d] * ost[d]);
+    for (int64_t j = 0; j < k; ++j) {
+      copyValue(r, base + j * ost[axis], x, flat + order[j] * st[axis]);
+      indices.setInt(base + j * ost[axis], order[j]);
+    }
+  });
+  return r;
+}
+
+// x[subscripts]: per axis a start, stop, step (dynamic ones from the trailing operands, in
+// axis order) and a flag for a point index that drops the axis.
+Tensor index(const RefContext &c) {
+  const Tensor &x = *c.in[0];
+  const auto &starts = c.op.get<ir::DimList>("starts"), &stops = c.op.get<ir::DimList>("stops");
+  auto steps = c.listAttr("steps"), points = c.listAttr("points");
+  size_t next = 1;
+  Shape begin, count, step;
+  std::vector<bool> drop;
+  for (size_t a = 0; a < x.shape.size(); ++a) {
+    int64_t d = x.shape[a];
+    auto bound = [&](sym::ExprRef e) -> int64_t {
+      int64_t v = e ? c.dim(e) : c.in.at(next++)->getInt(0);
+      return (!e && v < 0) ? v + d : v; // static negatives were normalized by sema
+    };
+    if (points[a]) {
+      int64_t p = bound(starts[a]);
+      if (p < 0 || p >= d)
+        throw DataError(fmt::format("index {} is out of range for dim {} of {} (size {})", p, a, x.typeText(), d));
+      begin.push_back(p), count.push_back(1), step.push_back(1), drop.push_back(true);
+      continue;
+    }
+    int64_t b = std::clamp<int64_t>(bound(starts[a]), 0, d);
+    int64_t e = std::clamp<int64_t>(bound(stops[a]), 0, d);
+    int64_t s = steps[a];
+    begin.push_back(b), count.push_back(e > b ? (e - b + s - 1) / s : 0), step.push_back(s), drop.push_back(false);
+  }
+  Tensor r = Tensor::zeros(x.dtype, count);
+  Shape st = stridesOf(x.shape);
+  forEach(count, [&](const Shape &idx, size_t flat) {
+    size_t src = 0;
+    for (size_t a = 0; a < idx.size(); ++a)
+      src += static_cast<size_t>((begin[a] + idx[a] * step[a]) * st[a]);
+    copyValue(r, flat, x, src);
+  });
+  Shape outShape;
+  for (size_t a = 0; a < count.size(); ++a)
+    if (!drop[a])
+      outShape.push_back(count[a]);
+  r.shape = outShape;
+  return r;
+}
+
+// The list attribute `name` with the positions given by runtime operands filled in.
+Shape valueList(const RefContext &c, const std::string &name) {
+  const auto &dims = c.op.get<ir::DimList>(name);
+  Shape out(dims.size());
+  std::set<int64_t> fromOperands;
+  size_t next = 0;
+  if (c.op.has("value_dims")) {
+    auto positions = c.listAttr("value_dims");
+    next = c.in.size() - positions.size();
+    for (int64_t p : positions)
+      out[static_cast<size_t>(p)] = c.in[next++]->getInt(0), fromOperands.insert(p);
+  }
+  for (size_t k = 0; k < dims.size(); ++k)
+    if (!fromOperands.count(static_cast<int64_t>(k)))
+      out[k] = c.dim(dims[k]);
+  for (int64_t d : out)
+    if (d < 0 && name != "shape")
+      throw DataError(fmt::format("'{}' of '{}' has the negative entry {}", name, ir::opInfo(c.op.kind).spelling, d));
+  return out;
+}
+
+} // namespace
+
+int64_t RefContext::dim(sym::ExprRef e) const {
+  auto v = sym::evaluate(e, binding);
+  if (!v)
+    throw InternalError(fmt::format("the dim {} is unbound when op '{}' runs", e->str(), ir::opInfo(op.kind).spelling));
+  return *v;
+}
+
+int64_t RefContext::intAttr(const std::string &k) const {
+  const ir::Attr &a = op.attrs.at(k);
+  if (auto *i = std::get_if<int64_t>(&a))
+    return *i;
+  return dim(std::get<sym::ExprRef>(a));
+}
+
+std::vector<int64_t> RefContext::listAttr(const std::string &k) const {
+  std::vector<int64_t> out;
+  for (sym::ExprRef e : op.get<ir::DimList>(k))
+    out.push_back(dim(e));
+  return out;
+}
+
+bool RefContext::boolAttr(const std::string &k, bool dflt) const { return op.has(k) ? op.get<bool>(k) : dflt; }
+double RefContext::floatAttr(const std::string &k, double dflt) const { return op.has(k) ? op.get<double>(k) : dflt; }
+
+std::vector<Tensor> runRefOp(const RefContext &c) {
+  const ir::Op &op = c.op;
+  DType outType = op.results.empty() ? DType::F32 : op.results[0]->type.dtype;
+  auto one = [](Tensor t) { return std::vector<Tensor>{std::move(t)}; };
+  switch (op.kind) {
+  case OpKind::Param:
+  case OpKind::If:
+  case OpKind::For:
+  case OpKind::While:
+  case OpKind::AssertDims: throw InternalError("structural ops are run by the interpreter itself");
+  case OpKind::Constant: {
+    Tensor t = Tensor::zeros(outType, {});
+    t.set(0, op.get<double>("value"));
+    return one(t);
+  }
+  case OpKind::DimValue: {
+    Tensor t = Tensor::zeros(outType, {});
+    t.setInt(0, c.dim(op.get<sym::ExprRef>("value")));
+    return one(t);
+  }
+  case OpKind::Zeros:
+  case OpKind::Ones:
+  case OpKind::Full: {
+    Tensor t = Tensor::zeros(outType, valueList(c, "shape"));
+    double v = op.kind == OpKind::Zeros ? 0 : op.kind == OpKind::Ones ? 1 : c.floatAttr("value", 0);
+    for (size_t k = 0; k < t.numel(); ++k)
+      t.set(k, v);
+    return one(t);
+  }
+  case OpKind::Arange: {
+    int64_t start = 0, step = 1, count = 0;
+    if (op.has("count")) {
+      count = c.intAttr("count");
+      start = c.intAttr("start");
+      step = c.intAttr("step");
+    } else {
+      start = c.in[0]->getInt(0);
+      step = c.in[2]->getInt(0);
+      if (step == 0)
+        throw DataError("arange with a step of 0");
+      int64_t stop = c.in[1]->getInt(0), span = stop - start;
+      count = step > 0 ? (span > 0 ? (span + step - 1) / step : 0) : (span < 0 ? (-span + -step - 1) / -step : 0);
+    }
+    Tensor t = Tensor::zeros(outType, {count});
+    for (int64_t k = 0; k < count; ++k)
+      t.setInt(static_cast<size_t>(k), start + k * step);
+    return one(t);
+  }
+  case OpKind::Neg: case OpKind::Abs: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Rsqrt:
+  case OpKind::Tanh: case OpKind::Sigmoid: case OpKind::Relu: case OpKind::Gelu: case OpKind::Silu: case OpKind::Erf:
+  case OpKind::Sin: case OpKind::Cos: case OpKind::Floor: case OpKind::Ceil: case OpKind::Round: case OpKind::Sign:
+  case OpKind::Not: case OpKind::Add: case OpKind::Sub: case OpKind::Mul: case OpKind::Div: case OpKind::Mod:
+  case OpKind::Pow: case OpKind::Maximum: case OpKind::Minimum: case OpKind::Eq: case OpKind::Ne: case OpKind::Lt:
+  case OpKind::Le: case OpKind::Gt: case OpKind::Ge: case OpKind::And: case OpKind::Or: case OpKind::Where:
+  case OpKind::Clip: case OpKind::Cast:
+    return one(elementwise(c, outType));
+  case OpKind::Sum: case OpKind::Mean: case OpKind::Max: case OpKind::Min: case OpKind::Prod: case OpKind::Argmax:
+  case OpKind::Argmin: case OpKind::Logsumexp:
+    return one(reduce(c, outType));
+  case OpKind::Softmax: return one(softmax(c, false));
+  case OpKind::LogSoftmax: return one(softmax(c, true));
+  case OpKind::Matmul: return one(matmul(c));
+  case OpKind::Conv2d: return one(conv2d(c));
+  case OpKind::MaxPool2d: return one(pool2d(c, true));
+  case OpKind::AvgPool2d: return one(pool2d(c, false));
+  case OpKind::Reshape: {
+    Shape target = valueList(c, "shape");
+    int64_t known = 1;
+    int inferred = -1;
+    for (size_t k = 0; k < target.size(); ++k)
+      target[k] == -1 ? (void)(inferred = static_cast<int>(k)) : (void)(known *= target[k]);
+    if (inferred >= 0)
+      target[inferred] = known == 0 ? 0 : static_cast<int64_t>(c.in[0]->numel()) / known;
+    return one(reshaped(*c.in[0], target));
+  }
+  case OpKind::Transpose: {
+    size_t r = c.in[0]->shape.size();
+    std::vector<size_t> perm(r);
+    std::iota(perm.begin(), perm.end(), 0);
+    if (op.has("perm")) {
+      auto p = c.listAttr("perm");
+      for (size_t k = 0; k < r; ++k)
+        perm[k] = normAxis(p[k], r);
+    } else {
+      std::swap(perm[r - 1], perm[r - 2]);
+    }
+    return one(permute(*c.in[0], perm));
+  }
+  case OpKind::BroadcastTo: {
+    Tensor t = Tensor::zeros(c.in[0]->dtype, valueList(c, "shape"));
+    forEach(t.shape, [&](const Shape &idx, size_t flat) { copyValue(t, flat, *c.in[0], broadcastFlat(*c.in[0], idx)); });
+    return one(t);
+  }
+  case OpKind::Unsqueeze: {
+    Shape s = c.in[0]->shape;
+    s.insert(s.begin() + static_cast<long>(normAxis(c.intAttr("axis"), s.size() + 1)), 1);
+    return one(reshaped(*c.in[0], s));
+  }
+  case OpKind::Squeeze: {
+    const Shape &in = c.in[0]->shape;
+    std::set<size_t> axes;
+    if (op.has("axis"))
+      for (int64_t a : c.listAttr("axis"))
+        axes.insert(normAxis(a, in.size()));
+    Shape s;
+    for (size_t k = 0; k < in.size(); ++k)
+      if (op.has("axis") ? !axes.count(k) : in[k] != 1)
+        s.push_back(in[k]);
+    return one(reshaped(*c.in[0], s));
+  }
+  case OpKind::Concat: return one(concat(c.in, normAxis(c.intAttr("axis"), c.in[0]->shape.size())));
+  case OpKind::Stack: {
+    size_t axis = normAxis(c.intAttr("axis"), c.in[0]->shape.size() + 1);
+    std::vector<Tensor> parts;
+    for (const Tensor *t : c.in) {
+      Shape s = t->shape;
+      s.insert(s.begin() + static_cast<long>(axis), 1);
+      parts.push_back(reshaped(*t, s));
+    }
+    std::vector<const Tensor *> ptrs;
+    for (Tensor &t : parts)
+      ptrs.push_back(&t);
+    return one(concat(ptrs, axis));
+  }
+  case OpKind::Split: {
+    const Tensor &x = *c.in[0];
+    size_t axis = normAxis(c.intAttr("axis"), x.shape.size());
+    auto parts = c.listAttr("parts");
+    std::vector<int64_t> sizes = parts.size() == 1 ? std::vector<int64_t>(static_cast<size_t>(parts[0]), x.shape[axis] / parts[0]) : parts;
+    std::vector<Tensor> out;
+    int64_t offset = 0;
+    for (int64_t s : sizes) {
+      out.push_back(sliceAxis(x, axis, offset, s));
+      offset += s;
+    }
+    return out;
+  }
+  case OpKind::Flatten: {
+    const Shape &in = c.in[0]->shape;
+    if (in.empty())
+      return one(reshaped(*c.in[0], {1}));
+    size_t s = normAxis(c.intAttr("start"), in.size());
+    Shape out(in.begin(), in.begin() + static_cast<long>(s));
+    out.push_back(static_cast<int64_t>(numelOf(Shape(in.begin() + static_cast<long>(s), in.end()))));
+    return one(reshaped(*c.in[0], out));
+  }
+  case OpKind::Pad: {
+    const Tensor &x = *c.in[0];
+    auto pads = c.listAttr("pads");
+    Shape outShape = x.shape;
+    for (size_t k = 0; k < pads.size() / 2; ++k)
+      outShape[k] += pads[2 * k] + pads[2 * k + 1];
+    Tensor r = Tensor::zeros(x.dtype, outShape);
+    double value = c.floatAttr("value", 0);
+    Shape st = stridesOf(x.shape);
+    forEach(outShape, [&](const Shape &idx, size_t flat) {
+      size_t src = 0;
+      bool inside = true;
+      for (size_t k = 0; k < idx.size(); ++k) {
+        int64_t i = idx[k] - (k < pads.size() / 2 ? pads[2 * k] : 0);
+        inside = inside && i >= 0 && i < x.shape[k];
+        src += static_cast<size_t>(i * st[k]);
+      }
+      if (inside)
+        copyValue(r, flat, x, src);
+      else
+        r.set(flat, value);
+    });
+    return one(r);
+  }
+  case OpKind::Take: return one(take(*c.in[0], *c.in[1], normAxis(c.intAttr("axis"), c.in[0]->shape.size())));
+  case OpKind::Embedding: return one(take(*c.in[0], *c.in[1], 0));
+  case OpKind::OneHot: {
+    const Tensor &ids = *c.in[0];
+    int64_t depth = c.intAttr("depth");
+    Shape s = ids.shape;
+    s.push_back(depth);
+    Tensor r = Tensor::zeros(outType, s);
+    for (size_t k = 0; k < ids.numel(); ++k) {
+      int64_t j = ids.getInt(k);
+      if (j >= 0 && j < depth) // out-of-range ids give an all-zero row
+        r.set(k * static_cast<size_t>(depth) + static_cast<size_t>(j), 1);
+    }
+    return one(r);
+  }
+  case OpKind::Topk: {
+    size_t axis = normAxis(c.intAttr("axis"), c.in[0]->shape.size());
+    int64_t k = op.has("k") ? c.intAttr("k") : c.in[1]->getInt(0);
+    Tensor indices;
+    Tensor values = topk(c, k, axis, indices);
+    return {values, indices};
+  }
+  case OpKind::Resize: {
+    const Tensor &x = *c.in[0];
+    Shape size = valueList(c, "size"), outShape = x.shape;
+    std::copy(size.begin(), size.end(), outShape.end() - static_cast<long>(size.size()));
+    Tensor r = Tensor::zeros(x.dtype, outShape);
+    Shape st = stridesOf(x.shape);
+    forEach(outShape, [&](const Shape &idx, size_t flat) { // nearest neighbour
+      size_t src = 0;
+      for (size_t k = 0; k < idx.size(); ++k)
+        src += static_cast<size_t>((outShape[k] == x.shape[k] ? idx[k] : idx[k] * x.shape[k] / outShape[k]) * st[k]);
+      copyValue(r, flat, x, src);
+    });
+    return one(r);
+  }
+  case OpKind::Nonzero: {
+    const Tensor &m = *c.in[0];
+    std::vector<Shape> hits;
+    forEach(m.shape, [&](const Shape &idx, size_t flat) {
+      if (m.get(flat) != 0)
+        hits.push_back(idx);
+    });
+    int64_t rank = static_cast<int64_t>(m.shape.size());
+    Tensor r = Tensor::zeros(DType::I64, {static_cast<int64_t>(hits.size()), rank});
+    for (size_t h = 0; h < hits.size(); ++h)
+      for (int64_t k = 0; k < rank; ++k)
+        r.setInt(h * static_cast<size_t>(rank) + static_cast<size_t>(k), hits[h][static_cast<size_t>(k)]);
+    return one(r);
+  }
+  case OpKind::MaskedSelect: {
+    Shape shape = broadcastShape(c.in);
+    std::vector<std::pair<const Tensor *, size_t>> picked;
+    forEach(shape, [&](const Shape &idx, size_t) {
+      if (c.in[1]->get(broadcastFlat(*c.in[1], idx)) != 0)
+        picked.push_back({c.in[0], broadcastFlat(*c.in[0], idx)});
+    });
+    Tensor r = Tensor::zeros(c.in[0]->dtype, {static_cast<int64_t>(picked.size())});
+    for (size_t k = 0; k < picked.size(); ++k)
+      copyValue(r, k, *picked[k].first, picked[k].second);
+    return one(r);
+  }
+  case OpKind::Unique: {
+    const Tensor &x = *c.in[0];
+    std::vector<size_t> order(x.numel());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return x.get(a) < x.get(b); });
+    std::vector<size_t> keep;
+    for (size_t k : order)
+      if (keep.empty() || x.get(keep.back()) != x.get(k))
+        keep.push_back(k);
+    Tensor r = Tensor::zeros(x.dtype, {static_cast<int64_t>(keep.size())});
+    for (size_t k = 0; k < keep.size(); ++k)
+      copyValue(r, k, x, keep[k]);
+    return one(r);
+  }
+  case OpKind::Index: return one(index(c));
+  }
+  throw InternalError("unknown op kind");
+}
+
+} // namespace dnnc::interp

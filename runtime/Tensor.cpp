@@ -1,0 +1,118 @@
+// Host tensors and the float16 / bfloat16 conversions (round to nearest even).
+#include "runtime/Tensor.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace dnnc::rt {
+
+Tensor Tensor::zeros(DType dtype, std::vector<int64_t> shape) {
+  Tensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  (isFloat(dtype) ? t.f.assign(t.numel(), 0.0) : t.i.assign(t.numel(), 0));
+  return t;
+}
+
+size_t Tensor::numel() const {
+  size_t n = 1;
+  for (int64_t d : shape)
+    n *= static_cast<size_t>(d);
+  return n;
+}
+
+void Tensor::set(size_t k, double v) {
+  if (isFloat(dtype))
+    f[k] = roundToDType(dtype, v);
+  else if (dtype == DType::Bool)
+    i[k] = v != 0.0;
+  else if (std::isnan(v))
+    i[k] = 0;
+  else if (dtype == DType::I32)
+    i[k] = static_cast<int32_t>(std::fmax(std::fmin(std::trunc(v), 2147483647.0), -2147483648.0));
+  else
+    i[k] = static_cast<int64_t>(std::fmax(std::fmin(std::trunc(v), 9.2233720368547748e18), -9.2233720368547758e18));
+}
+
+void Tensor::setInt(size_t k, int64_t v) {
+  if (isFloat(dtype))
+    f[k] = roundToDType(dtype, static_cast<double>(v));
+  else if (dtype == DType::Bool)
+    i[k] = v != 0;
+  else if (dtype == DType::I32)
+    i[k] = static_cast<int32_t>(v);
+  else
+    i[k] = v;
+}
+
+std::string Tensor::typeText() const {
+  std::string s = std::string(dtypeName(dtype)) + "[";
+  for (size_t k = 0; k < shape.size(); ++k)
+    s += (k ? ", " : "") + std::to_string(shape[k]);
+  return s + "]";
+}
+
+uint16_t floatToHalf(float value) {
+  uint32_t x;
+  std::memcpy(&x, &value, 4);
+  uint32_t sign = (x >> 16) & 0x8000u, mant = x & 0x7fffffu;
+  int32_t exp = static_cast<int32_t>((x >> 23) & 0xffu);
+  if (exp == 0xff)
+    return static_cast<uint16_t>(sign | 0x7c00u | (mant ? 0x200u : 0u));
+  int32_t e = exp - 127 + 15;
+  if (e >= 0x1f)
+    return static_cast<uint16_t>(sign | 0x7c00u);
+  if (e <= 0) { // subnormal half (or zero)
+    if (e < -10)
+      return static_cast<uint16_t>(sign);
+    mant |= 0x800000u;
+    uint32_t shift = static_cast<uint32_t>(14 - e);
+    uint32_t half = mant >> shift, rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1u)))
+      ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t half = sign | (static_cast<uint32_t>(e) << 10) | (mant >> 13), rem = mant & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (half & 1u)))
+    ++half; // a carry into the exponent is still correctly rounded
+  return static_cast<uint16_t>(half);
+}
+
+float halfToFloat(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  if (exp == 0) {
+    float v = std::ldexp(static_cast<float>(mant), -24);
+    return sign ? -v : v;
+  }
+  uint32_t bits = exp == 31 ? (sign | 0x7f800000u | (mant << 13)) : (sign | ((exp - 15 + 127) << 23) | (mant << 13));
+  float out;
+  std::memcpy(&out, &bits, 4);
+  return out;
+}
+
+uint16_t floatToBFloat16(float value) {
+  uint32_t x;
+  std::memcpy(&x, &value, 4);
+  if ((x & 0x7f800000u) == 0x7f800000u && (x & 0x7fffffu))
+    return static_cast<uint16_t>((x >> 16) | 0x40u); // quiet NaN
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<uint16_t>(x >> 16);
+}
+
+float bfloat16ToFloat(uint16_t h) {
+  uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float out;
+  std::memcpy(&out, &bits, 4);
+  return out;
+}
+
+double roundToDType(DType d, double v) {
+  switch (d) {
+  case DType::F32: return static_cast<float>(v);
+  case DType::F16: return halfToFloat(floatToHalf(static_cast<float>(v)));
+  case DType::BF16: return bfloat16ToFloat(floatToBFloat16(static_cast<float>(v)));
+  default: return v;
+  }
+}
+
+} // namespace dnnc::rt

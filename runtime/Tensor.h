@@ -1,0 +1,43 @@
+// A host tensor: dtype, shape and values, used by the runtime's I/O and the reference
+// interpreter. Float values are held as doubles rounded to their dtype; integer and bool
+// values as int64.
+#pragma once
+
+#include "runtime/DType.h"
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace dnnc::rt {
+
+// A user-facing failure to read, check or write tensor data (exit status 1).
+struct DataError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Tensor {
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  std::vector<double> f;  // float dtypes
+  std::vector<int64_t> i; // integer and bool dtypes
+
+  static Tensor zeros(DType dtype, std::vector<int64_t> shape);
+  size_t numel() const;
+  double get(size_t k) const { return isFloat(dtype) ? f[k] : static_cast<double>(i[k]); }
+  int64_t getInt(size_t k) const { return isFloat(dtype) ? static_cast<int64_t>(f[k]) : i[k]; }
+  // Stores v converted to the dtype: rounded for floats, truncated for integers, v != 0 for bool.
+  void set(size_t k, double v);
+  void setInt(size_t k, int64_t v);
+  std::string typeText() const; // "f32[2, 3]"
+};
+
+// Rounds a value to the nearest representable value of a float dtype.
+double roundToDType(DType d, double v);
+uint16_t floatToHalf(float v);
+float halfToFloat(uint16_t h);
+uint16_t floatToBFloat16(float v);
+float bfloat16ToFloat(uint16_t h);
+
+} // namespace dnnc::rt

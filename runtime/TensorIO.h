@@ -1,0 +1,24 @@
+// Reading and writing tensors: NumPy .npy files and .safetensors weight files. Every
+// malformed or truncated file is a DataError naming the file and what is wrong.
+#pragma once
+
+#include "runtime/Tensor.h"
+
+#include <map>
+#include <string>
+
+namespace dnnc::rt {
+
+Tensor readNpy(const std::string &path);
+// Writes through a temporary file, so a failed write leaves nothing behind.
+void writeNpy(const std::string &path, const Tensor &t);
+
+// Tensors by name; "__metadata__" is skipped.
+std::map<std::string, Tensor> readSafetensors(const std::string &path);
+void writeSafetensors(const std::string &path, const std::map<std::string, Tensor> &tensors);
+
+// Raw little-endian bytes of a tensor's values in its dtype, and back.
+std::string encodeValues(const Tensor &t);
+void decodeValues(Tensor &t, const char *data, size_t bytes);
+
+} // namespace dnnc::rt
