@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds dnnc and its tests, and runs the whole suite; then
 # builds again with AddressSanitizer and UndefinedBehaviorSanitizer and runs the frontend
-# tests (parser, sema, diagnostics, robustness fuzzing) under them.
+# and reference-interpreter tests (parser, sema, diagnostics, robustness fuzzing, dnnc run
+# against NumPy and on bad inputs) under them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -11,4 +12,4 @@ cmake --build build
 (cd build && ctest --output-on-failure -j"$jobs")
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDNNC_SANITIZE=ON >/dev/null
 cmake --build build-asan
-(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -L frontend -j"$jobs")
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -L "frontend|numerics" -j"$jobs")

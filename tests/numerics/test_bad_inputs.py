@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Bad inputs to `dnnc run`: each gives one clear message, exit status 1, and no output."""
+import argparse
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+from dnnc_test_util import write_safetensors
+
+
+class BadInputs(unittest.TestCase):
+    exe = examples = None
+
+    def fails(self, model, args, message, files=None):
+        """Runs dnnc with `files` (name -> bytes or array) written into a fresh folder."""
+        with tempfile.TemporaryDirectory() as d:
+            for name, content in (files or {}).items():
+                path = os.path.join(d, name)
+                if isinstance(content, bytes):
+                    open(path, "wb").write(content)
+                elif isinstance(content, dict):
+                    write_safetensors(path, content)
+                else:
+                    np.save(path, content)
+            model_path = model if os.path.isabs(model) else os.path.join(self.examples, model)
+            p = subprocess.run([self.exe, "run", model_path, "--out", os.path.join(d, "out"),
+                                *[a.replace("%d", d) for a in args]], capture_output=True, text=True, timeout=120)
+            self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+            lines = p.stderr.strip().splitlines()
+            self.assertEqual(len(lines), 1, p.stderr)
+            self.assertTrue(lines[0].startswith("dnnc: error: "), lines[0])
+            self.assertIn(message, lines[0])
+            self.assertFalse(os.path.exists(os.path.join(d, "out")), "output was written despite the error")
+
+    def tokens(self, shape, dtype=np.int32):
+        return ["--input", "tokens=%d/t.npy"], {"t.npy": np.zeros(shape, dtype)}
+
+    def test_wrong_rank(self):
+        args, files = self.tokens((2, 3, 4))
+        self.fails("transformer.dnn", args, "input 'tokens' must have rank 2 (i32[B, T]) but is i32[2, 3, 4]", files)
+
+    def test_wrong_dtype(self):
+        args, files = self.tokens((2, 3), np.int64)
+        self.fails("transformer.dnn", args, "input 'tokens' must be i32[B, T] but is i64[2, 3]", files)
+
+    def test_dim_out_of_range(self):
+        args, files = self.tokens((1, 4096))
+        self.fails("transformer.dnn", args, "dim T = 4096 is outside its range 1..2048", files)
+
+    def test_dims_disagree_between_inputs(self):
+        self.fails("detect.dnn", ["--input", "feats=%d/f.npy", "--input", "boxes=%d/b.npy"],
+                   "input 'boxes' is f32[40, 4]: axis 0 should be A = 50 but is 40",
+                   {"f.npy": np.zeros((50, 64), np.float32), "b.npy": np.zeros((40, 4), np.float32)})
+
+    def test_bind_disagrees_with_input(self):
+        args, files = self.tokens((2, 3))
+        self.fails("transformer.dnn", args + ["--bind", "T=5"], "axis 1 should be T = 5 but is 3", files)
+
+    def test_violated_assert(self):
+        with tempfile.TemporaryDirectory() as d:
+            model = os.path.join(d, "m.dnn")
+            open(model, "w").write("dim T;\nmodel main(x: f32[T]) -> f32[T] {\n  assert T % 4 == 0;\n  return x;\n}\n")
+            self.fails(model, ["--bind", "T=6"], "assert T % 4 == 0 at line 3 fails: T % 4 = 2 and 0 = 0")
+
+    def test_unknown_input_and_unbound_dim(self):
+        self.fails("mlp.dnn", ["--input", "y=%d/y.npy"], "model 'main' has no input 'y' (its inputs: x)",
+                   {"y.npy": np.zeros((1,), np.float32)})
+        self.fails("mlp.dnn", [], "input 'x' (f32[B, 784]) is not given and dim B is unknown")
+
+    def test_malformed_npy(self):
+        good = np.zeros((2, 3), np.int32)
+        with tempfile.TemporaryDirectory() as d:
+            np.save(os.path.join(d, "g.npy"), good)
+            raw = open(os.path.join(d, "g.npy"), "rb").read()
+        cases = [(raw[:-5], "is truncated or padded"), (b"NOTNUMPY" + raw[8:], "does not start with the .npy magic"),
+                 (raw[:9], "not a valid .npy file"),
+                 (raw.replace(b"'<i4'", b"'>i4'"), "holds dtype '>i4'"),
+                 (raw.replace(b"False", b"True "), "Fortran order")]
+        for content, message in cases:
+            with self.subTest(message=message):
+                args, _ = self.tokens((2, 3))
+                self.fails("transformer.dnn", args, message, {"t.npy": content})
+        args, _ = self.tokens((2, 3))
+        self.fails("transformer.dnn", args, "holds dtype '<f8'", {"t.npy": np.zeros((2, 3))})
+        self.fails("transformer.dnn", ["--input", "tokens=%d/none.npy"], "cannot read")
+
+    def test_malformed_safetensors(self):
+        w = {"w1": np.zeros((784, 512), np.float32), "b1": np.zeros(512, np.float32),
+             "w2": np.zeros((512, 10), np.float32), "b2": np.zeros(10, np.float32)}
+        args = ["--weights", "%d/w.safetensors", "--bind", "B=1"]
+        self.fails("mlp.dnn", args, "has no tensor 'b2' for param f32[10]",
+                   {"w.safetensors": {k: v for k, v in w.items() if k != "b2"}})
+        self.fails("mlp.dnn", args, "has a tensor 'extra' (f32[1]) that matches no param",
+                   {"w.safetensors": {**w, "extra": np.zeros(1, np.float32)}})
+        self.fails("mlp.dnn", args, "tensor 'b1' in", {"w.safetensors": {**w, "b1": np.zeros(511, np.float32)}})
+        self.fails("mlp.dnn", args, "is f16[512] but param 'b1' is f32[512]",
+                   {"w.safetensors": {**w, "b1": np.zeros(512, np.float16)}})
+        with tempfile.TemporaryDirectory() as d:
+            write_safetensors(os.path.join(d, "w.safetensors"), w)
+            raw = open(os.path.join(d, "w.safetensors"), "rb").read()
+        header_len = struct.unpack("<Q", raw[:8])[0]
+        cases = [(raw[:5], "shorter than its 8-byte header size"),
+                 (struct.pack("<Q", 1 << 40) + raw[8:], "the header claims"),
+                 (raw[:8] + b"[" + raw[9:], "JSON header does not parse"),
+                 (raw[:-100], "lies outside the"),
+                 (raw[:8] + raw[8:8 + header_len].replace(b'"F32"', b'"F64"') + raw[8 + header_len:], "dtype \"F64\" is not supported")]
+        for content, message in cases:
+            with self.subTest(message=message):
+                self.fails("mlp.dnn", args, message, {"w.safetensors": content})
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dnnc", required=True)
+    ap.add_argument("--examples", required=True)
+    a, rest = ap.parse_known_args()
+    BadInputs.exe, BadInputs.examples = os.path.abspath(a.dnnc), os.path.abspath(a.examples)
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Every builtin run by the reference interpreter against NumPy, one small model per op,
+at several shapes (dims of 1, primes, sizes of 8 and more)."""
+import argparse
+import math
+import os
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+from dnnc_test_util import Dnnc
+
+erf = np.vectorize(math.erf)
+SHAPES = [(1, 1), (3, 5), (8, 7)]  # values of (A, B)
+
+
+def sm(x, axis=-1):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def topk(x, k):
+    order = np.argsort(-x, axis=-1, kind="stable")[..., :k]
+    return [np.take_along_axis(x, order, -1), order]
+
+
+# name: (result expression in x (f32[A, B]), y (f32[A, B]), m (bool[A, B]), i (i32[A, B]),
+#        result type, NumPy reference)
+OPS = {
+    "neg": ("-x", "f32[A, B]", lambda x, y, m, i: -x),
+    "abs": ("abs(x)", "f32[A, B]", lambda x, y, m, i: np.abs(x)),
+    "exp": ("exp(x)", "f32[A, B]", lambda x, y, m, i: np.exp(x)),
+    "log": ("log(abs(x) + 1.0)", "f32[A, B]", lambda x, y, m, i: np.log(np.abs(x) + 1)),
+    "sqrt": ("sqrt(abs(x))", "f32[A, B]", lambda x, y, m, i: np.sqrt(np.abs(x))),
+    "rsqrt": ("rsqrt(abs(x) + 0.5)", "f32[A, B]", lambda x, y, m, i: 1 / np.sqrt(np.abs(x) + 0.5)),
+    "tanh": ("tanh(x)", "f32[A, B]", lambda x, y, m, i: np.tanh(x)),
+    "sigmoid": ("sigmoid(x)", "f32[A, B]", lambda x, y, m, i: 1 / (1 + np.exp(-x))),
+    "relu": ("relu(x)", "f32[A, B]", lambda x, y, m, i: np.maximum(x, 0)),
+    "gelu": ("gelu(x)", "f32[A, B]", lambda x, y, m, i: 0.5 * x * (1 + erf(x / math.sqrt(2)))),
+    "silu": ("silu(x)", "f32[A, B]", lambda x, y, m, i: x / (1 + np.exp(-x))),
+    "erf": ("erf(x)", "f32[A, B]", lambda x, y, m, i: erf(x)),
+    "sin": ("sin(x)", "f32[A, B]", lambda x, y, m, i: np.sin(x)),
+    "cos": ("cos(x)", "f32[A, B]", lambda x, y, m, i: np.cos(x)),
+    "floor": ("floor(x * 3.0)", "f32[A, B]", lambda x, y, m, i: np.floor(x.astype(np.float32) * np.float32(3))),
+    "ceil": ("ceil(x * 3.0)", "f32[A, B]", lambda x, y, m, i: np.ceil(x.astype(np.float32) * np.float32(3))),
+    "round": ("round(x * 3.0)", "f32[A, B]", lambda x, y, m, i: np.round(x.astype(np.float32) * np.float32(3))),
+    "sign": ("sign(x)", "f32[A, B]", lambda x, y, m, i: np.sign(x)),
+    "add": ("x + y", "f32[A, B]", lambda x, y, m, i: x + y),
+    "sub": ("x - y[0]", "f32[A, B]", lambda x, y, m, i: x - y[0]),
+    "mul": ("x * 2.5", "f32[A, B]", lambda x, y, m, i: x * 2.5),
+    "div": ("x / (abs(y) + 1.0)", "f32[A, B]", lambda x, y, m, i: x / (np.abs(y) + 1)),
+    "mod": ("x % 0.75", "f32[A, B]", lambda x, y, m, i: np.mod(x.astype(np.float32), np.float32(0.75))),
+    "pow": ("abs(x) ** 1.5", "f32[A, B]", lambda x, y, m, i: np.abs(x) ** 1.5),
+    "maximum": ("maximum(x, y)", "f32[A, B]", lambda x, y, m, i: np.maximum(x, y)),
+    "minimum": ("minimum(x, 0.0)", "f32[A, B]", lambda x, y, m, i: np.minimum(x, 0)),
+    "compare": ("(x < y) or (x >= 0.5) and not m", "bool[A, B]", lambda x, y, m, i: (x < y) | ((x >= 0.5) & ~m)),
+    "where": ("where(m, x, y)", "f32[A, B]", lambda x, y, m, i: np.where(m, x, y)),
+    "clip": ("clip(x, -0.5, 0.5)", "f32[A, B]", lambda x, y, m, i: np.clip(x, -0.5, 0.5)),
+    "cast": ("cast(i, f32) + cast(cast(x * 4.0, i32), f32)", "f32[A, B]",
+             lambda x, y, m, i: i + np.trunc(x.astype(np.float32) * np.float32(4))),
+    "int_div_mod": ("(i - 5) / 3 + (i - 5) % 3", "i32[A, B]", lambda x, y, m, i: (i - 5) // 3 + (i - 5) % 3),
+    "sum": ("sum(x, axis = 0)", "f32[B]", lambda x, y, m, i: x.sum(0)),
+    "mean": ("mean(x, axis = -1, keepdims = true)", "f32[A, 1]", lambda x, y, m, i: x.mean(-1, keepdims=True)),
+    "max": ("max(x)", "f32[]", lambda x, y, m, i: x.max()),
+    "min": ("min(x, axis = 1)", "f32[A]", lambda x, y, m, i: x.min(1)),
+    "prod": ("prod(x * 0.5 + 1.0, axis = 0)", "f32[B]", lambda x, y, m, i: (x * 0.5 + 1).prod(0)),
+    "argmax": ("argmax(x, axis = 1)", "i64[A]", lambda x, y, m, i: x.argmax(1)),
+    "argmin": ("argmin(x, axis = 0)", "i64[B]", lambda x, y, m, i: x.argmin(0)),
+    "logsumexp": ("logsumexp(x, axis = -1)", "f32[A]", lambda x, y, m, i: np.log(np.exp(x).sum(-1))),
+    "softmax": ("softmax(x, axis = 0)", "f32[A, B]", lambda x, y, m, i: sm(x, 0)),
+    "log_softmax": ("log_softmax(x)", "f32[A, B]", lambda x, y, m, i: np.log(sm(x))),
+    "matmul": ("x @ transpose(y)", "f32[A, A]", lambda x, y, m, i: x @ y.T),
+    "matmul_batch": ("unsqueeze(x, 0) @ stack([transpose(y), transpose(y)])", "f32[2, A, A]",
+                     lambda x, y, m, i: np.stack([x @ y.T, x @ y.T])),
+    "matvec": ("x @ y[0]", "f32[A]", lambda x, y, m, i: x @ y[0]),
+    "reshape": ("reshape(x, [B, -1])", "f32[B, A]", lambda x, y, m, i: x.reshape(x.shape[1], -1)),
+    "transpose": ("transpose(x)", "f32[B, A]", lambda x, y, m, i: x.T),
+    "broadcast_to": ("broadcast_to(y[0], [3, A, B])", "f32[3, A, B]", lambda x, y, m, i: np.broadcast_to(y[0], (3,) + x.shape)),
+    "squeeze": ("squeeze(unsqueeze(x, 1), axis = 1)", "f32[A, B]", lambda x, y, m, i: x),
+    "concat": ("concat([x, y, x], axis = 1)", "f32[A, 3 * B]", lambda x, y, m, i: np.concatenate([x, y, x], 1)),
+    "split": ("split(concat([x, y], axis = 1), [B, B], axis = 1)[1]", "f32[A, B]", lambda x, y, m, i: y),
+    "flatten": ("flatten(stack([x, y], axis = 2), 1)", "f32[A, 2 * B]",
+                lambda x, y, m, i: np.stack([x, y], 2).reshape(x.shape[0], -1)),
+    "pad": ("pad(x, [1, 0, 2, 3], 9.0)", "f32[A + 1, B + 5]", lambda x, y, m, i: np.pad(x, ((1, 0), (2, 3)), constant_values=9)),
+    "take": ("take(x, i % B, axis = 1)", "f32[A, A, B]", lambda x, y, m, i: np.take(x, i % x.shape[1], axis=1)),
+    "embedding": ("embedding(y, i % A)", "f32[A, B, B]", lambda x, y, m, i: y[i % x.shape[0]]),
+    "one_hot": ("one_hot(i, 4)", "f32[A, B, 4]", lambda x, y, m, i: np.eye(4)[np.clip(i, 0, 3)] * (i < 4)[..., None]),
+    "slice": ("x[1:, ::2]", "f32[max(0, A - 1), (B + 1) / 2]", lambda x, y, m, i: x[1:, ::2]),
+    "point": ("x[-1, ...]", "f32[B]", lambda x, y, m, i: x[-1]),
+    "topk": ("topk(x, 1, axis = 1)[0]", "f32[A, 1]", lambda x, y, m, i: topk(x, 1)[0]),
+    "nonzero": ("nonzero(m)", "i64[N, 2]", lambda x, y, m, i: np.stack(np.nonzero(m), 1)),
+    "masked_select": ("masked_select(x, m)", "f32[N]", lambda x, y, m, i: x[m]),
+    "unique": ("unique(i)", "i32[U]", lambda x, y, m, i: np.unique(i)),
+    "arange": ("arange(1, A + B, 2)", "i64[(A + B) / 2]", lambda x, y, m, i: np.arange(1, x.shape[0] + x.shape[1], 2)),
+    "full": ("full([A, 2], 1.5) + ones([2]) + zeros([A, 1])", "f32[A, 2]", lambda x, y, m, i: np.full((x.shape[0], 2), 2.5)),
+}
+
+
+class Ops(unittest.TestCase):
+    dnnc: Dnnc
+
+
+def make_test(name, expr, result, ref):
+    def test(self):
+        rng = np.random.default_rng(abs(hash(name)) % 2**32)
+        with tempfile.TemporaryDirectory() as d:
+            model = os.path.join(d, f"{name}.dnn")
+            with open(model, "w") as f:
+                f.write(f"dim A; dim B;\nmodel main(x: f32[A, B], y: f32[A, B], m: bool[A, B], i: i32[A, B]) -> {result} {{\n"
+                        f"  return {expr};\n}}\n")
+            for a, b in SHAPES:
+                x, y = rng.standard_normal((a, b)).astype(np.float32), rng.standard_normal((a, b)).astype(np.float32)
+                m, i = rng.random((a, b)) < 0.5, rng.integers(0, 9, (a, b)).astype(np.int32)
+                outs, p = self.dnnc.run(model, None, {"x": x, "y": y, "m": m, "i": i})
+                self.assertEqual(p.returncode, 0, p.stderr)
+                want = np.asarray(ref(x.astype(np.float64), y.astype(np.float64), m, i))
+                got = outs[0]
+                self.assertEqual(got.shape, want.shape, f"A={a}, B={b}")
+                if np.issubdtype(got.dtype, np.floating):
+                    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"A={a}, B={b}")
+                else:
+                    np.testing.assert_array_equal(got, want, err_msg=f"A={a}, B={b}")
+    return test
+
+
+for _name, (_expr, _result, _ref) in OPS.items():
+    setattr(Ops, f"test_{_name}", make_test(_name, _expr, _result, _ref))
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dnnc", required=True)
+    ap.add_argument("--examples", required=True)
+    a, rest = ap.parse_known_args()
+    Ops.dnnc = Dnnc(a.dnnc, a.examples)
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=1)
