@@ -10,8 +10,38 @@ Tensor Tensor::zeros(DType dtype, std::vector<int64_t> shape) {
   Tensor t;
   t.dtype = dtype;
   t.shape = std::move(shape);
-  (isFloat(dtype) ? t.f.assign(t.numel(), 0.0) : t.i.assign(t.numel(), 0));
+  t.bytes.assign(t.numel() * dtypeBytes(dtype), 0);
   return t;
+}
+
+namespace {
+template <class T> T read(const std::vector<uint8_t> &b, size_t k) {
+  T v;
+  std::memcpy(&v, b.data() + k * sizeof(T), sizeof(T));
+  return v;
+}
+template <class T> void write(std::vector<uint8_t> &b, size_t k, T v) { std::memcpy(b.data() + k * sizeof(T), &v, sizeof(T)); }
+} // namespace
+
+double Tensor::get(size_t k) const {
+  switch (dtype) {
+  case DType::F32: return read<float>(bytes, k);
+  case DType::F16: return halfToFloat(read<uint16_t>(bytes, k));
+  case DType::BF16: return bfloat16ToFloat(read<uint16_t>(bytes, k));
+  case DType::I32: return read<int32_t>(bytes, k);
+  case DType::I64: return static_cast<double>(read<int64_t>(bytes, k));
+  case DType::Bool: return bytes[k] != 0;
+  }
+  return 0;
+}
+
+int64_t Tensor::getInt(size_t k) const {
+  switch (dtype) {
+  case DType::I32: return read<int32_t>(bytes, k);
+  case DType::I64: return read<int64_t>(bytes, k);
+  case DType::Bool: return bytes[k] != 0;
+  default: return static_cast<int64_t>(get(k));
+  }
 }
 
 size_t Tensor::numel() const {
@@ -22,27 +52,28 @@ size_t Tensor::numel() const {
 }
 
 void Tensor::set(size_t k, double v) {
-  if (isFloat(dtype))
-    f[k] = roundToDType(dtype, v);
-  else if (dtype == DType::Bool)
-    i[k] = v != 0.0;
-  else if (std::isnan(v))
-    i[k] = 0;
-  else if (dtype == DType::I32)
-    i[k] = static_cast<int32_t>(std::fmax(std::fmin(std::trunc(v), 2147483647.0), -2147483648.0));
+  switch (dtype) {
+  case DType::F32: write<float>(bytes, k, static_cast<float>(v)); return;
+  case DType::F16: write<uint16_t>(bytes, k, floatToHalf(static_cast<float>(v))); return;
+  case DType::BF16: write<uint16_t>(bytes, k, floatToBFloat16(static_cast<float>(v))); return;
+  case DType::Bool: bytes[k] = v != 0.0; return;
+  default: break;
+  }
+  // Integers truncate toward zero and saturate; NaN becomes 0.
+  double t = std::isnan(v) ? 0 : std::trunc(v);
+  if (dtype == DType::I32)
+    write<int32_t>(bytes, k, static_cast<int32_t>(std::fmax(std::fmin(t, 2147483647.0), -2147483648.0)));
   else
-    i[k] = static_cast<int64_t>(std::fmax(std::fmin(std::trunc(v), 9.2233720368547748e18), -9.2233720368547758e18));
+    write<int64_t>(bytes, k, static_cast<int64_t>(std::fmax(std::fmin(t, 9.2233720368547748e18), -9.2233720368547758e18)));
 }
 
 void Tensor::setInt(size_t k, int64_t v) {
-  if (isFloat(dtype))
-    f[k] = roundToDType(dtype, static_cast<double>(v));
-  else if (dtype == DType::Bool)
-    i[k] = v != 0;
-  else if (dtype == DType::I32)
-    i[k] = static_cast<int32_t>(v);
-  else
-    i[k] = v;
+  switch (dtype) {
+  case DType::I32: write<int32_t>(bytes, k, static_cast<int32_t>(v)); return;
+  case DType::I64: write<int64_t>(bytes, k, v); return;
+  case DType::Bool: bytes[k] = v != 0; return;
+  default: set(k, static_cast<double>(v));
+  }
 }
 
 std::string Tensor::typeText() const {

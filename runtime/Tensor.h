@@ -1,6 +1,6 @@
-// A host tensor: dtype, shape and values, used by the runtime's I/O and the reference
-// interpreter. Float values are held as doubles rounded to their dtype; integer and bool
-// values as int64.
+// A host tensor: dtype, shape and its values in their native little-endian layout (what
+// compiled kernels read and write in place). get/set convert to and from double for the
+// reference interpreter.
 #pragma once
 
 #include "runtime/DType.h"
@@ -20,13 +20,14 @@ struct DataError : std::runtime_error {
 struct Tensor {
   DType dtype = DType::F32;
   std::vector<int64_t> shape;
-  std::vector<double> f;  // float dtypes
-  std::vector<int64_t> i; // integer and bool dtypes
+  std::vector<uint8_t> bytes;
 
   static Tensor zeros(DType dtype, std::vector<int64_t> shape);
   size_t numel() const;
-  double get(size_t k) const { return isFloat(dtype) ? f[k] : static_cast<double>(i[k]); }
-  int64_t getInt(size_t k) const { return isFloat(dtype) ? static_cast<int64_t>(f[k]) : i[k]; }
+  void *data() { return bytes.data(); }
+  const void *data() const { return bytes.data(); }
+  double get(size_t k) const;
+  int64_t getInt(size_t k) const;
   // Stores v converted to the dtype: rounded for floats, truncated for integers, v != 0 for bool.
   void set(size_t k, double v);
   void setInt(size_t k, int64_t v);

@@ -72,74 +72,17 @@ std::string npyDescr(DType d) {
 
 } // namespace
 
-std::string encodeValues(const Tensor &t) {
-  size_t n = t.numel(), w = dtypeBytes(t.dtype);
-  std::string out(n * w, '\0');
-  for (size_t k = 0; k < n; ++k) {
-    char *p = out.data() + k * w;
-    switch (t.dtype) {
-    case DType::F32: {
-      float v = static_cast<float>(t.f[k]);
-      std::memcpy(p, &v, 4);
-      break;
-    }
-    case DType::F16: {
-      uint16_t v = floatToHalf(static_cast<float>(t.f[k]));
-      std::memcpy(p, &v, 2);
-      break;
-    }
-    case DType::BF16: {
-      uint16_t v = floatToBFloat16(static_cast<float>(t.f[k]));
-      std::memcpy(p, &v, 2);
-      break;
-    }
-    case DType::I32: {
-      int32_t v = static_cast<int32_t>(t.i[k]);
-      std::memcpy(p, &v, 4);
-      break;
-    }
-    case DType::I64: std::memcpy(p, &t.i[k], 8); break;
-    case DType::Bool: *p = t.i[k] ? 1 : 0; break;
-    }
-  }
-  return out;
-}
+std::string encodeValues(const Tensor &t) { return std::string(t.bytes.begin(), t.bytes.end()); }
 
 void decodeValues(Tensor &t, const char *data, size_t bytes) {
   size_t n = t.numel(), w = dtypeBytes(t.dtype);
   if (bytes != n * w)
     throw DataError(fmt::format("{} needs {} bytes, not {}", t.typeText(), n * w, bytes));
-  (isFloat(t.dtype) ? t.f.assign(n, 0.0) : t.i.assign(n, 0));
-  for (size_t k = 0; k < n; ++k) {
-    const char *p = data + k * w;
-    switch (t.dtype) {
-    case DType::F32: {
-      float v;
-      std::memcpy(&v, p, 4);
-      t.f[k] = v;
-      break;
-    }
-    case DType::F16:
-    case DType::BF16: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      t.f[k] = t.dtype == DType::F16 ? halfToFloat(v) : bfloat16ToFloat(v);
-      break;
-    }
-    case DType::I32: {
-      int32_t v;
-      std::memcpy(&v, p, 4);
-      t.i[k] = v;
-      break;
-    }
-    case DType::I64: std::memcpy(&t.i[k], p, 8); break;
-    case DType::Bool:
-      if (static_cast<unsigned char>(*p) > 1)
-        throw DataError(fmt::format("a bool holds the byte {}", static_cast<int>(static_cast<unsigned char>(*p))));
-      t.i[k] = *p;
-      break;
-    }
-  }
+  t.bytes.assign(data, data + bytes);
+  if (t.dtype == DType::Bool)
+    for (size_t k = 0; k < n; ++k)
+      if (t.bytes[k] > 1)
+        throw DataError(fmt::format("a bool holds the byte {}", static_cast<int>(t.bytes[k])));
 }
 
 Tensor readNpy(const std::string &path) {

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <numeric>
@@ -419,10 +420,8 @@ Tensor permute(const Tensor &x, const std::vector<size_t> &perm) {
 }
 
 void copyValue(Tensor &dst, size_t d, const Tensor &src, size_t s) {
-  if (isFloat(src.dtype))
-    dst.set(d, src.f[s]);
-  else
-    dst.setInt(d, src.i[s]);
+  size_t w = dtypeBytes(src.dtype);
+  std::memcpy(dst.bytes.data() + d * w, src.bytes.data() + s * w, w);
 }
 
 Tensor concat(const std::vector<const Tensor *> &xs, size_t axis) {

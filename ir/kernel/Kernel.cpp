@@ -1,0 +1,176 @@
+// Construction and printing of kernel IR.
+#include "ir/kernel/Kernel.h"
+
+#include "ir/graph/OpRegistry.h"
+
+#include <fmt/format.h>
+
+#include <set>
+
+namespace dnnc::kir {
+namespace {
+ValuePtr make(Value v) { return std::make_shared<const Value>(std::move(v)); }
+StmtPtr makeStmt(Stmt::Kind k) {
+  auto s = std::make_unique<Stmt>();
+  s->kind = k;
+  return s;
+}
+} // namespace
+
+ValuePtr constant(double v, DType t) { return make({Value::Kind::Const, t, v}); }
+ValuePtr load(int buffer, sym::ExprRef index, DType t) { return make({Value::Kind::Load, t, 0, buffer, index}); }
+ValuePtr indexValue(sym::ExprRef e) { return make({Value::Kind::Index, DType::I64, 0, -1, e}); }
+ValuePtr local(const std::string &name, DType t) { return make({Value::Kind::Local, t, 0, -1, nullptr, name}); }
+ValuePtr unary(ir::OpKind op, ValuePtr a, DType t) { return make({Value::Kind::Unary, t, 0, -1, nullptr, "", op, {a}}); }
+ValuePtr binary(ir::OpKind op, ValuePtr a, ValuePtr b, DType t) {
+  return make({Value::Kind::Binary, t, 0, -1, nullptr, "", op, {a, b}});
+}
+ValuePtr select(ValuePtr c, ValuePtr a, ValuePtr b) {
+  DType t = a->dtype;
+  return make({Value::Kind::Select, t, 0, -1, nullptr, "", {}, {c, a, b}});
+}
+ValuePtr cast(ValuePtr a, DType t) {
+  if (a->dtype == t)
+    return a;
+  return make({Value::Kind::Cast, t, 0, -1, nullptr, "", {}, {a}});
+}
+
+StmtPtr loop(const std::string &var, sym::ExprRef extent, std::vector<StmtPtr> body, Stmt::Schedule s) {
+  auto st = makeStmt(Stmt::Kind::For);
+  st->var = var;
+  st->extent = extent;
+  st->body = std::move(body);
+  st->schedule = s;
+  return st;
+}
+StmtPtr store(int buffer, sym::ExprRef index, ValuePtr v) {
+  auto st = makeStmt(Stmt::Kind::Store);
+  st->buffer = buffer;
+  st->index = index;
+  st->value = std::move(v);
+  return st;
+}
+StmtPtr block(std::vector<StmtPtr> body) {
+  auto st = makeStmt(Stmt::Kind::Block);
+  st->body = std::move(body);
+  return st;
+}
+StmtPtr let(const std::string &name, ValuePtr v) {
+  auto st = makeStmt(Stmt::Kind::Let);
+  st->var = name;
+  st->value = std::move(v);
+  return st;
+}
+StmtPtr assign(const std::string &name, ValuePtr v) {
+  auto st = makeStmt(Stmt::Kind::Assign);
+  st->var = name;
+  st->value = std::move(v);
+  return st;
+}
+StmtPtr when(ValuePtr cond, std::vector<StmtPtr> body) {
+  auto st = makeStmt(Stmt::Kind::If);
+  st->value = std::move(cond);
+  st->body = std::move(body);
+  return st;
+}
+
+std::string loopVar(int n) { return "%" + std::to_string(n); }
+
+sym::ExprRef flatIndex(const std::vector<sym::ExprRef> &dims, const std::vector<sym::ExprRef> &idx) {
+  sym::ExprRef flat = sym::constant(0), stride = sym::constant(1);
+  for (size_t k = dims.size(); k-- > 0;) {
+    flat = sym::add(flat, sym::mul(idx[k], stride));
+    stride = sym::mul(stride, dims[k]);
+  }
+  return flat;
+}
+
+namespace {
+void collectDims(sym::ExprRef e, std::set<std::string> &out) {
+  if (!e)
+    return;
+  for (const std::string &n : sym::freeVars(e))
+    if (n[0] != '%')
+      out.insert(n);
+}
+void collectDims(const ValuePtr &v, std::set<std::string> &out) {
+  if (!v)
+    return;
+  collectDims(v->index, out);
+  for (const ValuePtr &a : v->args)
+    collectDims(a, out);
+}
+void collectDims(const Stmt &s, std::set<std::string> &out) {
+  collectDims(s.extent, out);
+  collectDims(s.index, out);
+  collectDims(s.value, out);
+  for (const StmtPtr &b : s.body)
+    collectDims(*b, out);
+}
+
+void printStmt(const Kernel &k, const Stmt &s, int depth, std::string &out) {
+  std::string pad(depth * 2, ' ');
+  const char *sched[] = {"", " parallel", " vectorize"};
+  switch (s.kind) {
+  case Stmt::Kind::For:
+    out += fmt::format("{}for {} in 0..{}{} {{\n", pad, s.var, s.extent->str(), sched[static_cast<int>(s.schedule)]);
+    for (const StmtPtr &b : s.body)
+      printStmt(k, *b, depth + 1, out);
+    out += pad + "}\n";
+    break;
+  case Stmt::Kind::Store:
+    out += fmt::format("{}b{}[{}] = {}\n", pad, s.buffer, s.index->str(), print(*s.value));
+    break;
+  case Stmt::Kind::Block:
+    for (const StmtPtr &b : s.body)
+      printStmt(k, *b, depth, out);
+    break;
+  case Stmt::Kind::Let: out += fmt::format("{}let {}: {} = {}\n", pad, s.var, dtypeName(s.value->dtype), print(*s.value)); break;
+  case Stmt::Kind::Assign: out += fmt::format("{}{} = {}\n", pad, s.var, print(*s.value)); break;
+  case Stmt::Kind::If:
+    out += fmt::format("{}if {} {{\n", pad, print(*s.value));
+    for (const StmtPtr &b : s.body)
+      printStmt(k, *b, depth + 1, out);
+    out += pad + "}\n";
+    break;
+  }
+}
+} // namespace
+
+std::vector<std::string> Kernel::dims() const {
+  std::set<std::string> out;
+  for (const Buffer &b : buffers)
+    for (sym::ExprRef d : b.dims)
+      collectDims(d, out);
+  collectDims(*body, out);
+  return {out.begin(), out.end()};
+}
+
+std::string print(const Value &v) {
+  auto arg = [&](size_t i) { return print(*v.args[i]); };
+  switch (v.kind) {
+  case Value::Kind::Const: return fmt::format("{}", v.number);
+  case Value::Kind::Load: return fmt::format("b{}[{}]", v.buffer, v.index->str());
+  case Value::Kind::Index: return "(" + v.index->str() + ")";
+  case Value::Kind::Local: return v.local;
+  case Value::Kind::Unary: return fmt::format("{}({})", ir::opInfo(v.op).spelling, arg(0));
+  case Value::Kind::Binary: return fmt::format("{}({}, {})", ir::opInfo(v.op).spelling, arg(0), arg(1));
+  case Value::Kind::Select: return fmt::format("select({}, {}, {})", arg(0), arg(1), arg(2));
+  case Value::Kind::Cast: return fmt::format("{}({})", dtypeName(v.dtype), arg(0));
+  }
+  return "?";
+}
+
+std::string print(const Kernel &k) {
+  std::string out = "kernel " + k.name + "(";
+  for (size_t i = 0; i < k.buffers.size(); ++i) {
+    const Buffer &b = k.buffers[i];
+    ir::TensorType t{b.dtype, b.dims};
+    out += fmt::format("{}{}b{} {}: {}", i ? ", " : "", b.output ? "out " : "", i, b.name, t.str());
+  }
+  out += ") {\n";
+  printStmt(k, *k.body, 1, out);
+  return out + "}\n";
+}
+
+} // namespace dnnc::kir

@@ -1,0 +1,83 @@
+// Kernel IR: loop nests whose extents and indices are dim expressions (ir/sym), over
+// typed buffers, with a schedule. Each kernel computes one graph op (fusion comes later).
+// Loop variables are dims named "%0", "%1", ... so indices stay canonical expressions.
+#pragma once
+
+#include "ir/graph/Types.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dnnc::kir {
+
+// A scalar computation. Float values compute in f32, integers in i64, bools in i1.
+struct Value;
+using ValuePtr = std::shared_ptr<const Value>;
+struct Value {
+  enum class Kind { Const, Load, Index, Local, Unary, Binary, Select, Cast };
+  Kind kind;
+  DType dtype;            // the value's type
+  double number = 0;      // Const
+  int buffer = -1;        // Load
+  sym::ExprRef index;     // Load: flat element index; Index: the integer value itself
+  std::string local;      // Local
+  ir::OpKind op{};        // Unary/Binary: the graph op whose scalar function applies
+  std::vector<ValuePtr> args;
+};
+
+ValuePtr constant(double v, DType t);
+ValuePtr load(int buffer, sym::ExprRef index, DType t);
+ValuePtr indexValue(sym::ExprRef e);
+ValuePtr local(const std::string &name, DType t);
+ValuePtr unary(ir::OpKind op, ValuePtr a, DType t);
+ValuePtr binary(ir::OpKind op, ValuePtr a, ValuePtr b, DType t);
+ValuePtr select(ValuePtr cond, ValuePtr a, ValuePtr b);
+ValuePtr cast(ValuePtr a, DType t);
+
+struct Stmt;
+using StmtPtr = std::unique_ptr<Stmt>;
+struct Stmt {
+  enum class Kind { For, Store, Block, Let, Assign, If };
+  enum class Schedule { Serial, Parallel, Vectorize };
+  Kind kind;
+  std::string var;           // For: the loop variable; Let/Assign: the local
+  sym::ExprRef extent;       // For: runs var = 0 .. extent-1
+  Schedule schedule = Schedule::Serial;
+  int buffer = -1;           // Store
+  sym::ExprRef index;        // Store
+  ValuePtr value;            // Store/Let/Assign value; If condition
+  std::vector<StmtPtr> body; // For/Block/If
+};
+
+StmtPtr loop(const std::string &var, sym::ExprRef extent, std::vector<StmtPtr> body,
+             Stmt::Schedule s = Stmt::Schedule::Serial);
+StmtPtr store(int buffer, sym::ExprRef index, ValuePtr v);
+StmtPtr block(std::vector<StmtPtr> body);
+StmtPtr let(const std::string &name, ValuePtr v);
+StmtPtr assign(const std::string &name, ValuePtr v);
+StmtPtr when(ValuePtr cond, std::vector<StmtPtr> body);
+
+struct Buffer {
+  std::string name;
+  DType dtype;
+  std::vector<sym::ExprRef> dims;
+  bool output = false;
+};
+
+struct Kernel {
+  std::string name;
+  std::vector<Buffer> buffers; // the op's operands, then its results
+  StmtPtr body;
+  std::vector<std::string> dims() const; // every dim the kernel reads at run time, sorted
+};
+
+std::string print(const Kernel &k);
+std::string print(const Value &v);
+
+// The row-major flat index of `idx` in a buffer of `dims`.
+sym::ExprRef flatIndex(const std::vector<sym::ExprRef> &dims, const std::vector<sym::ExprRef> &idx);
+// The name of loop variable n.
+std::string loopVar(int n);
+
+} // namespace dnnc::kir
