@@ -6,6 +6,7 @@ packages=(
   antlr4 libantlr4-runtime-dev
   catch2 libboost-program-options-dev libedit-dev
   nlohmann-json3-dev libfmt-dev
+  llvm-19-dev llvm-19-tools
   python3-numpy
 )
 missing=()

@@ -6,7 +6,9 @@
 #include "ir/graph/Graph.h"
 #include "runtime/Tensor.h"
 
+#include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,9 +24,14 @@ struct ParamSpec {
 };
 std::vector<ParamSpec> paramsOf(const ir::Graph &g);
 
+// Runs one op some other way (compiled code) and returns true, or returns false to let
+// the reference implementation run it. Control flow stays with the interpreter.
+using OpRunner = std::function<bool(const ir::Op &, const std::vector<const rt::Tensor *> &, std::vector<rt::Tensor> &,
+                                    const Binding &)>;
+
 class Interpreter {
 public:
-  explicit Interpreter(const ir::Graph &g) : graph_(g) {}
+  explicit Interpreter(const ir::Graph &g, OpRunner runner = nullptr) : graph_(g), runner_(std::move(runner)) {}
   // Binds dims from the inputs' shapes (and `preset`), checks ranges and the asserts
   // about input dims before anything runs, then runs the model. Throws rt::DataError for
   // bad inputs or a violated assert, InternalError when a result contradicts its type.
@@ -38,6 +45,7 @@ public:
 
 private:
   const ir::Graph &graph_;
+  OpRunner runner_;
   Binding binding_;
   size_t opsExecuted_ = 0;
 };

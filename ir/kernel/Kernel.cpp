@@ -10,6 +10,9 @@
 namespace dnnc::kir {
 namespace {
 ValuePtr make(Value v) { return std::make_shared<const Value>(std::move(v)); }
+} // namespace
+
+namespace {
 StmtPtr makeStmt(Stmt::Kind k) {
   auto s = std::make_unique<Stmt>();
   s->kind = k;
@@ -17,22 +20,61 @@ StmtPtr makeStmt(Stmt::Kind k) {
 }
 } // namespace
 
-ValuePtr constant(double v, DType t) { return make({Value::Kind::Const, t, v}); }
-ValuePtr load(int buffer, sym::ExprRef index, DType t) { return make({Value::Kind::Load, t, 0, buffer, index}); }
-ValuePtr indexValue(sym::ExprRef e) { return make({Value::Kind::Index, DType::I64, 0, -1, e}); }
-ValuePtr local(const std::string &name, DType t) { return make({Value::Kind::Local, t, 0, -1, nullptr, name}); }
-ValuePtr unary(ir::OpKind op, ValuePtr a, DType t) { return make({Value::Kind::Unary, t, 0, -1, nullptr, "", op, {a}}); }
+namespace {
+Value base(Value::Kind k, DType t) {
+  Value v;
+  v.kind = k;
+  v.dtype = t;
+  return v;
+}
+} // namespace
+
+ValuePtr constant(double n, DType t) {
+  Value v = base(Value::Kind::Const, t);
+  v.number = n;
+  return make(std::move(v));
+}
+ValuePtr load(int buffer, sym::ExprRef index, DType t, ValuePtr offset) {
+  Value v = base(Value::Kind::Load, t);
+  v.buffer = buffer;
+  v.index = index;
+  if (offset)
+    v.args.push_back(std::move(offset));
+  return make(std::move(v));
+}
+ValuePtr indexValue(sym::ExprRef e) {
+  Value v = base(Value::Kind::Index, DType::I64);
+  v.index = e;
+  return make(std::move(v));
+}
+ValuePtr local(const std::string &name, DType t) {
+  Value v = base(Value::Kind::Local, t);
+  v.local = name;
+  return make(std::move(v));
+}
+ValuePtr unary(ir::OpKind op, ValuePtr a, DType t) {
+  Value v = base(Value::Kind::Unary, t);
+  v.op = op;
+  v.args = {std::move(a)};
+  return make(std::move(v));
+}
 ValuePtr binary(ir::OpKind op, ValuePtr a, ValuePtr b, DType t) {
-  return make({Value::Kind::Binary, t, 0, -1, nullptr, "", op, {a, b}});
+  Value v = base(Value::Kind::Binary, t);
+  v.op = op;
+  v.args = {std::move(a), std::move(b)};
+  return make(std::move(v));
 }
 ValuePtr select(ValuePtr c, ValuePtr a, ValuePtr b) {
-  DType t = a->dtype;
-  return make({Value::Kind::Select, t, 0, -1, nullptr, "", {}, {c, a, b}});
+  Value v = base(Value::Kind::Select, a->dtype);
+  v.args = {std::move(c), std::move(a), std::move(b)};
+  return make(std::move(v));
 }
 ValuePtr cast(ValuePtr a, DType t) {
   if (a->dtype == t)
     return a;
-  return make({Value::Kind::Cast, t, 0, -1, nullptr, "", {}, {a}});
+  Value v = base(Value::Kind::Cast, t);
+  v.args = {std::move(a)};
+  return make(std::move(v));
 }
 
 StmtPtr loop(const std::string &var, sym::ExprRef extent, std::vector<StmtPtr> body, Stmt::Schedule s) {
@@ -150,7 +192,8 @@ std::string print(const Value &v) {
   auto arg = [&](size_t i) { return print(*v.args[i]); };
   switch (v.kind) {
   case Value::Kind::Const: return fmt::format("{}", v.number);
-  case Value::Kind::Load: return fmt::format("b{}[{}]", v.buffer, v.index->str());
+  case Value::Kind::Load:
+    return fmt::format("b{}[{}{}]", v.buffer, v.index->str(), v.args.empty() ? "" : " + " + arg(0));
   case Value::Kind::Index: return "(" + v.index->str() + ")";
   case Value::Kind::Local: return v.local;
   case Value::Kind::Unary: return fmt::format("{}({})", ir::opInfo(v.op).spelling, arg(0));

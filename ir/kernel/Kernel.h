@@ -3,7 +3,7 @@
 // Loop variables are dims named "%0", "%1", ... so indices stay canonical expressions.
 #pragma once
 
-#include "ir/graph/Types.h"
+#include "ir/graph/Graph.h"
 
 #include <memory>
 #include <string>
@@ -16,18 +16,18 @@ struct Value;
 using ValuePtr = std::shared_ptr<const Value>;
 struct Value {
   enum class Kind { Const, Load, Index, Local, Unary, Binary, Select, Cast };
-  Kind kind;
-  DType dtype;            // the value's type
+  Kind kind = Kind::Const;
+  DType dtype = DType::F32; // the value's type
   double number = 0;      // Const
   int buffer = -1;        // Load
-  sym::ExprRef index;     // Load: flat element index; Index: the integer value itself
+  sym::ExprRef index = nullptr; // Load: flat element index; Index: the integer value itself
   std::string local;      // Local
   ir::OpKind op{};        // Unary/Binary: the graph op whose scalar function applies
-  std::vector<ValuePtr> args;
+  std::vector<ValuePtr> args; // operands; for a Load, an optional run-time offset (i64) added to index
 };
 
 ValuePtr constant(double v, DType t);
-ValuePtr load(int buffer, sym::ExprRef index, DType t);
+ValuePtr load(int buffer, sym::ExprRef index, DType t, ValuePtr offset = nullptr);
 ValuePtr indexValue(sym::ExprRef e);
 ValuePtr local(const std::string &name, DType t);
 ValuePtr unary(ir::OpKind op, ValuePtr a, DType t);
@@ -40,12 +40,12 @@ using StmtPtr = std::unique_ptr<Stmt>;
 struct Stmt {
   enum class Kind { For, Store, Block, Let, Assign, If };
   enum class Schedule { Serial, Parallel, Vectorize };
-  Kind kind;
-  std::string var;           // For: the loop variable; Let/Assign: the local
-  sym::ExprRef extent;       // For: runs var = 0 .. extent-1
+  Kind kind = Kind::Block;
+  std::string var;              // For: the loop variable; Let/Assign: the local
+  sym::ExprRef extent = nullptr; // For: runs var = 0 .. extent-1
   Schedule schedule = Schedule::Serial;
   int buffer = -1;           // Store
-  sym::ExprRef index;        // Store
+  sym::ExprRef index = nullptr; // Store
   ValuePtr value;            // Store/Let/Assign value; If condition
   std::vector<StmtPtr> body; // For/Block/If
 };

@@ -27,14 +27,14 @@ def write_safetensors(path, tensors):
 
 
 class Dnnc:
-    def __init__(self, exe, examples):
-        self.exe, self.examples = exe, examples
+    def __init__(self, exe, examples, device="ref"):
+        self.exe, self.examples, self.device = exe, examples, device
 
     def run(self, model, weights, inputs, extra=()):
         """Runs dnnc on `model` with the given arrays; returns (outputs, completed process)."""
         with tempfile.TemporaryDirectory() as d:
             args = [self.exe, "run", os.path.join(self.examples, model) if not os.path.isabs(model) else model,
-                    "--out", os.path.join(d, "out"), *extra]
+                    "--out", os.path.join(d, "out"), "--device", self.device, *extra]
             if weights is not None:
                 write_safetensors(os.path.join(d, "w.safetensors"), weights)
                 args += ["--weights", os.path.join(d, "w.safetensors")]

@@ -132,6 +132,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--dnnc", required=True)
     ap.add_argument("--examples", required=True)
+    ap.add_argument("--device", default="ref")
     a, rest = ap.parse_known_args()
-    Ops.dnnc = Dnnc(a.dnnc, a.examples)
+    Ops.dnnc = Dnnc(a.dnnc, a.examples, a.device)
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=1)

@@ -1,5 +1,6 @@
 // `dnnc run`: runs a model on .npy inputs and .safetensors weights (or seeded random ones)
 // and writes its outputs as .npy files. This build runs on the reference interpreter.
+#include "backend/CpuExecutable.h"
 #include "ir/interp/Interpreter.h"
 #include "runtime/TensorIO.h"
 #include "tools/dnnc/Driver.h"
@@ -71,11 +72,12 @@ std::map<std::string, Tensor> loadWeights(const ir::Graph &g, const std::string 
 } // namespace
 
 int runModel(Program &p, const RunOptions &o) {
-  if (o.device != "auto" && o.device != "ref") {
+  if (o.device != "auto" && o.device != "ref" && o.device != "cpu") {
     std::cerr << "dnnc: error: device '" << o.device
-              << "' needs code generation, which this build of dnnc does not include yet; use --device ref\n";
+              << "' is not available in this build of dnnc (it runs on: auto, cpu, ref)\n";
     return kUserError;
   }
+  bool reference = o.device == "ref";
   std::string err;
   ModelInfo *m = selectModel(p, o.model, err);
   if (!m || !(err = checkBinding(*m, o.binding)).empty()) {
@@ -95,11 +97,17 @@ int runModel(Program &p, const RunOptions &o) {
       }
       inputs[static_cast<size_t>(it - g.body.args.begin())] = rt::readNpy(path);
     }
-    interp::Interpreter interpreter(g);
+    // The CPU path compiles every statically shaped op; the reference path interprets all.
+    std::unique_ptr<backend::CpuExecutable> compiled;
+    std::unique_ptr<interp::Interpreter> interpreter;
+    if (reference)
+      interpreter = std::make_unique<interp::Interpreter>(g);
+    else
+      compiled = std::make_unique<backend::CpuExecutable>(g);
     std::vector<const Tensor *> given;
     for (auto &t : inputs)
       given.push_back(t ? &*t : nullptr);
-    interp::Binding b = interpreter.bindInputs(given, o.binding);
+    interp::Binding b = reference ? interpreter->bindInputs(given, o.binding) : compiled->bindInputs(given, o.binding);
     for (size_t k = 0; k < inputs.size(); ++k)
       if (!inputs[k])
         inputs[k] = randomInput(*g.body.args[k], b, o.seed * 7919 + k + 1);
@@ -107,7 +115,7 @@ int runModel(Program &p, const RunOptions &o) {
     for (auto &t : inputs)
       all.push_back(std::move(*t));
     auto params = loadWeights(g, o.weights, b, o.seed);
-    std::vector<Tensor> outputs = interpreter.run(all, params, o.binding);
+    std::vector<Tensor> outputs = reference ? interpreter->run(all, params, o.binding) : compiled->run(all, params, o.binding);
     // Everything is computed before anything is written: an error leaves no output.
     std::error_code ec;
     std::filesystem::create_directories(o.outDir, ec);
@@ -120,9 +128,14 @@ int runModel(Program &p, const RunOptions &o) {
     }
     if (o.stats) {
       std::string dims;
-      for (auto &[name, v] : interpreter.binding())
+      for (auto &[name, v] : reference ? interpreter->binding() : compiled->binding())
         dims += fmt::format("{}{} = {}", dims.empty() ? "" : ", ", name, v);
-      std::cout << fmt::format("device: reference interpreter\ndims: {}\nops executed: {}\n", dims, interpreter.opsExecuted());
+      if (reference)
+        std::cout << fmt::format("device: reference interpreter\ndims: {}\nops executed: {}\n", dims, interpreter->opsExecuted());
+      else
+        std::cout << fmt::format("device: cpu ({})\ndims: {}\nkernels compiled: {}\nkernels launched: {}\nhost ops: {}\n",
+                                 backend::hostDescription(), dims, compiled->kernelCount(), compiled->kernelsLaunched(),
+                                 compiled->hostOps());
     }
   } catch (const DataError &e) {
     std::cerr << "dnnc: error: " << e.what() << "\n";

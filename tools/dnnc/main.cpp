@@ -1,5 +1,6 @@
 // dnnc: the command-line driver (check, shapes, emit, repl).
 #include "frontend/Ast.h"
+#include "backend/CpuExecutable.h"
 #include "frontend/Parser.h"
 #include "tools/dnnc/Driver.h"
 
@@ -23,10 +24,10 @@ commands:
   check FILE                      parse and type-check
   shapes FILE [--model M] [--bind B=4,T=16] [--json]
                                   every named value with its type and shape class
-  emit FILE --emit=ast|ir [-o OUT]
+  emit FILE --emit=ast|ir|kernels|llvm [-o OUT]
                                   print a compiler stage as text
   run FILE [--weights W] [--input NAME=X.npy]... [--bind B=2] [--out DIR] [--seed N]
-                                  run a model (on the reference interpreter)
+                                  compile a model for the CPU and run it
   repl [FILE]                     the shape-query REPL
 
 Run 'dnnc <command> --help' for a command's options; 'dnnc --version' for the version.
@@ -147,13 +148,13 @@ int cmdEmit(int argc, char **argv) {
   CommonOptions c;
   std::string stage, out;
   po::options_description desc = commonOptions(c);
-  desc.add_options()("emit", po::value(&stage)->required(), "the stage: ast or ir")("output,o", po::value(&out),
+  desc.add_options()("emit", po::value(&stage)->required(), "the stage: ast, ir, kernels or llvm")("output,o", po::value(&out),
                                                                                     "write to this file, not stdout");
   po::variables_map vm;
-  if (int rc = parseOptions(argc, argv, desc, "usage: dnnc emit FILE --emit=ast|ir [-o OUT]\n", true, c, vm); rc >= 0)
+  if (int rc = parseOptions(argc, argv, desc, "usage: dnnc emit FILE --emit=ast|ir|kernels|llvm [-o OUT]\n", true, c, vm); rc >= 0)
     return rc;
-  if (stage != "ast" && stage != "ir") {
-    std::cerr << "dnnc: error: unknown stage '" << stage << "' for --emit (this build emits: ast, ir)\n";
+  if (stage != "ast" && stage != "ir" && stage != "kernels" && stage != "llvm") {
+    std::cerr << "dnnc: error: unknown stage '" << stage << "' for --emit (this build emits: ast, ir, kernels, llvm)\n";
     return kUsage;
   }
   Program p;
@@ -166,9 +167,14 @@ int cmdEmit(int argc, char **argv) {
     auto m = parseModule(p.sources(), p.sources().find(c.file), parseDiags);
     m->name = std::filesystem::path(c.file).stem().string();
     text = ast::print(*m);
-  } else {
+  } else if (stage == "ir") {
     for (const ModelInfo &m : p.models())
       text += ir::print(*m.graph);
+  } else {
+    for (const ModelInfo &m : p.models()) {
+      backend::CpuExecutable exe(*m.graph);
+      text += stage == "kernels" ? exe.kernelsText() : exe.llvmIR();
+    }
   }
   return writeOutput(out, text);
 }
@@ -184,11 +190,11 @@ int cmdRun(int argc, char **argv) {
       "input", po::value(&inputs)->composing(), "NAME=FILE.npy for an input (repeatable); others are random")(
       "bind", po::value(&bind), "bind dims, e.g. B=2,T=8 (sizes for random inputs)")(
       "out", po::value(&o.outDir), "where out0.npy, out1.npy, ... go (default: out)")(
-      "device", po::value(&o.device), "auto or ref (the reference interpreter)")(
+      "device", po::value(&o.device), "auto or cpu (compiled with LLVM), or ref (the reference interpreter)")(
       "seed", po::value(&o.seed), "seed for random weights and inputs (default 0)")("stats", "print the dims and ops run");
   po::variables_map vm;
   const char *usage = "usage: dnnc run FILE [--weights W.safetensors] [--input NAME=X.npy]... [--bind B=2,T=8] "
-                      "[--out DIR] [--device auto|ref] [--seed N]\n";
+                      "[--out DIR] [--device auto|cpu|ref] [--seed N]\n";
   if (int rc = parseOptions(argc, argv, desc, usage, true, c, vm); rc >= 0)
     return rc;
   o.stats = vm.count("stats") > 0;

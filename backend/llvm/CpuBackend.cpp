@@ -1,0 +1,455 @@
+// Kernel IR to LLVM IR (loops with phis, locals as allocas that mem2reg promotes), the O3
+// pipeline for the host target, and in-process compilation with ORC LLJIT.
+#include "backend/llvm/CpuBackend.h"
+
+#include "frontend/Diagnostics.h"
+#include "ir/graph/OpRegistry.h"
+
+#include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
+#include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/IR/DiagnosticInfo.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+#include <llvm/TargetParser/Host.h>
+
+#include <fmt/format.h>
+
+#include <map>
+#include <mutex>
+
+namespace dnnc::backend {
+namespace {
+
+using ir::OpKind;
+
+void initializeLLVM() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+  });
+}
+
+std::string errorText(llvm::Error e) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << e;
+  return s;
+}
+
+class KernelEmitter {
+public:
+  KernelEmitter(llvm::Module &m, const kir::Kernel &k) : m_(m), ctx_(m.getContext()), b_(ctx_), k_(k) {}
+
+  void emit() {
+    auto *ptr = llvm::PointerType::get(ctx_, 0);
+    auto *fnType = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr}, false);
+    fn_ = llvm::Function::Create(fnType, llvm::Function::ExternalLinkage, k_.name, m_);
+    fn_->addFnAttr(llvm::Attribute::NoUnwind);
+    entry_ = llvm::BasicBlock::Create(ctx_, "entry", fn_);
+    b_.SetInsertPoint(entry_);
+    llvm::Value *buffers = fn_->getArg(0), *dims = fn_->getArg(1);
+    for (size_t i = 0; i < k_.buffers.size(); ++i)
+      bufs_.push_back(b_.CreateLoad(ptr, b_.CreateConstGEP1_64(ptr, buffers, i), k_.buffers[i].name));
+    auto names = k_.dims();
+    for (size_t i = 0; i < names.size(); ++i)
+      vars_[names[i]] = b_.CreateLoad(b_.getInt64Ty(), b_.CreateConstGEP1_64(b_.getInt64Ty(), dims, i), names[i]);
+    stmt(*k_.body);
+    b_.CreateRetVoid();
+    std::string err;
+    llvm::raw_string_ostream os(err);
+    if (llvm::verifyFunction(*fn_, &os))
+      throw InternalError("LLVM rejected kernel " + k_.name + ": " + err);
+  }
+
+private:
+  llvm::Type *computeType(DType t) {
+    if (isFloat(t))
+      return b_.getFloatTy();
+    return t == DType::Bool ? b_.getInt1Ty() : b_.getInt64Ty();
+  }
+  llvm::Type *storageType(DType t) {
+    switch (t) {
+    case DType::F32: return b_.getFloatTy();
+    case DType::F16: return b_.getHalfTy();
+    case DType::BF16: return b_.getInt16Ty(); // converted by hand: no libcall needed
+    case DType::I32: return b_.getInt32Ty();
+    case DType::I64: return b_.getInt64Ty();
+    case DType::Bool: return b_.getInt8Ty();
+    }
+    return nullptr;
+  }
+
+  llvm::Value *call(llvm::Intrinsic::ID id, std::vector<llvm::Value *> args) {
+    return b_.CreateIntrinsic(id, {args[0]->getType()}, args);
+  }
+  llvm::Value *libm(const char *name, llvm::Value *x) {
+    llvm::FunctionCallee f = m_.getOrInsertFunction(name, b_.getFloatTy(), b_.getFloatTy());
+    return b_.CreateCall(f, {x});
+  }
+
+  // ---- indices (i64) ----
+  llvm::Value *floorDivMod(llvm::Value *a, llvm::Value *d, bool wantMod) {
+    llvm::Value *q = b_.CreateSDiv(a, d), *r = b_.CreateSRem(a, d);
+    llvm::Value *adjust = b_.CreateAnd(b_.CreateICmpNE(r, b_.getInt64(0)),
+                                       b_.CreateICmpSLT(b_.CreateXor(r, d), b_.getInt64(0)));
+    return wantMod ? b_.CreateSelect(adjust, b_.CreateAdd(r, d), r) : b_.CreateSub(q, b_.CreateZExt(adjust, b_.getInt64Ty()));
+  }
+  llvm::Value *index(sym::ExprRef e) {
+    llvm::Value *sum = b_.getInt64(e->constant());
+    for (const sym::Term &t : e->terms()) {
+      llvm::Value *p = b_.getInt64(t.coef);
+      for (const sym::Atom *a : t.factors)
+        p = b_.CreateMul(p, atom(a));
+      sum = b_.CreateAdd(sum, p);
+    }
+    return sum;
+  }
+  llvm::Value *atom(const sym::Atom *a) {
+    if (a->kind == sym::Atom::Kind::Var) {
+      auto it = vars_.find(a->name);
+      if (it == vars_.end())
+        throw InternalError(fmt::format("kernel {} uses the unknown dim {}", k_.name, a->name));
+      return it->second;
+    }
+    llvm::Value *l = index(a->lhs), *r = index(a->rhs);
+    switch (a->kind) {
+    case sym::Atom::Kind::Div: return floorDivMod(l, r, false);
+    case sym::Atom::Kind::Mod: return floorDivMod(l, r, true);
+    case sym::Atom::Kind::Min: return b_.CreateSelect(b_.CreateICmpSLT(l, r), l, r);
+    case sym::Atom::Kind::Max: return b_.CreateSelect(b_.CreateICmpSGT(l, r), l, r);
+    default: return nullptr;
+    }
+  }
+
+  // ---- scalar values ----
+  llvm::Value *convert(llvm::Value *v, DType from, DType to) {
+    llvm::Type *target = computeType(to);
+    if (v->getType() == target)
+      return v;
+    if (isFloat(from)) {
+      if (to == DType::Bool)
+        return b_.CreateFCmpUNE(v, llvm::ConstantFP::get(v->getType(), 0.0));
+      return b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {target, v->getType()}, {v});
+    }
+    if (from == DType::Bool)
+      return isFloat(to) ? b_.CreateUIToFP(v, target) : b_.CreateZExt(v, target);
+    if (to == DType::Bool)
+      return b_.CreateICmpNE(v, b_.getInt64(0));
+    return b_.CreateSIToFP(v, target);
+  }
+
+  llvm::Value *loadValue(const kir::Value &v) {
+    const kir::Buffer &buf = k_.buffers[v.buffer];
+    llvm::Value *i = index(v.index);
+    if (!v.args.empty())
+      i = b_.CreateAdd(i, value(*v.args[0]));
+    llvm::Type *st = storageType(buf.dtype);
+    llvm::Value *x = b_.CreateLoad(st, b_.CreateInBoundsGEP(st, bufs_[v.buffer], i));
+    switch (buf.dtype) {
+    case DType::F16: return b_.CreateFPExt(x, b_.getFloatTy());
+    case DType::BF16: return b_.CreateBitCast(b_.CreateShl(b_.CreateZExt(x, b_.getInt32Ty()), 16), b_.getFloatTy());
+    case DType::I32: return b_.CreateSExt(x, b_.getInt64Ty());
+    case DType::Bool: return b_.CreateICmpNE(x, b_.getInt8(0));
+    default: return x;
+    }
+  }
+
+  void storeValue(int buffer, sym::ExprRef idx, llvm::Value *v, DType from) {
+    DType t = k_.buffers[buffer].dtype;
+    v = convert(v, from, t);
+    switch (t) {
+    case DType::F16: v = b_.CreateFPTrunc(v, b_.getHalfTy()); break;
+    case DType::BF16: { // round to nearest even on the bits
+      llvm::Value *bits = b_.CreateBitCast(v, b_.getInt32Ty());
+      llvm::Value *lsb = b_.CreateAnd(b_.CreateLShr(bits, 16), b_.getInt32(1));
+      v = b_.CreateTrunc(b_.CreateLShr(b_.CreateAdd(bits, b_.CreateAdd(b_.getInt32(0x7fff), lsb)), 16), b_.getInt16Ty());
+      break;
+    }
+    case DType::I32: v = b_.CreateTrunc(v, b_.getInt32Ty()); break;
+    case DType::Bool: v = b_.CreateZExt(v, b_.getInt8Ty()); break;
+    default: break;
+    }
+    llvm::Type *st = storageType(t);
+    b_.CreateStore(v, b_.CreateInBoundsGEP(st, bufs_[buffer], index(idx)));
+  }
+
+  llvm::Value *floatUnary(OpKind k, llvm::Value *x) {
+    llvm::Type *f = b_.getFloatTy();
+    auto one = llvm::ConstantFP::get(f, 1.0), zero = llvm::ConstantFP::get(f, 0.0);
+    auto sigmoid = [&](llvm::Value *v) { return b_.CreateFDiv(one, b_.CreateFAdd(one, call(llvm::Intrinsic::exp, {b_.CreateFNeg(v)}))); };
+    switch (k) {
+    case OpKind::Neg: return b_.CreateFNeg(x);
+    case OpKind::Abs: return call(llvm::Intrinsic::fabs, {x});
+    case OpKind::Exp: return call(llvm::Intrinsic::exp, {x});
+    case OpKind::Log: return call(llvm::Intrinsic::log, {x});
+    case OpKind::Sqrt: return call(llvm::Intrinsic::sqrt, {x});
+    case OpKind::Rsqrt: return b_.CreateFDiv(one, call(llvm::Intrinsic::sqrt, {x}));
+    case OpKind::Tanh: return libm("tanhf", x);
+    case OpKind::Sigmoid: return sigmoid(x);
+    case OpKind::Relu: return b_.CreateSelect(b_.CreateFCmpOGT(x, zero), x, zero);
+    case OpKind::Gelu:
+      return b_.CreateFMul(b_.CreateFMul(llvm::ConstantFP::get(f, 0.5), x),
+                           b_.CreateFAdd(one, libm("erff", b_.CreateFMul(x, llvm::ConstantFP::get(f, M_SQRT1_2)))));
+    case OpKind::Silu: return b_.CreateFMul(x, sigmoid(x));
+    case OpKind::Erf: return libm("erff", x);
+    case OpKind::Sin: return call(llvm::Intrinsic::sin, {x});
+    case OpKind::Cos: return call(llvm::Intrinsic::cos, {x});
+    case OpKind::Floor: return call(llvm::Intrinsic::floor, {x});
+    case OpKind::Ceil: return call(llvm::Intrinsic::ceil, {x});
+    case OpKind::Round: return call(llvm::Intrinsic::roundeven, {x});
+    case OpKind::Sign:
+      return b_.CreateSelect(b_.CreateFCmpOGT(x, zero), one,
+                             b_.CreateSelect(b_.CreateFCmpOLT(x, zero), llvm::ConstantFP::get(f, -1.0), zero));
+    default: throw InternalError(std::string("no float form of ") + ir::opInfo(k).spelling);
+    }
+  }
+
+  llvm::Value *intUnary(OpKind k, llvm::Value *x) {
+    llvm::Value *zero = llvm::ConstantInt::get(x->getType(), 0);
+    switch (k) {
+    case OpKind::Neg: return b_.CreateSub(zero, x);
+    case OpKind::Abs: return b_.CreateSelect(b_.CreateICmpSLT(x, zero), b_.CreateSub(zero, x), x);
+    case OpKind::Relu: return b_.CreateSelect(b_.CreateICmpSGT(x, zero), x, zero);
+    case OpKind::Sign:
+      return b_.CreateSub(b_.CreateZExt(b_.CreateICmpSGT(x, zero), x->getType()), b_.CreateZExt(b_.CreateICmpSLT(x, zero), x->getType()));
+    case OpKind::Not: return b_.CreateNot(x);
+    default: throw InternalError(std::string("no integer form of ") + ir::opInfo(k).spelling);
+    }
+  }
+
+  llvm::Value *binaryOp(OpKind k, llvm::Value *a, llvm::Value *c, bool fp) {
+    if (fp) {
+      switch (k) {
+      case OpKind::Add: return b_.CreateFAdd(a, c);
+      case OpKind::Sub: return b_.CreateFSub(a, c);
+      case OpKind::Mul: return b_.CreateFMul(a, c);
+      case OpKind::Div: return b_.CreateFDiv(a, c);
+      case OpKind::Mod: {
+        llvm::Value *r = b_.CreateFRem(a, c);
+        auto zero = llvm::ConstantFP::get(a->getType(), 0.0);
+        llvm::Value *fix = b_.CreateAnd(b_.CreateFCmpUNE(r, zero), b_.CreateXor(b_.CreateFCmpOLT(r, zero), b_.CreateFCmpOLT(c, zero)));
+        return b_.CreateSelect(fix, b_.CreateFAdd(r, c), r);
+      }
+      case OpKind::Pow: return call(llvm::Intrinsic::pow, {a, c});
+      case OpKind::Maximum: return call(llvm::Intrinsic::maximum, {a, c});
+      case OpKind::Minimum: return call(llvm::Intrinsic::minimum, {a, c});
+      case OpKind::Eq: return b_.CreateFCmpOEQ(a, c);
+      case OpKind::Ne: return b_.CreateFCmpUNE(a, c);
+      case OpKind::Lt: return b_.CreateFCmpOLT(a, c);
+      case OpKind::Le: return b_.CreateFCmpOLE(a, c);
+      case OpKind::Gt: return b_.CreateFCmpOGT(a, c);
+      case OpKind::Ge: return b_.CreateFCmpOGE(a, c);
+      default: break;
+      }
+    } else {
+      llvm::Value *zero = llvm::ConstantInt::get(a->getType(), 0);
+      auto safe = [&](llvm::Value *d) { return b_.CreateSelect(b_.CreateICmpEQ(d, zero), llvm::ConstantInt::get(d->getType(), 1), d); };
+      switch (k) {
+      case OpKind::Add: return b_.CreateAdd(a, c);
+      case OpKind::Sub: return b_.CreateSub(a, c);
+      case OpKind::Mul: return b_.CreateMul(a, c);
+      case OpKind::Div: // floor division; 0 for a zero divisor, as the reference does
+        return b_.CreateSelect(b_.CreateICmpEQ(c, zero), zero, floorDivMod(a, safe(c), false));
+      case OpKind::Mod: return b_.CreateSelect(b_.CreateICmpEQ(c, zero), zero, floorDivMod(a, safe(c), true));
+      case OpKind::Maximum: return b_.CreateSelect(b_.CreateICmpSGT(a, c), a, c);
+      case OpKind::Minimum: return b_.CreateSelect(b_.CreateICmpSLT(a, c), a, c);
+      case OpKind::Pow:
+        return b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {a->getType(), b_.getDoubleTy()},
+                                  {call(llvm::Intrinsic::pow, {b_.CreateSIToFP(a, b_.getDoubleTy()), b_.CreateSIToFP(c, b_.getDoubleTy())})});
+      case OpKind::Eq: return b_.CreateICmpEQ(a, c);
+      case OpKind::Ne: return b_.CreateICmpNE(a, c);
+      case OpKind::Lt: return b_.CreateICmpSLT(a, c);
+      case OpKind::Le: return b_.CreateICmpSLE(a, c);
+      case OpKind::Gt: return b_.CreateICmpSGT(a, c);
+      case OpKind::Ge: return b_.CreateICmpSGE(a, c);
+      case OpKind::And: return b_.CreateAnd(a, c);
+      case OpKind::Or: return b_.CreateOr(a, c);
+      default: break;
+      }
+    }
+    throw InternalError(std::string("no scalar form of ") + ir::opInfo(k).spelling);
+  }
+
+  llvm::Value *value(const kir::Value &v) {
+    switch (v.kind) {
+    case kir::Value::Kind::Const:
+      if (isFloat(v.dtype))
+        return llvm::ConstantFP::get(b_.getFloatTy(), v.number);
+      return v.dtype == DType::Bool ? b_.getInt1(v.number != 0) : b_.getInt64(static_cast<int64_t>(v.number));
+    case kir::Value::Kind::Load: return loadValue(v);
+    case kir::Value::Kind::Index: return index(v.index);
+    case kir::Value::Kind::Local: return b_.CreateLoad(computeType(v.dtype), locals_.at(v.local));
+    case kir::Value::Kind::Unary: {
+      const kir::Value &a = *v.args[0];
+      llvm::Value *x = value(a);
+      return isFloat(a.dtype) ? floatUnary(v.op, x) : intUnary(v.op, x);
+    }
+    case kir::Value::Kind::Binary: {
+      const kir::Value &a = *v.args[0], &c = *v.args[1];
+      // Both sides compute in the wider of their types.
+      DType t = isFloat(a.dtype) || isFloat(c.dtype) ? DType::F32 : (a.dtype == DType::Bool && c.dtype == DType::Bool ? DType::Bool : DType::I64);
+      return binaryOp(v.op, convert(value(a), a.dtype, t), convert(value(c), c.dtype, t), isFloat(t));
+    }
+    case kir::Value::Kind::Select: {
+      llvm::Value *cond = convert(value(*v.args[0]), v.args[0]->dtype, DType::Bool);
+      return b_.CreateSelect(cond, convert(value(*v.args[1]), v.args[1]->dtype, v.dtype),
+                             convert(value(*v.args[2]), v.args[2]->dtype, v.dtype));
+    }
+    case kir::Value::Kind::Cast: return convert(value(*v.args[0]), v.args[0]->dtype, v.dtype);
+    }
+    return nullptr;
+  }
+
+  // ---- statements ----
+  void stmt(const kir::Stmt &s) {
+    switch (s.kind) {
+    case kir::Stmt::Kind::Block:
+      for (const auto &c : s.body)
+        stmt(*c);
+      return;
+    case kir::Stmt::Kind::Store: return storeValue(s.buffer, s.index, value(*s.value), s.value->dtype);
+    case kir::Stmt::Kind::Let: {
+      llvm::IRBuilder<> atEntry(entry_, entry_->begin());
+      llvm::AllocaInst *slot = atEntry.CreateAlloca(computeType(s.value->dtype), nullptr, s.var);
+      locals_[s.var] = slot;
+      b_.CreateStore(value(*s.value), slot);
+      return;
+    }
+    case kir::Stmt::Kind::Assign: b_.CreateStore(value(*s.value), locals_.at(s.var)); return;
+    case kir::Stmt::Kind::If: {
+      llvm::Value *cond = convert(value(*s.value), s.value->dtype, DType::Bool);
+      auto *then = llvm::BasicBlock::Create(ctx_, "then", fn_), *done = llvm::BasicBlock::Create(ctx_, "endif", fn_);
+      b_.CreateCondBr(cond, then, done);
+      b_.SetInsertPoint(then);
+      for (const auto &c : s.body)
+        stmt(*c);
+      b_.CreateBr(done);
+      b_.SetInsertPoint(done);
+      return;
+    }
+    case kir::Stmt::Kind::For: {
+      llvm::Value *extent = index(s.extent);
+      llvm::BasicBlock *pre = b_.GetInsertBlock();
+      auto *header = llvm::BasicBlock::Create(ctx_, s.var + ".head", fn_);
+      auto *body = llvm::BasicBlock::Create(ctx_, s.var + ".body", fn_);
+      auto *exit = llvm::BasicBlock::Create(ctx_, s.var + ".exit", fn_);
+      b_.CreateBr(header);
+      b_.SetInsertPoint(header);
+      llvm::PHINode *i = b_.CreatePHI(b_.getInt64Ty(), 2, s.var);
+      i->addIncoming(b_.getInt64(0), pre);
+      b_.CreateCondBr(b_.CreateICmpSLT(i, extent), body, exit);
+      b_.SetInsertPoint(body);
+      llvm::Value *saved = vars_.count(s.var) ? vars_[s.var] : nullptr;
+      vars_[s.var] = i;
+      for (const auto &c : s.body)
+        stmt(*c);
+      vars_[s.var] = saved;
+      llvm::Value *next = b_.CreateAdd(i, b_.getInt64(1), "", true, true);
+      auto *latch = b_.CreateBr(header);
+      i->addIncoming(next, b_.GetInsertBlock());
+      if (s.schedule == kir::Stmt::Schedule::Vectorize) {
+        llvm::Metadata *enable[] = {llvm::MDString::get(ctx_, "llvm.loop.vectorize.enable"),
+                                    llvm::ConstantAsMetadata::get(b_.getTrue())};
+        llvm::Metadata *ops[] = {nullptr, llvm::MDNode::get(ctx_, enable)};
+        llvm::MDNode *loopId = llvm::MDNode::getDistinct(ctx_, ops);
+        loopId->replaceOperandWith(0, loopId);
+        latch->setMetadata(llvm::LLVMContext::MD_loop, loopId);
+      }
+      b_.SetInsertPoint(exit);
+      return;
+    }
+    }
+  }
+
+  llvm::Module &m_;
+  llvm::LLVMContext &ctx_;
+  llvm::IRBuilder<> b_;
+  const kir::Kernel &k_;
+  llvm::Function *fn_ = nullptr;
+  llvm::BasicBlock *entry_ = nullptr;
+  std::vector<llvm::Value *> bufs_;
+  std::map<std::string, llvm::Value *> vars_;
+  std::map<std::string, llvm::AllocaInst *> locals_;
+};
+
+} // namespace
+
+struct CpuModule::Impl {
+  std::unique_ptr<llvm::orc::LLJIT> jit;
+  std::string ir;
+};
+
+CpuModule::CpuModule(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CpuModule::~CpuModule() = default;
+
+std::unique_ptr<CpuModule> CpuModule::compile(const std::vector<const kir::Kernel *> &kernels) {
+  initializeLLVM();
+  auto jtmb = llvm::orc::JITTargetMachineBuilder::detectHost();
+  if (!jtmb)
+    throw InternalError("LLVM cannot describe this host: " + errorText(jtmb.takeError()));
+  jtmb->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+  auto tm = jtmb->createTargetMachine();
+  if (!tm)
+    throw InternalError("LLVM has no target machine for this host: " + errorText(tm.takeError()));
+  auto ctx = std::make_unique<llvm::LLVMContext>();
+  // Optimization remarks ("loop not vectorized") are not the user's business.
+  ctx->setDiagnosticHandlerCallBack([](const llvm::DiagnosticInfo *, void *) {});
+  auto module = std::make_unique<llvm::Module>("dnnc", *ctx);
+  module->setDataLayout((*tm)->createDataLayout());
+  module->setTargetTriple((*tm)->getTargetTriple().str());
+  for (const kir::Kernel *k : kernels)
+    KernelEmitter(*module, *k).emit();
+  {
+    llvm::LoopAnalysisManager lam;
+    llvm::FunctionAnalysisManager fam;
+    llvm::CGSCCAnalysisManager cgam;
+    llvm::ModuleAnalysisManager mam;
+    llvm::PassBuilder pb(tm->get());
+    pb.registerModuleAnalyses(mam);
+    pb.registerCGSCCAnalyses(cgam);
+    pb.registerFunctionAnalyses(fam);
+    pb.registerLoopAnalyses(lam);
+    pb.crossRegisterProxies(lam, fam, cgam, mam);
+    pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(*module, mam);
+  }
+  auto impl = std::make_unique<Impl>();
+  llvm::raw_string_ostream os(impl->ir);
+  module->print(os, nullptr);
+  auto jit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(*jtmb)).create();
+  if (!jit)
+    throw InternalError("cannot start the LLVM JIT: " + errorText(jit.takeError()));
+  impl->jit = std::move(*jit);
+  auto &dylib = impl->jit->getMainJITDylib();
+  auto process = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(impl->jit->getDataLayout().getGlobalPrefix());
+  if (!process)
+    throw InternalError("cannot resolve libm for the JIT: " + errorText(process.takeError()));
+  dylib.addGenerator(std::move(*process));
+  if (auto err = impl->jit->addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(ctx))))
+    throw InternalError("the JIT rejected the module: " + errorText(std::move(err)));
+  return std::unique_ptr<CpuModule>(new CpuModule(std::move(impl)));
+}
+
+KernelFn CpuModule::lookup(const std::string &name) const {
+  auto sym = impl_->jit->lookup(name);
+  if (!sym)
+    throw InternalError("kernel " + name + " did not compile: " + errorText(sym.takeError()));
+  return sym->toPtr<KernelFn>();
+}
+
+const std::string &CpuModule::llvmIR() const { return impl_->ir; }
+
+std::string hostDescription() {
+  initializeLLVM();
+  return llvm::sys::getHostCPUName().str();
+}
+
+} // namespace dnnc::backend

@@ -1,0 +1,36 @@
+// The host CPU back end: kernel IR to LLVM IR, optimized for this machine (its vector
+// width and features) and compiled in process by ORC's LLJIT. No LLVM header leaks out.
+#pragma once
+
+#include "ir/kernel/Kernel.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dnnc::backend {
+
+// A compiled kernel: buffers[i] points at kernel buffer i; dims[j] is the value of the
+// j-th name of Kernel::dims().
+using KernelFn = void (*)(uint8_t *const *buffers, const int64_t *dims);
+
+class CpuModule {
+public:
+  // Compiles every kernel into one module. Throws InternalError if LLVM rejects it.
+  static std::unique_ptr<CpuModule> compile(const std::vector<const kir::Kernel *> &kernels);
+  ~CpuModule();
+  KernelFn lookup(const std::string &name) const;
+  // The optimized LLVM IR, as text (`dnnc emit --emit=llvm`).
+  const std::string &llvmIR() const;
+
+private:
+  struct Impl;
+  explicit CpuModule(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The host's name and vector width, as LLVM sees them (for reports and benchmarks).
+std::string hostDescription();
+
+} // namespace dnnc::backend

@@ -1,0 +1,535 @@
+// Lowering of each op kind to a loop nest (see Lower.h for the contract).
+#include "backend/lower/Lower.h"
+
+#include "ir/graph/OpRegistry.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <set>
+
+namespace dnnc::lower {
+namespace {
+
+using ir::OpKind;
+using kir::Stmt;
+using kir::StmtPtr;
+using kir::ValuePtr;
+using sym::ExprRef;
+using Dims = std::vector<ExprRef>;
+
+ExprRef c(int64_t v) { return sym::constant(v); }
+
+class Lowering {
+public:
+  Lowering(const ir::Op &op, const std::string &name) : op_(op) {
+    k_.name = name;
+    for (const ir::Value *v : op.operands)
+      k_.buffers.push_back({v->name.empty() ? fmt::format("v{}", v->id) : v->name, v->type.dtype, v->type.dims, false});
+    for (const ir::Value *v : op.results)
+      k_.buffers.push_back({v->name.empty() ? fmt::format("v{}", v->id) : v->name, v->type.dtype, v->type.dims, true});
+  }
+
+  const Dims &dims(int b) const { return k_.buffers[b].dims; }
+  DType dtype(int b) const { return k_.buffers[b].dtype; }
+  int out(int k = 0) const { return static_cast<int>(op_.operands.size()) + k; }
+  int64_t intAttr(const std::string &n) const {
+    const ir::Attr &a = op_.attrs.at(n);
+    if (auto *i = std::get_if<int64_t>(&a))
+      return *i;
+    return *std::get<ExprRef>(a)->asConst();
+  }
+  std::vector<int64_t> listAttr(const std::string &n) const {
+    std::vector<int64_t> out;
+    for (ExprRef e : op_.get<ir::DimList>(n))
+      out.push_back(*e->asConst());
+    return out;
+  }
+  size_t axis(int64_t a, size_t rank) const { return static_cast<size_t>(a < 0 ? a + static_cast<int64_t>(rank) : a); }
+
+  // Fresh loop variables for every axis of `shape`.
+  Dims vars(size_t n) {
+    Dims v;
+    for (size_t k = 0; k < n; ++k)
+      v.push_back(sym::var(kir::loopVar(next_++)));
+    return v;
+  }
+  // A loop nest over `shape` (variables `idx`) around `inner`; the innermost loop is
+  // vectorized, the outermost parallel.
+  StmtPtr nest(const Dims &shape, const Dims &idx, std::vector<StmtPtr> inner, bool parallel = true) {
+    if (shape.empty())
+      return kir::block(std::move(inner));
+    // Only a loop over straight-line code is worth forcing the vectorizer on.
+    bool straight = std::none_of(inner.begin(), inner.end(), [](const StmtPtr &s) { return s->kind == Stmt::Kind::For; });
+    StmtPtr s;
+    for (size_t k = shape.size(); k-- > 0;) {
+      Stmt::Schedule sched = (k == shape.size() - 1 && straight) ? Stmt::Schedule::Vectorize
+                             : (k == 0 && parallel) ? Stmt::Schedule::Parallel
+                                                    : Stmt::Schedule::Serial;
+      std::vector<StmtPtr> body;
+      if (s)
+        body.push_back(std::move(s));
+      else
+        body = std::move(inner);
+      s = kir::loop(idx[k]->asVar()->name, shape[k], std::move(body), sched);
+    }
+    return s;
+  }
+  static std::vector<StmtPtr> one(StmtPtr s) {
+    std::vector<StmtPtr> v;
+    v.push_back(std::move(s));
+    return v;
+  }
+
+  // Index of operand b at output index `idx` under NumPy broadcasting (literal-1 dims repeat).
+  ExprRef broadcastIndex(int b, const Dims &idx) {
+    const Dims &d = dims(b);
+    Dims in;
+    for (size_t k = 0; k < d.size(); ++k)
+      in.push_back(d[k]->asConst() == 1 ? c(0) : idx[idx.size() - d.size() + k]);
+    return kir::flatIndex(d, in);
+  }
+  ValuePtr loadAt(int b, const Dims &idx) { return kir::load(b, kir::flatIndex(dims(b), idx), dtype(b)); }
+
+  std::optional<kir::Kernel> run();
+
+private:
+  StmtPtr elementwise();
+  StmtPtr reduction();
+  StmtPtr softmax();
+  StmtPtr matmul();
+  StmtPtr window(bool conv);
+  StmtPtr copyFlat();
+  StmtPtr transpose();
+  StmtPtr concat(bool stack);
+  StmtPtr split();
+  StmtPtr pad();
+  StmtPtr take(size_t axis);
+  StmtPtr index();
+
+  const ir::Op &op_;
+  kir::Kernel k_;
+  int next_ = 0;
+};
+
+StmtPtr Lowering::elementwise() {
+  const Dims &shape = dims(out());
+  Dims idx = vars(shape.size());
+  std::vector<ValuePtr> in;
+  for (size_t b = 0; b < op_.operands.size(); ++b)
+    in.push_back(kir::load(static_cast<int>(b), broadcastIndex(static_cast<int>(b), idx), dtype(static_cast<int>(b))));
+  DType t = dtype(out());
+  ValuePtr v;
+  switch (op_.kind) {
+  case OpKind::Where: v = kir::select(in[0], in[1], in[2]); break;
+  case OpKind::Clip:
+    v = kir::binary(OpKind::Minimum, kir::binary(OpKind::Maximum, in[0], in[1], t), in[2], t);
+    break;
+  case OpKind::Cast: v = kir::cast(in[0], t); break;
+  default: v = in.size() == 1 ? kir::unary(op_.kind, in[0], t) : kir::binary(op_.kind, in[0], in[1], t);
+  }
+  return nest(shape, idx, one(kir::store(out(), kir::flatIndex(shape, idx), v)));
+}
+
+StmtPtr Lowering::reduction() {
+  const Dims &in = dims(0);
+  std::vector<size_t> axes;
+  if (!op_.has("axis")) {
+    axes.resize(in.size());
+    std::iota(axes.begin(), axes.end(), 0);
+  } else {
+    for (int64_t a : listAttr("axis"))
+      axes.push_back(axis(a, in.size()));
+  }
+  std::set<size_t> reduced(axes.begin(), axes.end());
+  Dims keptShape, keptIdx, redShape, redIdx, inIdx(in.size());
+  for (size_t a = 0; a < in.size(); ++a) {
+    ExprRef v = sym::var(kir::loopVar(next_++));
+    inIdx[a] = v;
+    (reduced.count(a) ? redShape : keptShape).push_back(in[a]);
+    (reduced.count(a) ? redIdx : keptIdx).push_back(v);
+  }
+  ValuePtr x = kir::load(0, kir::flatIndex(in, inIdx), dtype(0));
+  DType acc = isFloat(dtype(0)) ? DType::F32 : DType::I64;
+  DType t = dtype(out());
+  OpKind kind = op_.kind;
+  ExprRef outFlat = kir::flatIndex(keptShape, keptIdx); // keepdims only inserts 1s: same flat index
+  std::vector<StmtPtr> body;
+  auto accumulate = [&](StmtPtr update) {
+    std::vector<StmtPtr> inner;
+    inner.push_back(std::move(update));
+    // The reduced loops stay serial: the accumulator is a scalar.
+    StmtPtr s = kir::block(std::move(inner));
+    for (size_t k = redShape.size(); k-- > 0;)
+      s = kir::loop(redIdx[k]->asVar()->name, redShape[k], one(std::move(s)));
+    return s;
+  };
+  ExprRef count = c(1);
+  for (ExprRef d : redShape)
+    count = sym::mul(count, d);
+  switch (kind) {
+  case OpKind::Sum:
+  case OpKind::Mean:
+  case OpKind::Prod: {
+    bool prod = kind == OpKind::Prod;
+    body.push_back(kir::let("acc", kir::constant(prod ? 1 : 0, acc)));
+    body.push_back(accumulate(kir::assign("acc", kir::binary(prod ? OpKind::Mul : OpKind::Add, kir::local("acc", acc),
+                                                             kir::cast(x, acc), acc))));
+    ValuePtr r = kir::local("acc", acc);
+    if (kind == OpKind::Mean)
+      r = kir::binary(OpKind::Div, r, kir::cast(kir::indexValue(count), acc), acc);
+    body.push_back(kir::store(out(), outFlat, kir::cast(r, t)));
+    break;
+  }
+  case OpKind::Max:
+  case OpKind::Min:
+  case OpKind::Argmax:
+  case OpKind::Argmin: {
+    bool wantMax = kind == OpKind::Max || kind == OpKind::Argmax;
+    double init = acc == DType::F32 ? (wantMax ? -INFINITY : INFINITY)
+                                    : (wantMax ? static_cast<double>(std::numeric_limits<int64_t>::min())
+                                               : static_cast<double>(std::numeric_limits<int64_t>::max()));
+    body.push_back(kir::let("best", kir::constant(init, acc)));
+    body.push_back(kir::let("at", kir::constant(0, DType::I64)));
+    ExprRef along = redIdx.empty() ? c(0) : kir::flatIndex(redShape, redIdx);
+    ValuePtr better = kir::binary(wantMax ? OpKind::Gt : OpKind::Lt, kir::cast(x, acc), kir::local("best", acc), DType::Bool);
+    std::vector<StmtPtr> update;
+    update.push_back(kir::assign("best", kir::cast(x, acc)));
+    update.push_back(kir::assign("at", kir::indexValue(along)));
+    body.push_back(accumulate(kir::when(better, std::move(update))));
+    bool arg = kind == OpKind::Argmax || kind == OpKind::Argmin;
+    body.push_back(kir::store(out(), outFlat, kir::cast(arg ? kir::local("at", DType::I64) : kir::local("best", acc), t)));
+    break;
+  }
+  case OpKind::Logsumexp: {
+    body.push_back(kir::let("best", kir::constant(-INFINITY, DType::F32)));
+    body.push_back(accumulate(kir::assign("best", kir::binary(OpKind::Maximum, kir::local("best", DType::F32), x, DType::F32))));
+    body.push_back(kir::let("acc", kir::constant(0, DType::F32)));
+    ValuePtr e = kir::unary(OpKind::Exp, kir::binary(OpKind::Sub, x, kir::local("best", DType::F32), DType::F32), DType::F32);
+    body.push_back(accumulate(kir::assign("acc", kir::binary(OpKind::Add, kir::local("acc", DType::F32), e, DType::F32))));
+    body.push_back(kir::store(out(), outFlat,
+                              kir::cast(kir::binary(OpKind::Add, kir::local("best", DType::F32),
+                                                    kir::unary(OpKind::Log, kir::local("acc", DType::F32), DType::F32), DType::F32),
+                                        t)));
+    break;
+  }
+  default: return nullptr;
+  }
+  return nest(keptShape, keptIdx, std::move(body));
+}
+
+StmtPtr Lowering::softmax() {
+  const Dims &in = dims(0);
+  size_t a = axis(intAttr("axis"), in.size());
+  Dims rowShape, rowIdx, idx(in.size());
+  for (size_t k = 0; k < in.size(); ++k) {
+    ExprRef v = sym::var(kir::loopVar(next_++));
+    idx[k] = v;
+    if (k != a)
+      rowShape.push_back(in[k]), rowIdx.push_back(v);
+  }
+  std::string j = idx[a]->asVar()->name;
+  ExprRef flat = kir::flatIndex(in, idx);
+  ValuePtr x = kir::load(0, flat, dtype(0));
+  ValuePtr best = kir::local("best", DType::F32), sum = kir::local("sum", DType::F32);
+  ValuePtr shifted = kir::binary(OpKind::Sub, x, best, DType::F32);
+  std::vector<StmtPtr> body;
+  body.push_back(kir::let("best", kir::constant(-INFINITY, DType::F32)));
+  body.push_back(kir::loop(j, in[a], one(kir::assign("best", kir::binary(OpKind::Maximum, best, x, DType::F32)))));
+  body.push_back(kir::let("sum", kir::constant(0, DType::F32)));
+  body.push_back(kir::loop(j, in[a], one(kir::assign("sum", kir::binary(OpKind::Add, sum, kir::unary(OpKind::Exp, shifted, DType::F32), DType::F32)))));
+  ValuePtr v = op_.kind == OpKind::Softmax
+                   ? kir::binary(OpKind::Div, kir::unary(OpKind::Exp, shifted, DType::F32), sum, DType::F32)
+                   : kir::binary(OpKind::Sub, shifted, kir::unary(OpKind::Log, sum, DType::F32), DType::F32);
+  body.push_back(kir::loop(j, in[a], one(kir::store(out(), flat, kir::cast(v, dtype(out())))), Stmt::Schedule::Vectorize));
+  return nest(rowShape, rowIdx, std::move(body));
+}
+
+StmtPtr Lowering::matmul() {
+  Dims a = dims(0), b = dims(1), o = dims(out());
+  bool vecA = a.size() == 1, vecB = b.size() == 1;
+  if (vecA)
+    a.insert(a.begin(), c(1));
+  if (vecB)
+    b.push_back(c(1));
+  size_t batch = std::max(a.size(), b.size()) - 2;
+  Dims oIdx = vars(batch + 2); // batch..., i, j
+  ExprRef kVar = sym::var(kir::loopVar(next_++));
+  Dims full(oIdx.begin(), oIdx.begin() + static_cast<long>(batch));
+  auto operandIndex = [&](const Dims &d, ExprRef row, ExprRef col) {
+    Dims idx;
+    size_t lead = d.size() - 2;
+    for (size_t k = 0; k < lead; ++k)
+      idx.push_back(d[k]->asConst() == 1 ? c(0) : full[batch - lead + k]);
+    idx.push_back(row);
+    idx.push_back(col);
+    return kir::flatIndex(d, idx);
+  };
+  ExprRef i = oIdx[batch], j = oIdx[batch + 1];
+  ValuePtr prod = kir::binary(OpKind::Mul, kir::load(0, operandIndex(a, vecA ? c(0) : i, kVar), dtype(0)),
+                              kir::load(1, operandIndex(b, kVar, vecB ? c(0) : j), dtype(1)), DType::F32);
+  std::vector<StmtPtr> body;
+  body.push_back(kir::let("acc", kir::constant(0, DType::F32)));
+  body.push_back(kir::loop(kVar->asVar()->name, a.back(),
+                           one(kir::assign("acc", kir::binary(OpKind::Add, kir::local("acc", DType::F32), prod, DType::F32)))));
+  Dims outIdx(full);
+  if (!vecA)
+    outIdx.push_back(i);
+  if (!vecB)
+    outIdx.push_back(j);
+  body.push_back(kir::store(out(), kir::flatIndex(o, outIdx), kir::cast(kir::local("acc", DType::F32), dtype(out()))));
+  Dims loopShape(o.begin(), o.begin() + static_cast<long>(batch));
+  loopShape.push_back(vecA ? c(1) : a[a.size() - 2]);
+  loopShape.push_back(vecB ? c(1) : b.back());
+  return nest(loopShape, oIdx, std::move(body));
+}
+
+// conv2d and the pools: an accumulation over a window, skipping padded positions.
+StmtPtr Lowering::window(bool conv) {
+  const Dims &x = dims(0), &o = dims(out());
+  int64_t stride, pad = intAttr("padding"), dil = 1, groups = 1, kh, kw;
+  ExprRef cg = c(1);
+  if (conv) {
+    stride = intAttr("stride"), dil = intAttr("dilation"), groups = intAttr("groups");
+    const Dims &w = dims(1);
+    cg = w[1];
+    kh = *w[2]->asConst(), kw = *w[3]->asConst();
+  } else {
+    kh = kw = intAttr("kernel");
+    stride = intAttr("stride") == 0 ? kh : intAttr("stride");
+  }
+  Dims idx = vars(4); // n, o (or c), oh, ow
+  ExprRef ci = sym::var(kir::loopVar(next_++)), ki = sym::var(kir::loopVar(next_++)), kj = sym::var(kir::loopVar(next_++));
+  ExprRef ih = sym::add(sym::sub(sym::mul(idx[2], c(stride)), c(pad)), sym::mul(ki, c(dil)));
+  ExprRef iw = sym::add(sym::sub(sym::mul(idx[3], c(stride)), c(pad)), sym::mul(kj, c(dil)));
+  auto inRange = [&](ExprRef v, ExprRef hi) {
+    return kir::binary(OpKind::And, kir::binary(OpKind::Ge, kir::indexValue(v), kir::indexValue(c(0)), DType::Bool),
+                       kir::binary(OpKind::Lt, kir::indexValue(v), kir::indexValue(hi), DType::Bool), DType::Bool);
+  };
+  ValuePtr inside = kir::binary(OpKind::And, inRange(ih, x[2]), inRange(iw, x[3]), DType::Bool);
+  ExprRef channel = conv ? sym::add(sym::mul(sym::floorDiv(idx[1], sym::floorDiv(o[1], c(groups))), cg), ci) : idx[1];
+  ValuePtr xv = kir::load(0, kir::flatIndex(x, {idx[0], channel, ih, iw}), dtype(0));
+  ValuePtr acc = kir::local("acc", DType::F32);
+  ValuePtr term = conv ? kir::binary(OpKind::Mul, xv, kir::load(1, kir::flatIndex(dims(1), {idx[1], ci, ki, kj}), dtype(1)), DType::F32)
+                       : xv;
+  OpKind combine = op_.kind == OpKind::MaxPool2d ? OpKind::Maximum : OpKind::Add;
+  StmtPtr update = kir::when(inside, one(kir::assign("acc", kir::binary(combine, acc, term, DType::F32))));
+  StmtPtr inner = kir::loop(kj->asVar()->name, c(kw), one(std::move(update)));
+  inner = kir::loop(ki->asVar()->name, c(kh), one(std::move(inner)));
+  if (conv)
+    inner = kir::loop(ci->asVar()->name, cg, one(std::move(inner)));
+  std::vector<StmtPtr> body;
+  body.push_back(kir::let("acc", kir::constant(op_.kind == OpKind::MaxPool2d ? -INFINITY : 0, DType::F32)));
+  body.push_back(std::move(inner));
+  ValuePtr result = op_.kind == OpKind::AvgPool2d // padding counts, as PyTorch's default does
+                        ? kir::binary(OpKind::Div, acc, kir::constant(static_cast<double>(kh * kw), DType::F32), DType::F32)
+                        : acc;
+  body.push_back(kir::store(out(), kir::flatIndex(o, idx), kir::cast(result, dtype(out()))));
+  return nest(o, idx, std::move(body));
+}
+
+StmtPtr Lowering::copyFlat() {
+  ExprRef n = c(1);
+  for (ExprRef d : dims(out()))
+    n = sym::mul(n, d);
+  Dims idx = vars(1);
+  return nest({n}, idx, one(kir::store(out(), idx[0], kir::load(0, idx[0], dtype(0)))));
+}
+
+StmtPtr Lowering::transpose() {
+  const Dims &in = dims(0), &o = dims(out());
+  std::vector<size_t> perm(in.size());
+  std::iota(perm.begin(), perm.end(), 0);
+  if (op_.has("perm")) {
+    auto p = listAttr("perm");
+    for (size_t k = 0; k < p.size(); ++k)
+      perm[k] = axis(p[k], in.size());
+  } else {
+    std::swap(perm[in.size() - 1], perm[in.size() - 2]);
+  }
+  Dims idx = vars(o.size()), inIdx(in.size());
+  for (size_t k = 0; k < perm.size(); ++k)
+    inIdx[perm[k]] = idx[k];
+  return nest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), loadAt(0, inIdx))));
+}
+
+StmtPtr Lowering::concat(bool stack) {
+  const Dims &o = dims(out());
+  size_t a = axis(intAttr("axis"), stack ? o.size() : o.size());
+  std::vector<StmtPtr> parts;
+  ExprRef offset = c(0);
+  for (size_t b = 0; b < op_.operands.size(); ++b) {
+    const Dims &in = dims(static_cast<int>(b));
+    Dims idx = vars(in.size()), outIdx = idx;
+    if (stack)
+      outIdx.insert(outIdx.begin() + static_cast<long>(a), c(static_cast<int64_t>(b)));
+    else
+      outIdx[a] = sym::add(idx[a], offset);
+    parts.push_back(nest(in, idx, one(kir::store(out(), kir::flatIndex(o, outIdx), loadAt(static_cast<int>(b), idx)))));
+    if (!stack)
+      offset = sym::add(offset, in[a]);
+  }
+  return kir::block(std::move(parts));
+}
+
+StmtPtr Lowering::split() {
+  const Dims &in = dims(0);
+  size_t a = axis(intAttr("axis"), in.size());
+  std::vector<StmtPtr> parts;
+  ExprRef offset = c(0);
+  for (size_t r = 0; r < op_.results.size(); ++r) {
+    const Dims &o = dims(out(static_cast<int>(r)));
+    Dims idx = vars(o.size()), inIdx = idx;
+    inIdx[a] = sym::add(idx[a], offset);
+    parts.push_back(nest(o, idx, one(kir::store(out(static_cast<int>(r)), kir::flatIndex(o, idx), loadAt(0, inIdx)))));
+    offset = sym::add(offset, o[a]);
+  }
+  return kir::block(std::move(parts));
+}
+
+StmtPtr Lowering::pad() {
+  const Dims &in = dims(0), &o = dims(out());
+  auto pads = listAttr("pads");
+  Dims idx = vars(o.size()), inIdx;
+  ValuePtr inside = kir::constant(1, DType::Bool);
+  for (size_t k = 0; k < o.size(); ++k) {
+    ExprRef i = k < pads.size() / 2 ? sym::sub(idx[k], c(pads[2 * k])) : idx[k];
+    inIdx.push_back(i);
+    if (k < pads.size() / 2)
+      inside = kir::binary(OpKind::And, inside,
+                           kir::binary(OpKind::And, kir::binary(OpKind::Ge, kir::indexValue(i), kir::indexValue(c(0)), DType::Bool),
+                                       kir::binary(OpKind::Lt, kir::indexValue(i), kir::indexValue(in[k]), DType::Bool), DType::Bool),
+                           DType::Bool);
+  }
+  ExprRef flat = kir::flatIndex(o, idx);
+  std::vector<StmtPtr> body;
+  body.push_back(kir::store(out(), flat, kir::constant(op_.has("value") ? op_.get<double>("value") : 0.0, dtype(out()))));
+  body.push_back(kir::when(inside, one(kir::store(out(), flat, loadAt(0, inIdx)))));
+  return nest(o, idx, std::move(body));
+}
+
+// take / embedding: the runtime has checked every index is in range.
+StmtPtr Lowering::take(size_t a) {
+  const Dims &x = dims(0), &ids = dims(1), &o = dims(out());
+  Dims idx = vars(o.size());
+  Dims idIdx(idx.begin() + static_cast<long>(a), idx.begin() + static_cast<long>(a + ids.size()));
+  Dims xIdx(idx.begin(), idx.begin() + static_cast<long>(a));
+  xIdx.push_back(c(0));
+  xIdx.insert(xIdx.end(), idx.begin() + static_cast<long>(a + ids.size()), idx.end());
+  ExprRef stride = c(1);
+  for (size_t k = a + 1; k < x.size(); ++k)
+    stride = sym::mul(stride, x[k]);
+  ValuePtr id = kir::cast(kir::load(1, kir::flatIndex(ids, idIdx), dtype(1)), DType::I64);
+  // Negative indices count from the end.
+  ValuePtr wrapped = kir::select(kir::binary(OpKind::Lt, id, kir::indexValue(c(0)), DType::Bool),
+                                 kir::binary(OpKind::Add, id, kir::indexValue(x[a]), DType::I64), id);
+  ValuePtr offset = kir::binary(OpKind::Mul, wrapped, kir::indexValue(stride), DType::I64);
+  return nest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), kir::load(0, kir::flatIndex(x, xIdx), dtype(0), offset))));
+}
+
+// An index whose slice bounds are dim expressions; a point index may be a run-time value
+// (x[l] in a loop), read from its operand (the runtime has checked every point index).
+StmtPtr Lowering::index() {
+  const Dims &in = dims(0), &o = dims(out());
+  const auto &starts = op_.get<ir::DimList>("starts"), &stops = op_.get<ir::DimList>("stops");
+  auto steps = listAttr("steps"), points = listAttr("points");
+  Dims idx = vars(o.size()), inIdx;
+  size_t next = 0;
+  int operand = 1;
+  ValuePtr offset;
+  for (size_t a = 0; a < in.size(); ++a) {
+    if (!points[a] && (!starts[a] || !stops[a]))
+      return nullptr; // a slice with run-time bounds has a run-time length: a host op
+    if (points[a] && !starts[a]) {
+      ExprRef stride = c(1);
+      for (size_t k = a + 1; k < in.size(); ++k)
+        stride = sym::mul(stride, in[k]);
+      ValuePtr p = kir::cast(kir::load(operand, c(0), dtype(operand)), DType::I64);
+      ++operand;
+      ValuePtr wrapped = kir::select(kir::binary(OpKind::Lt, p, kir::indexValue(c(0)), DType::Bool),
+                                     kir::binary(OpKind::Add, p, kir::indexValue(in[a]), DType::I64), p);
+      ValuePtr term = kir::binary(OpKind::Mul, wrapped, kir::indexValue(stride), DType::I64);
+      offset = offset ? kir::binary(OpKind::Add, offset, term, DType::I64) : term;
+      inIdx.push_back(c(0));
+      continue;
+    }
+    ExprRef begin = points[a] ? starts[a] : sym::max(c(0), sym::min(starts[a], in[a]));
+    inIdx.push_back(points[a] ? begin : sym::add(begin, sym::mul(idx[next++], c(steps[a]))));
+  }
+  return nest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), kir::load(0, kir::flatIndex(in, inIdx), dtype(0), offset))));
+}
+
+std::optional<kir::Kernel> Lowering::run() {
+  if (op_.shapeClass == ir::ShapeClass::ISVDOS || op_.shapeClass == ir::ShapeClass::EDO)
+    return std::nullopt;
+  const ir::OpInfo &info = ir::opInfo(op_.kind);
+  StmtPtr body;
+  switch (op_.kind) {
+  case OpKind::Param: case OpKind::Constant: case OpKind::DimValue: case OpKind::If: case OpKind::For:
+  case OpKind::While: case OpKind::AssertDims: case OpKind::Topk: case OpKind::Resize: case OpKind::Nonzero:
+  case OpKind::MaskedSelect: case OpKind::Unique:
+    return std::nullopt;
+  case OpKind::Zeros:
+  case OpKind::Ones:
+  case OpKind::Full: {
+    const Dims &o = dims(out());
+    Dims idx = vars(o.size());
+    double v = op_.kind == OpKind::Zeros ? 0 : op_.kind == OpKind::Ones ? 1 : op_.get<double>("value");
+    body = nest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), kir::constant(v, dtype(out())))));
+    break;
+  }
+  case OpKind::Arange: {
+    Dims idx = vars(1);
+    ExprRef v = sym::add(op_.get<ExprRef>("start"), sym::mul(idx[0], op_.get<ExprRef>("step")));
+    body = nest(dims(out()), idx, one(kir::store(out(), idx[0], kir::cast(kir::indexValue(v), dtype(out())))));
+    break;
+  }
+  case OpKind::Softmax:
+  case OpKind::LogSoftmax: body = softmax(); break;
+  case OpKind::Matmul: body = matmul(); break;
+  case OpKind::Conv2d: body = window(true); break;
+  case OpKind::MaxPool2d:
+  case OpKind::AvgPool2d: body = window(false); break;
+  case OpKind::Reshape: case OpKind::Unsqueeze: case OpKind::Squeeze: case OpKind::Flatten: body = copyFlat(); break;
+  case OpKind::Transpose: body = transpose(); break;
+  case OpKind::BroadcastTo: {
+    const Dims &o = dims(out());
+    Dims idx = vars(o.size());
+    body = nest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), kir::load(0, broadcastIndex(0, idx), dtype(0)))));
+    break;
+  }
+  case OpKind::Concat: body = concat(false); break;
+  case OpKind::Stack: body = concat(true); break;
+  case OpKind::Split: body = split(); break;
+  case OpKind::Pad: body = pad(); break;
+  case OpKind::Take: body = take(axis(intAttr("axis"), dims(0).size())); break;
+  case OpKind::Embedding: body = take(0); break;
+  case OpKind::OneHot: {
+    const Dims &o = dims(out());
+    Dims idx = vars(o.size());
+    Dims idIdx(idx.begin(), idx.end() - 1);
+    ValuePtr hit = kir::binary(OpKind::Eq, kir::cast(kir::load(0, kir::flatIndex(dims(0), idIdx), dtype(0)), DType::I64),
+                               kir::indexValue(idx.back()), DType::Bool);
+    body = nest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), kir::cast(hit, dtype(out())))));
+    break;
+  }
+  case OpKind::Index: body = index(); break;
+  default:
+    if (info.shapeRule == nullptr)
+      return std::nullopt;
+    body = (info.shapeRule == ir::opInfo(OpKind::Add).shapeRule) ? elementwise() : reduction();
+  }
+  if (!body)
+    return std::nullopt;
+  k_.body = std::move(body);
+  return std::move(k_);
+}
+
+} // namespace
+
+std::optional<kir::Kernel> lowerOp(const ir::Op &op, const std::string &name) { return Lowering(op, name).run(); }
+
+} // namespace dnnc::lower

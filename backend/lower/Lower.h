@@ -1,0 +1,21 @@
+// Lowering from the graph IR to kernel IR, one op per kernel.
+//
+// Contract: takes one op whose result shapes are known from input shapes (ISDO/ISDOS,
+// every dim a dim expression), returns the kernel computing it, or nullopt for ops the
+// runtime runs on the host: structure (params, constants, control flow, asserts), and
+// value-dependent ops (ISVDOS/EDO: sizes read back at a sync point, sorting).
+// Guarantees: buffers are the op's operands then its results, with their graph types;
+// every index is within its buffer's bounds for every binding the types allow, given the
+// host checks the runtime makes first (take indices, static point indices).
+#pragma once
+
+#include "ir/graph/Graph.h"
+#include "ir/kernel/Kernel.h"
+
+#include <optional>
+
+namespace dnnc::lower {
+
+std::optional<kir::Kernel> lowerOp(const ir::Op &op, const std::string &name);
+
+} // namespace dnnc::lower
