@@ -12,4 +12,4 @@ cmake --build build
 (cd build && ctest --output-on-failure -j"$jobs")
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDNNC_SANITIZE=ON >/dev/null
 cmake --build build-asan
-(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -L "frontend|numerics" -j"$jobs")
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -L "frontend|ref" -j"$jobs")
