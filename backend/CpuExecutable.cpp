@@ -43,16 +43,6 @@ std::string CpuExecutable::kernelsText() const {
   return out;
 }
 
-interp::Binding CpuExecutable::bindInputs(const std::vector<const rt::Tensor *> &inputs, interp::Binding preset) const {
-  return interpreter_.bindInputs(inputs, std::move(preset));
-}
-
-std::vector<rt::Tensor> CpuExecutable::run(const std::vector<rt::Tensor> &inputs,
-                                           const std::map<std::string, rt::Tensor> &params, const interp::Binding &preset) {
-  launched_ = 0;
-  return interpreter_.run(inputs, params, preset);
-}
-
 bool CpuExecutable::runOp(const ir::Op &op, const std::vector<const rt::Tensor *> &in, std::vector<rt::Tensor> &out,
                           const interp::Binding &b) {
   auto it = kernels_.find(&op);

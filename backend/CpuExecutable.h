@@ -14,11 +14,9 @@ namespace dnnc::backend {
 class CpuExecutable {
 public:
   explicit CpuExecutable(const ir::Graph &g);
-  // Runs like Interpreter::run, with compiled kernels.
-  std::vector<rt::Tensor> run(const std::vector<rt::Tensor> &inputs, const std::map<std::string, rt::Tensor> &params,
-                              const interp::Binding &preset = {});
-  interp::Binding bindInputs(const std::vector<const rt::Tensor *> &inputs, interp::Binding preset) const;
-  const interp::Binding &binding() const { return interpreter_.binding(); }
+  // The interpreter that runs the model with these kernels (control flow and host ops
+  // stay with it).
+  interp::Interpreter &interpreter() { return interpreter_; }
   size_t kernelCount() const { return kernels_.size(); }
   size_t kernelsLaunched() const { return launched_; }
   size_t hostOps() const { return interpreter_.opsExecuted() - launched_; }

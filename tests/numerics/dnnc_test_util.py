@@ -1,10 +1,13 @@
 """Helpers for tests that run dnnc on files they write: .npy and .safetensors writers and
 a runner that returns the outputs as NumPy arrays."""
+import argparse
 import json
 import os
 import struct
 import subprocess
+import sys
 import tempfile
+import unittest
 
 import numpy as np
 
@@ -48,3 +51,22 @@ class Dnnc:
                 outs.append(np.load(os.path.join(d, "out", f"out{k}.npy")))
                 k += 1
             return outs, p
+
+
+def assert_matches(got, want, rtol, atol, msg=""):
+    """Floats agree within the tolerances; integers and bools exactly."""
+    if np.issubdtype(got.dtype, np.floating):
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=msg)
+    else:
+        np.testing.assert_array_equal(got, want, err_msg=msg)
+
+
+def run_tests(cls, verbosity=2):
+    """The command line of the NumPy test scripts: --dnnc, --examples, --device."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dnnc", required=True)
+    ap.add_argument("--examples", required=True)
+    ap.add_argument("--device", default="ref")
+    a, rest = ap.parse_known_args()
+    cls.dnnc = Dnnc(a.dnnc, a.examples, a.device)
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=verbosity)

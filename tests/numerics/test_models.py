@@ -2,14 +2,12 @@
 """Whole example models run by `dnnc run` against NumPy references written here, at three
 shape bindings each (including dims of 1 and primes). Tolerance: float32 values agree
 to rtol 1e-4, atol 1e-5; integer outputs exactly."""
-import argparse
 import math
-import sys
 import unittest
 
 import numpy as np
 
-from dnnc_test_util import Dnnc
+from dnnc_test_util import Dnnc, assert_matches, run_tests
 
 RTOL, ATOL = 1e-4, 1e-5
 erf = np.vectorize(math.erf)
@@ -60,10 +58,7 @@ class Models(unittest.TestCase):
         self.assertEqual(len(outs), len(expected))
         for got, want in zip(outs, expected):
             self.assertEqual(got.shape, want.shape)
-            if np.issubdtype(got.dtype, np.floating):
-                np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
-            else:
-                np.testing.assert_array_equal(got, want)
+            assert_matches(got, want, RTOL, ATOL)
 
     def test_mlp(self):
         rng = np.random.default_rng(1)
@@ -171,10 +166,4 @@ class Models(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dnnc", required=True)
-    ap.add_argument("--examples", required=True)
-    ap.add_argument("--device", default="ref")
-    a, rest = ap.parse_known_args()
-    Models.dnnc = Dnnc(a.dnnc, a.examples, a.device)
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+    run_tests(Models, verbosity=2)

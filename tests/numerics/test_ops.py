@@ -1,16 +1,14 @@
 #!/usr/bin/env python3
 """Every builtin run by the reference interpreter against NumPy, one small model per op,
 at several shapes (dims of 1, primes, sizes of 8 and more)."""
-import argparse
 import math
 import os
-import sys
 import tempfile
 import unittest
 
 import numpy as np
 
-from dnnc_test_util import Dnnc
+from dnnc_test_util import Dnnc, assert_matches, run_tests
 
 erf = np.vectorize(math.erf)
 SHAPES = [(1, 1), (3, 5), (8, 7)]  # values of (A, B)
@@ -118,10 +116,7 @@ def make_test(name, expr, result, ref):
                 want = np.asarray(ref(x.astype(np.float64), y.astype(np.float64), m, i))
                 got = outs[0]
                 self.assertEqual(got.shape, want.shape, f"A={a}, B={b}")
-                if np.issubdtype(got.dtype, np.floating):
-                    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"A={a}, B={b}")
-                else:
-                    np.testing.assert_array_equal(got, want, err_msg=f"A={a}, B={b}")
+                assert_matches(got, want, 1e-5, 1e-6, f"A={a}, B={b}")
     return test
 
 
@@ -129,10 +124,4 @@ for _name, (_expr, _result, _ref) in OPS.items():
     setattr(Ops, f"test_{_name}", make_test(_name, _expr, _result, _ref))
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dnnc", required=True)
-    ap.add_argument("--examples", required=True)
-    ap.add_argument("--device", default="ref")
-    a, rest = ap.parse_known_args()
-    Ops.dnnc = Dnnc(a.dnnc, a.examples, a.device)
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=1)
+    run_tests(Ops, verbosity=1)

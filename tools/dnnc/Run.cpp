@@ -99,15 +99,16 @@ int runModel(Program &p, const RunOptions &o) {
     }
     // The CPU path compiles every statically shaped op; the reference path interprets all.
     std::unique_ptr<backend::CpuExecutable> compiled;
-    std::unique_ptr<interp::Interpreter> interpreter;
+    std::unique_ptr<interp::Interpreter> plain;
     if (reference)
-      interpreter = std::make_unique<interp::Interpreter>(g);
+      plain = std::make_unique<interp::Interpreter>(g);
     else
       compiled = std::make_unique<backend::CpuExecutable>(g);
+    interp::Interpreter &interpreter = reference ? *plain : compiled->interpreter();
     std::vector<const Tensor *> given;
     for (auto &t : inputs)
       given.push_back(t ? &*t : nullptr);
-    interp::Binding b = reference ? interpreter->bindInputs(given, o.binding) : compiled->bindInputs(given, o.binding);
+    interp::Binding b = interpreter.bindInputs(given, o.binding);
     for (size_t k = 0; k < inputs.size(); ++k)
       if (!inputs[k])
         inputs[k] = randomInput(*g.body.args[k], b, o.seed * 7919 + k + 1);
@@ -115,7 +116,7 @@ int runModel(Program &p, const RunOptions &o) {
     for (auto &t : inputs)
       all.push_back(std::move(*t));
     auto params = loadWeights(g, o.weights, b, o.seed);
-    std::vector<Tensor> outputs = reference ? interpreter->run(all, params, o.binding) : compiled->run(all, params, o.binding);
+    std::vector<Tensor> outputs = interpreter.run(all, params, o.binding);
     // Everything is computed before anything is written: an error leaves no output.
     std::error_code ec;
     std::filesystem::create_directories(o.outDir, ec);
@@ -128,10 +129,10 @@ int runModel(Program &p, const RunOptions &o) {
     }
     if (o.stats) {
       std::string dims;
-      for (auto &[name, v] : reference ? interpreter->binding() : compiled->binding())
+      for (auto &[name, v] : interpreter.binding())
         dims += fmt::format("{}{} = {}", dims.empty() ? "" : ", ", name, v);
       if (reference)
-        std::cout << fmt::format("device: reference interpreter\ndims: {}\nops executed: {}\n", dims, interpreter->opsExecuted());
+        std::cout << fmt::format("device: reference interpreter\ndims: {}\nops executed: {}\n", dims, interpreter.opsExecuted());
       else
         std::cout << fmt::format("device: cpu ({})\ndims: {}\nkernels compiled: {}\nkernels launched: {}\nhost ops: {}\n",
                                  backend::hostDescription(), dims, compiled->kernelCount(), compiled->kernelsLaunched(),
