@@ -47,13 +47,18 @@ std::string errorText(llvm::Error e) {
 
 class KernelEmitter {
 public:
-  KernelEmitter(llvm::Module &m, const kir::Kernel &k) : m_(m), ctx_(m.getContext()), b_(ctx_), k_(k) {}
+  KernelEmitter(llvm::Module &m, const kir::Kernel &k, unsigned vectorWidth)
+      : m_(m), ctx_(m.getContext()), b_(ctx_), k_(k), vectorWidth_(vectorWidth) {}
 
   void emit() {
     auto *ptr = llvm::PointerType::get(ctx_, 0);
-    auto *fnType = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr}, false);
+    auto *i64 = b_.getInt64Ty();
+    auto *fnType = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, i64, i64}, false);
     fn_ = llvm::Function::Create(fnType, llvm::Function::ExternalLinkage, k_.name, m_);
     fn_->addFnAttr(llvm::Attribute::NoUnwind);
+    // Without this, targets that prefer 256-bit vectors split the GEMM's 512-bit ones.
+    fn_->addFnAttr("min-legal-vector-width", std::to_string(vectorWidth_ * 32));
+    begin_ = fn_->getArg(2), end_ = fn_->getArg(3);
     entry_ = llvm::BasicBlock::Create(ctx_, "entry", fn_);
     b_.SetInsertPoint(entry_);
     llvm::Value *buffers = fn_->getArg(0), *dims = fn_->getArg(1);
@@ -318,8 +323,7 @@ private:
       return;
     case kir::Stmt::Kind::Store: return storeValue(s.buffer, s.index, value(*s.value), s.value->dtype);
     case kir::Stmt::Kind::Let: {
-      llvm::IRBuilder<> atEntry(entry_, entry_->begin());
-      llvm::AllocaInst *slot = atEntry.CreateAlloca(computeType(s.value->dtype), nullptr, s.var);
+      llvm::AllocaInst *slot = entryAlloca(computeType(s.value->dtype), s.var);
       locals_[s.var] = slot;
       b_.CreateStore(value(*s.value), slot);
       return;
@@ -336,26 +340,18 @@ private:
       b_.SetInsertPoint(done);
       return;
     }
+    case kir::Stmt::Kind::Gemm: return gemm(s.gemm);
     case kir::Stmt::Kind::For: {
-      llvm::Value *extent = index(s.extent);
-      llvm::BasicBlock *pre = b_.GetInsertBlock();
-      auto *header = llvm::BasicBlock::Create(ctx_, s.var + ".head", fn_);
-      auto *body = llvm::BasicBlock::Create(ctx_, s.var + ".body", fn_);
-      auto *exit = llvm::BasicBlock::Create(ctx_, s.var + ".exit", fn_);
-      b_.CreateBr(header);
-      b_.SetInsertPoint(header);
-      llvm::PHINode *i = b_.CreatePHI(b_.getInt64Ty(), 2, s.var);
-      i->addIncoming(b_.getInt64(0), pre);
-      b_.CreateCondBr(b_.CreateICmpSLT(i, extent), body, exit);
-      b_.SetInsertPoint(body);
-      llvm::Value *saved = vars_.count(s.var) ? vars_[s.var] : nullptr;
-      vars_[s.var] = i;
-      for (const auto &c : s.body)
-        stmt(*c);
-      vars_[s.var] = saved;
-      llvm::Value *next = b_.CreateAdd(i, b_.getInt64(1), "", true, true);
-      auto *latch = b_.CreateBr(header);
-      i->addIncoming(next, b_.GetInsertBlock());
+      // The parallel loop runs the chunk [begin, end) the runtime hands this call.
+      bool chunked = &s == k_.parallelLoop();
+      llvm::Value *start = chunked ? begin_ : b_.getInt64(0), *extent = chunked ? end_ : index(s.extent);
+      llvm::BranchInst *latch = forLoop(s.var, start, extent, 1, [&](llvm::Value *i) {
+        llvm::Value *saved = vars_.count(s.var) ? vars_[s.var] : nullptr;
+        vars_[s.var] = i;
+        for (const auto &c : s.body)
+          stmt(*c);
+        vars_[s.var] = saved;
+      });
       if (s.schedule == kir::Stmt::Schedule::Vectorize) {
         llvm::Metadata *enable[] = {llvm::MDString::get(ctx_, "llvm.loop.vectorize.enable"),
                                     llvm::ConstantAsMetadata::get(b_.getTrue())};
@@ -364,17 +360,150 @@ private:
         loopId->replaceOperandWith(0, loopId);
         latch->setMetadata(llvm::LLVMContext::MD_loop, loopId);
       }
-      b_.SetInsertPoint(exit);
       return;
     }
     }
+  }
+
+  // for (i = start; i < end; i += step) body(i); returns the latch branch and leaves the
+  // builder after the loop.
+  template <class Body> llvm::BranchInst *forLoop(const std::string &name, llvm::Value *start, llvm::Value *end, int64_t step, Body body) {
+    llvm::BasicBlock *pre = b_.GetInsertBlock();
+    auto *header = llvm::BasicBlock::Create(ctx_, name + ".head", fn_);
+    auto *inner = llvm::BasicBlock::Create(ctx_, name + ".body", fn_);
+    auto *exit = llvm::BasicBlock::Create(ctx_, name + ".exit", fn_);
+    b_.CreateBr(header);
+    b_.SetInsertPoint(header);
+    llvm::PHINode *i = b_.CreatePHI(b_.getInt64Ty(), 2, name);
+    i->addIncoming(start, pre);
+    b_.CreateCondBr(b_.CreateICmpSLT(i, end), inner, exit);
+    b_.SetInsertPoint(inner);
+    body(i);
+    llvm::Value *next = b_.CreateAdd(i, b_.getInt64(step), "", true, true);
+    llvm::BranchInst *latch = b_.CreateBr(header);
+    i->addIncoming(next, b_.GetInsertBlock());
+    b_.SetInsertPoint(exit);
+    return latch;
+  }
+
+  llvm::AllocaInst *entryAlloca(llvm::Type *t, const std::string &name) {
+    llvm::IRBuilder<> atEntry(entry_, entry_->begin());
+    return atEntry.CreateAlloca(t, nullptr, name);
+  }
+
+  // The GEMM schedule: blocks of kDepthBlock along k, panels of two vectors of columns
+  // (packed, so the panel stays in L1), and a micro-kernel of kRows x 2 vector accumulators that
+  // broadcasts one A element per row and multiplies it into two B vectors with FMAs.
+  // Column tails use masked loads and stores; row tails compute on a repeated valid row
+  // and skip its stores.
+  void gemm(const kir::Gemm &g) {
+    const int64_t kDepthBlock = 256;
+    const unsigned vw = vectorWidth_, rowsPerTile = vw >= 16 ? 8 : 6;
+    llvm::Type *f32 = b_.getFloatTy();
+    auto *vec = llvm::FixedVectorType::get(f32, vw);
+    llvm::Value *aBase = index(g.aBase), *bBase = index(g.bBase), *cBase = index(g.cBase);
+    llvm::Value *lda = index(g.lda), *ldb = index(g.ldb), *ldc = index(g.ldc), *n = index(g.n), *depth = index(g.depth);
+    llvm::Value *row0 = index(g.row0), *rowEnd = b_.CreateAdd(row0, index(g.rows));
+    llvm::Value *A = bufs_[g.a], *B = bufs_[g.b], *C = bufs_[g.c];
+    llvm::AllocaInst *panel = entryAlloca(llvm::ArrayType::get(f32, kDepthBlock * 2 * vw), "panel");
+    panel->setAlignment(llvm::Align(64));
+    std::vector<llvm::AllocaInst *> acc;
+    for (unsigned k = 0; k < 2 * rowsPerTile; ++k)
+      acc.push_back(entryAlloca(vec, "acc"));
+    std::vector<llvm::Constant *> lanes;
+    for (unsigned l = 0; l < vw; ++l)
+      lanes.push_back(b_.getInt64(l));
+    llvm::Value *iota = llvm::ConstantVector::get(lanes);
+    auto align = llvm::Align(4);
+    // At least one depth block, so that an empty sum still stores its zeros.
+    llvm::Value *depthBlocksEnd = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, depth, b_.getInt64(1));
+    forLoop("k0", b_.getInt64(0), depthBlocksEnd, kDepthBlock, [&](llvm::Value *k0) {
+      llvm::Value *kEnd = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, depth, b_.CreateAdd(k0, b_.getInt64(kDepthBlock)));
+      llvm::Value *first = b_.CreateICmpEQ(k0, b_.getInt64(0));
+      forLoop("j0", b_.getInt64(0), n, 2 * vw, [&](llvm::Value *j0) {
+        llvm::Value *masks[2];
+        for (unsigned h = 0; h < 2; ++h) {
+          llvm::Value *col = b_.CreateAdd(b_.CreateVectorSplat(vw, b_.CreateAdd(j0, b_.getInt64(h * vw))), iota);
+          masks[h] = b_.CreateICmpSLT(col, b_.CreateVectorSplat(vw, n));
+        }
+        llvm::Value *fullPanel = b_.CreateICmpSLE(b_.CreateAdd(j0, b_.getInt64(2 * vw)), n);
+        // The same micro-kernel twice: unmasked for full panels, masked for the tail.
+        auto *fullBB = llvm::BasicBlock::Create(ctx_, "panel.full", fn_), *tailBB = llvm::BasicBlock::Create(ctx_, "panel.tail", fn_),
+             *joinBB = llvm::BasicBlock::Create(ctx_, "panel.done", fn_);
+        b_.CreateCondBr(fullPanel, fullBB, tailBB);
+        for (bool masked : {false, true}) {
+          b_.SetInsertPoint(masked ? tailBB : fullBB);
+          auto loadVec = [&](llvm::Value *ptr, unsigned h) -> llvm::Value * {
+            if (masked)
+              return b_.CreateMaskedLoad(vec, ptr, align, masks[h], llvm::Constant::getNullValue(vec));
+            return b_.CreateAlignedLoad(vec, ptr, align);
+          };
+          // Packs B[k0:kEnd, j0:j0 + 2 vectors] contiguously, zero-padding the column tail:
+          // the micro-kernel then streams it from L1 with no cache-set conflicts.
+          forLoop("kp", k0, kEnd, 1, [&](llvm::Value *k) {
+            llvm::Value *bRow = b_.CreateAdd(bBase, b_.CreateAdd(b_.CreateMul(k, ldb), j0));
+            llvm::Value *packedRow = b_.CreateMul(b_.CreateSub(k, k0), b_.getInt64(2 * vw));
+            for (unsigned h = 0; h < 2; ++h)
+              b_.CreateAlignedStore(loadVec(b_.CreateInBoundsGEP(f32, B, b_.CreateAdd(bRow, b_.getInt64(h * vw))), h),
+                                    b_.CreateInBoundsGEP(f32, panel, b_.CreateAdd(packedRow, b_.getInt64(h * vw))), llvm::Align(64));
+          });
+          forLoop("i0", row0, rowEnd, rowsPerTile, [&](llvm::Value *i0) {
+            llvm::Value *lastRow = b_.CreateSub(rowEnd, b_.getInt64(1));
+            std::vector<llvm::Value *> aRows, rows;
+            for (unsigned r = 0; r < rowsPerTile; ++r) {
+              llvm::Value *row = b_.CreateAdd(i0, b_.getInt64(r));
+              rows.push_back(row);
+              llvm::Value *safe = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, row, lastRow);
+              aRows.push_back(b_.CreateAdd(aBase, b_.CreateMul(safe, lda)));
+            }
+            for (llvm::AllocaInst *slot : acc)
+              b_.CreateStore(llvm::Constant::getNullValue(vec), slot);
+            forLoop("k", k0, kEnd, 1, [&](llvm::Value *k) {
+              llvm::Value *packedRow = b_.CreateMul(b_.CreateSub(k, k0), b_.getInt64(2 * vw));
+              llvm::Value *bv[2];
+              for (unsigned h = 0; h < 2; ++h)
+                bv[h] = b_.CreateAlignedLoad(vec, b_.CreateInBoundsGEP(f32, panel, b_.CreateAdd(packedRow, b_.getInt64(h * vw))), llvm::Align(64));
+              for (unsigned r = 0; r < rowsPerTile; ++r) {
+                llvm::Value *av = b_.CreateVectorSplat(vw, b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, A, b_.CreateAdd(aRows[r], k))));
+                for (unsigned h = 0; h < 2; ++h) {
+                  llvm::AllocaInst *slot = acc[2 * r + h];
+                  b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {av, bv[h], b_.CreateLoad(vec, slot)}), slot);
+                }
+              }
+            });
+            for (unsigned r = 0; r < rowsPerTile; ++r) {
+              auto *storeBB = llvm::BasicBlock::Create(ctx_, "row.store", fn_), *nextBB = llvm::BasicBlock::Create(ctx_, "row.next", fn_);
+              b_.CreateCondBr(b_.CreateICmpSLT(rows[r], rowEnd), storeBB, nextBB);
+              b_.SetInsertPoint(storeBB);
+              llvm::Value *cRow = b_.CreateAdd(cBase, b_.CreateAdd(b_.CreateMul(rows[r], ldc), j0));
+              for (unsigned h = 0; h < 2; ++h) {
+                llvm::Value *ptr = b_.CreateInBoundsGEP(f32, C, b_.CreateAdd(cRow, b_.getInt64(h * vw)));
+                llvm::Value *sum = b_.CreateLoad(vec, acc[2 * r + h]);
+                // Later depth blocks add to what the earlier ones stored.
+                sum = b_.CreateSelect(first, sum, b_.CreateFAdd(sum, loadVec(ptr, h)));
+                if (masked)
+                  b_.CreateMaskedStore(sum, ptr, align, masks[h]);
+                else
+                  b_.CreateAlignedStore(sum, ptr, align);
+              }
+              b_.CreateBr(nextBB);
+              b_.SetInsertPoint(nextBB);
+            }
+          });
+          b_.CreateBr(joinBB);
+        }
+        b_.SetInsertPoint(joinBB);
+      });
+    });
   }
 
   llvm::Module &m_;
   llvm::LLVMContext &ctx_;
   llvm::IRBuilder<> b_;
   const kir::Kernel &k_;
+  unsigned vectorWidth_; // f32 lanes of the widest vector the target has
   llvm::Function *fn_ = nullptr;
+  llvm::Value *begin_ = nullptr, *end_ = nullptr;
   llvm::BasicBlock *entry_ = nullptr;
   std::vector<llvm::Value *> bufs_;
   std::map<std::string, llvm::Value *> vars_;
@@ -406,8 +535,9 @@ std::unique_ptr<CpuModule> CpuModule::compile(const std::vector<const kir::Kerne
   auto module = std::make_unique<llvm::Module>("dnnc", *ctx);
   module->setDataLayout((*tm)->createDataLayout());
   module->setTargetTriple((*tm)->getTargetTriple().str());
+  unsigned vectorWidth = hostVectorWidth();
   for (const kir::Kernel *k : kernels)
-    KernelEmitter(*module, *k).emit();
+    KernelEmitter(*module, *k, vectorWidth).emit();
   {
     llvm::LoopAnalysisManager lam;
     llvm::FunctionAnalysisManager fam;
@@ -447,9 +577,16 @@ KernelFn CpuModule::lookup(const std::string &name) const {
 
 const std::string &CpuModule::llvmIR() const { return impl_->ir; }
 
+unsigned hostVectorWidth() {
+  llvm::StringMap<bool> features = llvm::sys::getHostCPUFeatures();
+  if (features.lookup("avx512f"))
+    return 16;
+  return features.lookup("avx") ? 8 : 4;
+}
+
 std::string hostDescription() {
   initializeLLVM();
-  return llvm::sys::getHostCPUName().str();
+  return fmt::format("{}, {}-bit vectors", llvm::sys::getHostCPUName().str(), hostVectorWidth() * 32);
 }
 
 } // namespace dnnc::backend

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "ir/kernel/Kernel.h"
+#include "runtime/KernelAbi.h"
 
 #include <cstdint>
 #include <memory>
@@ -11,9 +12,7 @@
 
 namespace dnnc::backend {
 
-// A compiled kernel: buffers[i] points at kernel buffer i; dims[j] is the value of the
-// j-th name of Kernel::dims().
-using KernelFn = void (*)(uint8_t *const *buffers, const int64_t *dims);
+using rt::KernelFn; // runtime/KernelAbi.h: the calling convention
 
 class CpuModule {
 public:
@@ -32,5 +31,7 @@ private:
 
 // The host's name and vector width, as LLVM sees them (for reports and benchmarks).
 std::string hostDescription();
+// f32 lanes in the host's widest vector register (16 with AVX-512, 8 with AVX).
+unsigned hostVectorWidth();
 
 } // namespace dnnc::backend

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <set>
@@ -256,10 +257,9 @@ StmtPtr Lowering::matmul() {
   if (vecB)
     b.push_back(c(1));
   size_t batch = std::max(a.size(), b.size()) - 2;
-  Dims oIdx = vars(batch + 2); // batch..., i, j
-  ExprRef kVar = sym::var(kir::loopVar(next_++));
-  Dims full(oIdx.begin(), oIdx.begin() + static_cast<long>(batch));
-  auto operandIndex = [&](const Dims &d, ExprRef row, ExprRef col) {
+  ExprRef m = a[a.size() - 2], n = b.back(), depth = a.back();
+  // Index of a matrix operand's element (row, col) in batch `full` (size-1 batch dims broadcast).
+  auto operandIndex = [&](const Dims &d, const Dims &full, ExprRef row, ExprRef col) {
     Dims idx;
     size_t lead = d.size() - 2;
     for (size_t k = 0; k < lead; ++k)
@@ -268,22 +268,52 @@ StmtPtr Lowering::matmul() {
     idx.push_back(col);
     return kir::flatIndex(d, idx);
   };
+  auto outIndex = [&](const Dims &full, ExprRef i, ExprRef j) {
+    Dims idx(full);
+    if (!vecA)
+      idx.push_back(i);
+    if (!vecB)
+      idx.push_back(j);
+    return kir::flatIndex(o, idx);
+  };
+  if (dtype(0) == DType::F32 && dtype(1) == DType::F32 && dtype(out()) == DType::F32) {
+    // One parallel task per (batch, block of kRowBlock rows): each is a tiled GEMM.
+    constexpr int64_t kRowBlock = 64;
+    ExprRef blocks = sym::floorDiv(sym::add(m, c(kRowBlock - 1)), c(kRowBlock));
+    ExprRef tasks = blocks, p = sym::var(kir::loopVar(next_++));
+    for (size_t k = 0; k < batch; ++k)
+      tasks = sym::mul(tasks, o[k]);
+    ExprRef batchFlat = sym::floorDiv(p, blocks), row0 = sym::mul(sym::mod(p, blocks), c(kRowBlock));
+    Dims full(batch);
+    ExprRef stride = c(1);
+    for (size_t k = batch; k-- > 0;) {
+      full[k] = sym::mod(sym::floorDiv(batchFlat, stride), o[k]);
+      stride = sym::mul(stride, o[k]);
+    }
+    kir::Gemm g;
+    g.a = 0, g.b = 1, g.c = out();
+    g.aBase = operandIndex(a, full, c(0), c(0));
+    g.bBase = operandIndex(b, full, c(0), c(0));
+    g.cBase = outIndex(full, c(0), c(0));
+    g.lda = depth, g.ldb = n, g.ldc = vecB ? c(1) : n;
+    g.row0 = row0, g.rows = sym::min(c(kRowBlock), sym::sub(m, row0)), g.n = n, g.depth = depth;
+    return kir::loop(p->asVar()->name, tasks, one(kir::gemm(g)), Stmt::Schedule::Parallel);
+  }
+  // Other dtypes: one dot product per output element, accumulated in f32.
+  Dims oIdx = vars(batch + 2); // batch..., i, j
+  ExprRef kVar = sym::var(kir::loopVar(next_++));
+  Dims full(oIdx.begin(), oIdx.begin() + static_cast<long>(batch));
   ExprRef i = oIdx[batch], j = oIdx[batch + 1];
-  ValuePtr prod = kir::binary(OpKind::Mul, kir::load(0, operandIndex(a, vecA ? c(0) : i, kVar), dtype(0)),
-                              kir::load(1, operandIndex(b, kVar, vecB ? c(0) : j), dtype(1)), DType::F32);
+  ValuePtr prod = kir::binary(OpKind::Mul, kir::load(0, operandIndex(a, full, i, kVar), dtype(0)),
+                              kir::load(1, operandIndex(b, full, kVar, j), dtype(1)), DType::F32);
   std::vector<StmtPtr> body;
   body.push_back(kir::let("acc", kir::constant(0, DType::F32)));
-  body.push_back(kir::loop(kVar->asVar()->name, a.back(),
+  body.push_back(kir::loop(kVar->asVar()->name, depth,
                            one(kir::assign("acc", kir::binary(OpKind::Add, kir::local("acc", DType::F32), prod, DType::F32)))));
-  Dims outIdx(full);
-  if (!vecA)
-    outIdx.push_back(i);
-  if (!vecB)
-    outIdx.push_back(j);
-  body.push_back(kir::store(out(), kir::flatIndex(o, outIdx), kir::cast(kir::local("acc", DType::F32), dtype(out()))));
+  body.push_back(kir::store(out(), outIndex(full, i, j), kir::cast(kir::local("acc", DType::F32), dtype(out()))));
   Dims loopShape(o.begin(), o.begin() + static_cast<long>(batch));
-  loopShape.push_back(vecA ? c(1) : a[a.size() - 2]);
-  loopShape.push_back(vecB ? c(1) : b.back());
+  loopShape.push_back(m);
+  loopShape.push_back(n);
   return nest(loopShape, oIdx, std::move(body));
 }
 
@@ -531,5 +561,62 @@ std::optional<kir::Kernel> Lowering::run() {
 } // namespace
 
 std::optional<kir::Kernel> lowerOp(const ir::Op &op, const std::string &name) { return Lowering(op, name).run(); }
+
+LoweredGraph lowerGraph(const ir::Graph &g) {
+  LoweredGraph out;
+  std::function<void(const ir::Region &)> visit = [&](const ir::Region &r) {
+    for (const ir::Op *op : r.ops) {
+      for (const auto &sub : op->regions)
+        visit(*sub);
+      std::string name = fmt::format("k{}_{}", out.kernels.size(), ir::opInfo(op->kind).spelling);
+      if (auto k = lowerOp(*op, name)) {
+        out.ops.push_back(op);
+        out.kernels.push_back(std::move(*k));
+      }
+    }
+  };
+  visit(g.body);
+  return out;
+}
+
+std::map<const ir::Op *, size_t> LoweredGraph::kernelOf() const {
+  std::map<const ir::Op *, size_t> out;
+  for (size_t k = 0; k < ops.size(); ++k)
+    out[ops[k]] = k;
+  return out;
+}
+
+namespace {
+// The trip count of everything inside `s`, roughly: loops multiply, sequences add.
+ExprRef workOf(const Stmt &s) {
+  switch (s.kind) {
+  case Stmt::Kind::Gemm: return sym::mul(sym::mul(s.gemm.rows, s.gemm.n), s.gemm.depth);
+  case Stmt::Kind::For:
+  case Stmt::Kind::Block:
+  case Stmt::Kind::If: {
+    ExprRef sum = c(0);
+    for (const StmtPtr &b : s.body)
+      sum = sym::add(sum, workOf(*b));
+    return s.kind == Stmt::Kind::For ? sym::mul(s.extent, sum) : sum;
+  }
+  default: return c(1);
+  }
+}
+} // namespace
+
+rt::KernelInfo kernelInfo(const kir::Kernel &k) {
+  rt::KernelInfo info;
+  info.name = k.name;
+  info.dims = k.dims();
+  if (const Stmt *p = k.parallelLoop()) {
+    info.parallelExtent = p->extent;
+    ExprRef w = c(0);
+    for (const StmtPtr &b : p->body)
+      w = sym::add(w, workOf(*b));
+    // Estimated at the first iteration (a GEMM's row block is full there).
+    info.work = sym::substitute(w, {{p->var, c(0)}});
+  }
+  return info;
+}
 
 } // namespace dnnc::lower

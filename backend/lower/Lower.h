@@ -12,10 +12,22 @@
 #include "ir/graph/Graph.h"
 #include "ir/kernel/Kernel.h"
 
+#include "runtime/Executable.h"
+
 #include <optional>
 
 namespace dnnc::lower {
 
 std::optional<kir::Kernel> lowerOp(const ir::Op &op, const std::string &name);
+
+// Every op of a graph (all regions, program order) that has a kernel, with its kernel.
+struct LoweredGraph {
+  std::vector<const ir::Op *> ops;
+  std::vector<kir::Kernel> kernels;
+  std::map<const ir::Op *, size_t> kernelOf() const;
+};
+LoweredGraph lowerGraph(const ir::Graph &g);
+// What the runtime needs to launch `k`: its dim names, parallel extent and work estimate.
+rt::KernelInfo kernelInfo(const kir::Kernel &k);
 
 } // namespace dnnc::lower

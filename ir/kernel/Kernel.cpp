@@ -116,6 +116,12 @@ StmtPtr when(ValuePtr cond, std::vector<StmtPtr> body) {
   return st;
 }
 
+StmtPtr gemm(Gemm g) {
+  auto st = makeStmt(Stmt::Kind::Gemm);
+  st->gemm = g;
+  return st;
+}
+
 std::string loopVar(int n) { return "%" + std::to_string(n); }
 
 sym::ExprRef flatIndex(const std::vector<sym::ExprRef> &dims, const std::vector<sym::ExprRef> &idx) {
@@ -146,6 +152,10 @@ void collectDims(const Stmt &s, std::set<std::string> &out) {
   collectDims(s.extent, out);
   collectDims(s.index, out);
   collectDims(s.value, out);
+  if (s.kind == Stmt::Kind::Gemm)
+    for (sym::ExprRef e : {s.gemm.aBase, s.gemm.bBase, s.gemm.cBase, s.gemm.lda, s.gemm.ldb, s.gemm.ldc, s.gemm.row0,
+                           s.gemm.rows, s.gemm.n, s.gemm.depth})
+      collectDims(e, out);
   for (const StmtPtr &b : s.body)
     collectDims(*b, out);
 }
@@ -175,9 +185,21 @@ void printStmt(const Kernel &k, const Stmt &s, int depth, std::string &out) {
       printStmt(k, *b, depth + 1, out);
     out += pad + "}\n";
     break;
+  case Stmt::Kind::Gemm: {
+    const Gemm &g = s.gemm;
+    out += fmt::format("{}gemm tiled rows [{}, {} + {}) cols {} depth {}:\n", pad, g.row0->str(), g.row0->str(),
+                       g.rows->str(), g.n->str(), g.depth->str());
+    out += fmt::format("{}  b{}[{} + i*{} + j] = sum_k b{}[{} + i*{} + k] * b{}[{} + k*{} + j]\n", pad, g.c, g.cBase->str(),
+                       g.ldc->str(), g.a, g.aBase->str(), g.lda->str(), g.b, g.bBase->str(), g.ldb->str());
+    break;
+  }
   }
 }
 } // namespace
+
+const Stmt *Kernel::parallelLoop() const {
+  return body->kind == Stmt::Kind::For && body->schedule == Stmt::Schedule::Parallel ? body.get() : nullptr;
+}
 
 std::vector<std::string> Kernel::dims() const {
   std::set<std::string> out;

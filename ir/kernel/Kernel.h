@@ -35,10 +35,19 @@ ValuePtr binary(ir::OpKind op, ValuePtr a, ValuePtr b, DType t);
 ValuePtr select(ValuePtr cond, ValuePtr a, ValuePtr b);
 ValuePtr cast(ValuePtr a, DType t);
 
+// A register- and cache-tiled f32 matrix product over one block of rows, which each back
+// end emits with its own schedule (vector FMA micro-kernels on the CPU):
+//   C[c + i*ldc + j] = sum_k A[a + i*lda + k] * B[b + k*ldb + j]
+// for i in [row0, row0 + rows), j in [0, n), k in [0, depth).
+struct Gemm {
+  int a = -1, b = -1, c = -1; // buffers
+  sym::ExprRef aBase, bBase, cBase, lda, ldb, ldc, row0, rows, n, depth;
+};
+
 struct Stmt;
 using StmtPtr = std::unique_ptr<Stmt>;
 struct Stmt {
-  enum class Kind { For, Store, Block, Let, Assign, If };
+  enum class Kind { For, Store, Block, Let, Assign, If, Gemm };
   enum class Schedule { Serial, Parallel, Vectorize };
   Kind kind = Kind::Block;
   std::string var;              // For: the loop variable; Let/Assign: the local
@@ -48,6 +57,7 @@ struct Stmt {
   sym::ExprRef index = nullptr; // Store
   ValuePtr value;            // Store/Let/Assign value; If condition
   std::vector<StmtPtr> body; // For/Block/If
+  Gemm gemm;                 // Gemm
 };
 
 StmtPtr loop(const std::string &var, sym::ExprRef extent, std::vector<StmtPtr> body,
@@ -57,6 +67,7 @@ StmtPtr block(std::vector<StmtPtr> body);
 StmtPtr let(const std::string &name, ValuePtr v);
 StmtPtr assign(const std::string &name, ValuePtr v);
 StmtPtr when(ValuePtr cond, std::vector<StmtPtr> body);
+StmtPtr gemm(Gemm g);
 
 struct Buffer {
   std::string name;
@@ -70,6 +81,9 @@ struct Kernel {
   std::vector<Buffer> buffers; // the op's operands, then its results
   StmtPtr body;
   std::vector<std::string> dims() const; // every dim the kernel reads at run time, sorted
+  // The outermost loop when it is parallel: the runtime splits its range across threads
+  // (CPU) or maps it onto the grid (GPU). Null when the kernel runs as one piece.
+  const Stmt *parallelLoop() const;
 };
 
 std::string print(const Kernel &k);

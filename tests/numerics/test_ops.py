@@ -120,6 +120,40 @@ def make_test(name, expr, result, ref):
     return test
 
 
+# Matrix products at sizes around the CPU GEMM's tiles (8 or 6 rows, 2 vectors of columns,
+# blocks of 64 rows and 256 along k): dims of 1, primes, and sizes just past each tile.
+GEMM_SHAPES = [(1, 1, 1), (7, 3, 5), (67, 300, 37), (130, 513, 70), (9, 257, 33)]  # (M, K, N)
+GEMM_MODELS = {
+    "plain": ("a: f32[M, K], b: f32[K, N]", "f32[M, N]", lambda m, k, n: ((m, k), (k, n))),
+    "batched_lhs": ("a: f32[2, M, K], b: f32[K, N]", "f32[2, M, N]", lambda m, k, n: ((2, m, k), (k, n))),
+    "batched_rhs": ("a: f32[M, K], b: f32[3, K, N]", "f32[3, M, N]", lambda m, k, n: ((m, k), (3, k, n))),
+    "vector_lhs": ("a: f32[K], b: f32[K, N]", "f32[N]", lambda m, k, n: ((k,), (k, n))),
+    "f16": ("a: f16[M, K], b: f16[K, N]", "f16[M, N]", lambda m, k, n: ((m, k), (k, n))),
+}
+
+
+def make_gemm_test(name, args, result, shapes):
+    def test(self):
+        rng = np.random.default_rng(7)
+        with tempfile.TemporaryDirectory() as d:
+            model = os.path.join(d, f"gemm_{name}.dnn")
+            with open(model, "w") as f:
+                f.write(f"dim M; dim K; dim N;\nmodel main({args}) -> {result} {{\n  return a @ b;\n}}\n")
+            for m, k, n in GEMM_SHAPES:
+                dtype = np.float16 if name == "f16" else np.float32
+                sa, sb = shapes(m, k, n)
+                a, b = rng.standard_normal(sa).astype(dtype), rng.standard_normal(sb).astype(dtype)
+                outs, p = self.dnnc.run(model, None, {"a": a, "b": b})
+                self.assertEqual(p.returncode, 0, p.stderr)
+                want = np.matmul(a.astype(np.float64), b.astype(np.float64))
+                tol = 2e-3 * math.sqrt(k) if name == "f16" else 1e-4
+                assert_matches(outs[0].astype(np.float64), want, tol, tol, f"M={m}, K={k}, N={n}")
+    return test
+
+
+for _name, (_args, _result, _shapes) in GEMM_MODELS.items():
+    setattr(Ops, f"test_gemm_{_name}", make_gemm_test(_name, _args, _result, _shapes))
+
 for _name, (_expr, _result, _ref) in OPS.items():
     setattr(Ops, f"test_{_name}", make_test(_name, _expr, _result, _ref))
 

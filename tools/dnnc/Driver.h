@@ -25,6 +25,7 @@ struct RunOptions {
   std::vector<std::pair<std::string, std::string>> inputs; // NAME=FILE.npy
   Binding binding;
   uint64_t seed = 0;
+  int threads = 0; // 0: the runtime's default
   bool stats = false;
 };
 int runModel(Program &p, const RunOptions &o);

@@ -3,6 +3,7 @@
 #include "backend/CpuExecutable.h"
 #include "ir/interp/Interpreter.h"
 #include "runtime/TensorIO.h"
+#include "runtime/ThreadPool.h"
 #include "tools/dnnc/Driver.h"
 
 #include <fmt/format.h>
@@ -85,6 +86,8 @@ int runModel(Program &p, const RunOptions &o) {
     return kUserError;
   }
   const ir::Graph &g = *m->graph;
+  if (o.threads > 0)
+    rt::ThreadPool::setGlobalThreads(static_cast<unsigned>(o.threads));
   try {
     std::vector<std::optional<Tensor>> inputs(g.body.args.size());
     for (auto &[name, path] : o.inputs) {
@@ -134,8 +137,8 @@ int runModel(Program &p, const RunOptions &o) {
       if (reference)
         std::cout << fmt::format("device: reference interpreter\ndims: {}\nops executed: {}\n", dims, interpreter.opsExecuted());
       else
-        std::cout << fmt::format("device: cpu ({})\ndims: {}\nkernels compiled: {}\nkernels launched: {}\nhost ops: {}\n",
-                                 backend::hostDescription(), dims, compiled->kernelCount(), compiled->kernelsLaunched(),
+        std::cout << fmt::format("device: {} ({})\ndims: {}\nkernels compiled: {}\nkernels launched: {}\nhost ops: {}\n",
+                                 compiled->executable().device().name(), backend::hostDescription(), dims, compiled->kernelCount(), compiled->kernelsLaunched(),
                                  compiled->hostOps());
     }
   } catch (const DataError &e) {

@@ -191,13 +191,19 @@ int cmdRun(int argc, char **argv) {
       "bind", po::value(&bind), "bind dims, e.g. B=2,T=8 (sizes for random inputs)")(
       "out", po::value(&o.outDir), "where out0.npy, out1.npy, ... go (default: out)")(
       "device", po::value(&o.device), "auto or cpu (compiled with LLVM), or ref (the reference interpreter)")(
-      "seed", po::value(&o.seed), "seed for random weights and inputs (default 0)")("stats", "print the dims and ops run");
+      "seed", po::value(&o.seed), "seed for random weights and inputs (default 0)")(
+      "threads", po::value(&o.threads), "CPU threads (default: DNNC_NUM_THREADS, else one per core)")(
+      "stats", "print the dims, kernels and ops run");
   po::variables_map vm;
   const char *usage = "usage: dnnc run FILE [--weights W.safetensors] [--input NAME=X.npy]... [--bind B=2,T=8] "
                       "[--out DIR] [--device auto|cpu|ref] [--seed N]\n";
   if (int rc = parseOptions(argc, argv, desc, usage, true, c, vm); rc >= 0)
     return rc;
   o.stats = vm.count("stats") > 0;
+  if (vm.count("threads") && o.threads < 1) {
+    std::cerr << "dnnc: error: --threads takes a positive count\n";
+    return kUsage;
+  }
   if (std::string err = parseBinding(bind, o.binding); !err.empty()) {
     std::cerr << "dnnc: error: " << err << "\n";
     return kUsage;

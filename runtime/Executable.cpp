@@ -1,0 +1,75 @@
+// Launching kernels from the interpreter's walk of the graph (see Executable.h).
+#include "runtime/Executable.h"
+
+#include "frontend/Diagnostics.h"
+
+#include <fmt/format.h>
+
+namespace dnnc::rt {
+
+Executable::Executable(const ir::Graph &graph, std::map<const ir::Op *, size_t> kernelOf, std::vector<KernelInfo> kernels,
+                       std::unique_ptr<Device> device, std::shared_ptr<const ir::Graph> owned)
+    : owned_(std::move(owned)), graph_(&graph), kernelOf_(std::move(kernelOf)), kernels_(std::move(kernels)), device_(std::move(device)),
+      interpreter_(*graph_, [this](const ir::Op &op, const std::vector<const Tensor *> &in, std::vector<Tensor> &out,
+                                   const interp::Binding &b) { return runOp(op, in, out, b); }) {}
+
+namespace {
+// Data-dependent indices must lie inside their buffers: kernels trust them.
+void checkIndices(const ir::Op &op, const std::vector<const Tensor *> &in, const std::function<int64_t(sym::ExprRef)> &eval) {
+  if (op.kind == ir::OpKind::Take || op.kind == ir::OpKind::Embedding) {
+    size_t axis = 0;
+    if (op.kind == ir::OpKind::Take) {
+      int64_t a = eval(op.get<sym::ExprRef>("axis"));
+      axis = static_cast<size_t>(a < 0 ? a + static_cast<int64_t>(in[0]->shape.size()) : a);
+    }
+    int64_t d = in[0]->shape[axis];
+    for (size_t k = 0; k < in[1]->numel(); ++k) {
+      int64_t j = in[1]->getInt(k);
+      if (j < -d || j >= d)
+        throw DataError(fmt::format("index {} is out of range for dim {} of {} (size {})", j, axis, in[0]->typeText(), d));
+    }
+  }
+  if (op.kind == ir::OpKind::Index) {
+    const auto &starts = op.get<ir::DimList>("starts"), &points = op.get<ir::DimList>("points");
+    size_t operand = 1;
+    for (size_t a = 0; a < points.size(); ++a)
+      if (points[a]->asConst() == 1) {
+        int64_t d = in[0]->shape[a];
+        int64_t p = starts[a] ? eval(starts[a]) : in[operand++]->getInt(0);
+        if (!starts[a] && p < 0)
+          p += d;
+        if (p < 0 || p >= d)
+          throw DataError(fmt::format("index {} is out of range for dim {} of {} (size {})", p, a, in[0]->typeText(), d));
+      }
+  }
+}
+} // namespace
+
+bool Executable::runOp(const ir::Op &op, const std::vector<const Tensor *> &in, std::vector<Tensor> &out,
+                       const interp::Binding &b) {
+  auto it = kernelOf_.find(&op);
+  if (it == kernelOf_.end())
+    return false;
+  const KernelInfo &info = kernels_[it->second];
+  auto eval = [&](sym::ExprRef e) {
+    auto v = sym::evaluate(e, b);
+    if (!v)
+      throw InternalError(fmt::format("{}: dim {} is unbound at launch", info.name, e->str()));
+    return *v;
+  };
+  checkIndices(op, in, eval);
+  for (const ir::Value *r : op.results) {
+    std::vector<int64_t> shape;
+    for (sym::ExprRef d : r->type.dims)
+      shape.push_back(eval(d));
+    out.push_back(Tensor::zeros(r->type.dtype, shape));
+  }
+  std::vector<int64_t> dims;
+  for (const std::string &n : info.dims)
+    dims.push_back(eval(sym::var(n)));
+  device_->launch(it->second, info, in, out, dims);
+  ++launched_;
+  return true;
+}
+
+} // namespace dnnc::rt

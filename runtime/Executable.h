@@ -1,0 +1,60 @@
+// A compiled model at run time: the graph's host part (control flow, value-dependent
+// ops, EDO sync points) runs in the interpreter, and every op that has a kernel is
+// launched on a device after the host has checked what the kernel cannot check itself.
+// Usable without the compiler: an artifact from `dnnc build` loads into one.
+#pragma once
+
+#include "ir/interp/Interpreter.h"
+#include "runtime/Tensor.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dnnc::rt {
+
+// What the runtime needs to know about one kernel.
+struct KernelInfo {
+  std::string name;
+  std::vector<std::string> dims;          // the dims passed to it, in order
+  sym::ExprRef parallelExtent = nullptr;  // its parallel loop's trip count, if it has one
+  sym::ExprRef work = nullptr;            // rough cost of one parallel iteration (inner trip counts)
+};
+
+// Where kernels run. `in` are the op's operands and `out` its results, allocated with
+// their shapes; `dims` are the values of info.dims.
+class Device {
+public:
+  virtual ~Device() = default;
+  virtual std::string name() const = 0;
+  virtual void launch(size_t kernel, const KernelInfo &info, const std::vector<const Tensor *> &in, std::vector<Tensor> &out,
+                      const std::vector<int64_t> &dims) = 0;
+};
+
+class Executable {
+public:
+  // `kernelOf` maps ops of `graph` to their index in `kernels` and on `device`; `owned`
+  // keeps the graph alive when the executable owns it (a loaded artifact).
+  Executable(const ir::Graph &graph, std::map<const ir::Op *, size_t> kernelOf, std::vector<KernelInfo> kernels,
+             std::unique_ptr<Device> device, std::shared_ptr<const ir::Graph> owned = nullptr);
+  const ir::Graph &graph() const { return *graph_; }
+  interp::Interpreter &interpreter() { return interpreter_; }
+  Device &device() { return *device_; }
+  const std::vector<KernelInfo> &kernels() const { return kernels_; }
+  size_t kernelsLaunched() const { return launched_; }
+  size_t hostOps() const { return interpreter_.opsExecuted() - launched_; }
+
+private:
+  bool runOp(const ir::Op &op, const std::vector<const Tensor *> &in, std::vector<Tensor> &out, const interp::Binding &b);
+
+  std::shared_ptr<const ir::Graph> owned_;
+  const ir::Graph *graph_;
+  std::map<const ir::Op *, size_t> kernelOf_;
+  std::vector<KernelInfo> kernels_;
+  std::unique_ptr<Device> device_;
+  interp::Interpreter interpreter_;
+  size_t launched_ = 0;
+};
+
+} // namespace dnnc::rt

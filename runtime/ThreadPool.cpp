@@ -1,0 +1,95 @@
+// The CPU device's thread pool (see ThreadPool.h).
+#include "runtime/ThreadPool.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+
+namespace dnnc::rt {
+
+ThreadPool::ThreadPool(unsigned threads) {
+  for (unsigned k = 1; k < std::max(threads, 1u); ++k)
+    workers_.emplace_back([this] { work(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  for (std::thread &t : workers_)
+    t.join();
+}
+
+// Takes chunks until none is left; called with the mutex held, returns with it held.
+void ThreadPool::runChunks() {
+  while (next_ < n_) {
+    int64_t begin = next_, end = std::min(n_, begin + chunk_);
+    next_ = end;
+    const auto *job = job_;
+    mutex_.unlock();
+    (*job)(begin, end);
+    mutex_.lock();
+  }
+}
+
+void ThreadPool::work() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  uint64_t seen = generation_;
+  for (;;) {
+    wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+    if (stopping_)
+      return;
+    seen = generation_;
+    ++busy_;
+    runChunks();
+    if (--busy_ == 0)
+      done_.notify_all();
+  }
+}
+
+void ThreadPool::parallelFor(int64_t n, const std::function<void(int64_t, int64_t)> &fn) {
+  if (n <= 0)
+    return;
+  if (workers_.empty() || n == 1) {
+    fn(0, n);
+    return;
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  job_ = &fn;
+  n_ = n;
+  next_ = 0;
+  // A few chunks per thread balance uneven chunks without much locking.
+  chunk_ = std::max<int64_t>(1, n / (4 * static_cast<int64_t>(threads())));
+  ++generation_;
+  wake_.notify_all();
+  ++busy_;
+  runChunks();
+  --busy_;
+  done_.wait(lock, [&] { return busy_ == 0 && next_ >= n_; });
+  job_ = nullptr;
+}
+
+namespace {
+unsigned globalThreads = 0;
+std::unique_ptr<ThreadPool> globalPool;
+std::once_flag globalOnce;
+} // namespace
+
+void ThreadPool::setGlobalThreads(unsigned threads) { globalThreads = threads; }
+
+ThreadPool &ThreadPool::global() {
+  std::call_once(globalOnce, [] {
+    unsigned n = globalThreads;
+    if (n == 0)
+      if (const char *env = std::getenv("DNNC_NUM_THREADS"))
+        n = static_cast<unsigned>(std::max(1L, std::strtol(env, nullptr, 10)));
+    if (n == 0)
+      n = std::max(1u, std::thread::hardware_concurrency());
+    globalPool = std::make_unique<ThreadPool>(n);
+  });
+  return *globalPool;
+}
+
+} // namespace dnnc::rt
