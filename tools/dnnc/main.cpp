@@ -1,6 +1,8 @@
 // dnnc: the command-line driver (check, shapes, emit, repl).
 #include "frontend/Ast.h"
 #include "backend/CpuExecutable.h"
+#include "backend/llvm/NvptxBackend.h"
+#include "backend/lower/Lower.h"
 #include "frontend/Parser.h"
 #include "tools/dnnc/Driver.h"
 
@@ -24,7 +26,7 @@ commands:
   check FILE                      parse and type-check
   shapes FILE [--model M] [--bind B=4,T=16] [--json]
                                   every named value with its type and shape class
-  emit FILE --emit=ast|ir|kernels|llvm [-o OUT]
+  emit FILE --emit=ast|ir|kernels|llvm|ptx [--target cpu|cuda] [--arch sm_90] [-o OUT]
                                   print a compiler stage as text
   run FILE [--weights W] [--input NAME=X.npy]... [--bind B=2] [--out DIR] [--seed N]
                                   compile a model for the CPU and run it
@@ -146,15 +148,23 @@ int cmdShapes(int argc, char **argv) {
 
 int cmdEmit(int argc, char **argv) {
   CommonOptions c;
-  std::string stage, out;
+  std::string stage, out, target = "cpu", arch = "sm_80";
   po::options_description desc = commonOptions(c);
-  desc.add_options()("emit", po::value(&stage)->required(), "the stage: ast, ir, kernels or llvm")("output,o", po::value(&out),
-                                                                                    "write to this file, not stdout");
+  desc.add_options()("emit", po::value(&stage)->required(), "the stage: ast, ir, kernels, llvm or ptx")(
+      "target", po::value(&target), "for --emit=llvm: cpu (this host, the default) or cuda")(
+      "arch", po::value(&arch), "the GPU architecture for PTX (default sm_80)")("output,o", po::value(&out),
+                                                                              "write to this file, not stdout");
   po::variables_map vm;
-  if (int rc = parseOptions(argc, argv, desc, "usage: dnnc emit FILE --emit=ast|ir|kernels|llvm [-o OUT]\n", true, c, vm); rc >= 0)
+  const char *usage = "usage: dnnc emit FILE --emit=ast|ir|kernels|llvm|ptx [--target cpu|cuda] [--arch sm_90] [-o OUT]\n";
+  if (int rc = parseOptions(argc, argv, desc, usage, true, c, vm); rc >= 0)
     return rc;
-  if (stage != "ast" && stage != "ir" && stage != "kernels" && stage != "llvm") {
-    std::cerr << "dnnc: error: unknown stage '" << stage << "' for --emit (this build emits: ast, ir, kernels, llvm)\n";
+  const std::vector<std::string> stages{"ast", "ir", "kernels", "llvm", "ptx"};
+  if (std::find(stages.begin(), stages.end(), stage) == stages.end()) {
+    std::cerr << "dnnc: error: unknown stage '" << stage << "' for --emit (this build emits: ast, ir, kernels, llvm, ptx)\n";
+    return kUsage;
+  }
+  if (target != "cpu" && target != "cuda") {
+    std::cerr << "dnnc: error: unknown target '" << target << "' (targets: cpu, cuda)\n";
     return kUsage;
   }
   Program p;
@@ -171,9 +181,25 @@ int cmdEmit(int argc, char **argv) {
     for (const ModelInfo &m : p.models())
       text += ir::print(*m.graph);
   } else {
-    for (const ModelInfo &m : p.models()) {
-      backend::CpuExecutable exe(*m.graph);
-      text += stage == "kernels" ? exe.kernelsText() : exe.llvmIR();
+    try {
+      for (const ModelInfo &m : p.models()) {
+        lower::LoweredGraph lowered = lower::lowerGraph(*m.graph);
+        std::vector<const kir::Kernel *> kernels;
+        for (const kir::Kernel &k : lowered.kernels) {
+          kernels.push_back(&k);
+          if (stage == "kernels")
+            text += kir::print(k);
+        }
+        if (stage == "ptx" || (stage == "llvm" && target == "cuda")) {
+          backend::PtxModule ptx = backend::compilePtx(kernels, arch);
+          text += stage == "ptx" ? ptx.ptx : ptx.llvmIR;
+        } else if (stage == "llvm") {
+          text += backend::CpuModule::compile(kernels)->llvmIR();
+        }
+      }
+    } catch (const rt::DataError &e) {
+      std::cerr << "dnnc: error: " << e.what() << "\n";
+      return kUserError;
     }
   }
   return writeOutput(out, text);

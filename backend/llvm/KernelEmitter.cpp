@@ -1,0 +1,585 @@
+// Kernel IR to LLVM IR (see KernelEmitter.h): loops with phis, locals as allocas that
+// mem2reg promotes, the CPU GEMM micro-kernel, and the GPU's grid-stride mapping.
+#include "backend/llvm/KernelEmitter.h"
+
+#include "frontend/Diagnostics.h"
+#include "ir/graph/OpRegistry.h"
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsNVPTX.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/Error.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+
+namespace dnnc::backend {
+namespace {
+
+using ir::OpKind;
+
+class KernelEmitter {
+public:
+  KernelEmitter(llvm::Module &m, const kir::Kernel &k, const Target &target)
+      : m_(m), ctx_(m.getContext()), b_(ctx_), k_(k), target_(target), vectorWidth_(target.vectorWidth) {}
+
+  void emit() {
+    auto *ptr = llvm::PointerType::get(ctx_, 0);
+    auto *i64 = b_.getInt64Ty();
+    auto names = k_.dims();
+    std::vector<llvm::Type *> params;
+    if (target_.gpu) {
+      params.assign(k_.buffers.size(), ptr);
+      params.insert(params.end(), names.size(), i64);
+    } else {
+      params = {ptr, ptr, i64, i64};
+    }
+    fn_ = llvm::Function::Create(llvm::FunctionType::get(b_.getVoidTy(), params, false), llvm::Function::ExternalLinkage,
+                                 k_.name, m_);
+    fn_->addFnAttr(llvm::Attribute::NoUnwind);
+    entry_ = llvm::BasicBlock::Create(ctx_, "entry", fn_);
+    b_.SetInsertPoint(entry_);
+    if (target_.gpu) {
+      fn_->setCallingConv(llvm::CallingConv::PTX_Kernel);
+      for (size_t i = 0; i < k_.buffers.size(); ++i) {
+        fn_->getArg(static_cast<unsigned>(i))->setName(k_.buffers[i].name);
+        bufs_.push_back(fn_->getArg(static_cast<unsigned>(i)));
+      }
+      for (size_t i = 0; i < names.size(); ++i)
+        vars_[names[i]] = fn_->getArg(static_cast<unsigned>(k_.buffers.size() + i));
+      // Grid-stride: thread t of the grid runs iterations t, t + threads, ...
+      auto sreg = [&](llvm::Intrinsic::ID id) { return b_.CreateZExt(b_.CreateIntrinsic(id, {}, {}), i64); };
+      llvm::Value *block = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x), *width = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x);
+      begin_ = b_.CreateAdd(b_.CreateMul(block, width), sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x));
+      step_ = b_.CreateMul(width, sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x));
+      if (!k_.parallelLoop()) { // one thread does all of it
+        auto *work = llvm::BasicBlock::Create(ctx_, "thread0", fn_), *done = llvm::BasicBlock::Create(ctx_, "done", fn_);
+        b_.CreateCondBr(b_.CreateICmpEQ(begin_, b_.getInt64(0)), work, done);
+        b_.SetInsertPoint(work);
+        stmt(*k_.body);
+        b_.CreateBr(done);
+        b_.SetInsertPoint(done);
+      } else {
+        stmt(*k_.body);
+      }
+    } else {
+      // Without this, targets that prefer 256-bit vectors split the GEMM's 512-bit ones.
+      fn_->addFnAttr("min-legal-vector-width", std::to_string(vectorWidth_ * 32));
+      begin_ = fn_->getArg(2), end_ = fn_->getArg(3), step_ = b_.getInt64(1);
+      llvm::Value *buffers = fn_->getArg(0), *dims = fn_->getArg(1);
+      for (size_t i = 0; i < k_.buffers.size(); ++i)
+        bufs_.push_back(b_.CreateLoad(ptr, b_.CreateConstGEP1_64(ptr, buffers, i), k_.buffers[i].name));
+      for (size_t i = 0; i < names.size(); ++i)
+        vars_[names[i]] = b_.CreateLoad(i64, b_.CreateConstGEP1_64(i64, dims, i), names[i]);
+      stmt(*k_.body);
+    }
+    b_.CreateRetVoid();
+    std::string err;
+    llvm::raw_string_ostream os(err);
+    if (llvm::verifyFunction(*fn_, &os))
+      throw InternalError("LLVM rejected kernel " + k_.name + ": " + err);
+  }
+
+private:
+  llvm::Type *computeType(DType t) {
+    if (isFloat(t))
+      return b_.getFloatTy();
+    return t == DType::Bool ? b_.getInt1Ty() : b_.getInt64Ty();
+  }
+  llvm::Type *storageType(DType t) {
+    switch (t) {
+    case DType::F32: return b_.getFloatTy();
+    case DType::F16: return b_.getHalfTy();
+    case DType::BF16: return b_.getInt16Ty(); // converted by hand: no libcall needed
+    case DType::I32: return b_.getInt32Ty();
+    case DType::I64: return b_.getInt64Ty();
+    case DType::Bool: return b_.getInt8Ty();
+    }
+    return nullptr;
+  }
+
+  llvm::Value *call(llvm::Intrinsic::ID id, std::vector<llvm::Value *> args) {
+    return b_.CreateIntrinsic(id, {args[0]->getType()}, args);
+  }
+  // A math function: the LLVM intrinsic or libm on the host, libdevice's __nv_ form on the GPU
+  // (NVPTX has no lowering for exp, log, sin, ...).
+  llvm::Value *math(const char *libmName, llvm::Intrinsic::ID id, std::vector<llvm::Value *> args) {
+    if (!target_.gpu && id != llvm::Intrinsic::not_intrinsic)
+      return call(id, args);
+    std::vector<llvm::Type *> types(args.size(), args[0]->getType());
+    llvm::FunctionCallee f = m_.getOrInsertFunction(target_.gpu ? std::string("__nv_") + libmName : libmName,
+                                                    llvm::FunctionType::get(args[0]->getType(), types, false));
+    return b_.CreateCall(f, args);
+  }
+  llvm::Value *libm(const char *name, llvm::Value *x) { return math(name, llvm::Intrinsic::not_intrinsic, {x}); }
+
+  // ---- indices (i64) ----
+  llvm::Value *floorDivMod(llvm::Value *a, llvm::Value *d, bool wantMod) {
+    llvm::Value *q = b_.CreateSDiv(a, d), *r = b_.CreateSRem(a, d);
+    llvm::Value *adjust = b_.CreateAnd(b_.CreateICmpNE(r, b_.getInt64(0)),
+                                       b_.CreateICmpSLT(b_.CreateXor(r, d), b_.getInt64(0)));
+    return wantMod ? b_.CreateSelect(adjust, b_.CreateAdd(r, d), r) : b_.CreateSub(q, b_.CreateZExt(adjust, b_.getInt64Ty()));
+  }
+  llvm::Value *index(sym::ExprRef e) {
+    llvm::Value *sum = b_.getInt64(e->constant());
+    for (const sym::Term &t : e->terms()) {
+      llvm::Value *p = b_.getInt64(t.coef);
+      for (const sym::Atom *a : t.factors)
+        p = b_.CreateMul(p, atom(a));
+      sum = b_.CreateAdd(sum, p);
+    }
+    return sum;
+  }
+  llvm::Value *atom(const sym::Atom *a) {
+    if (a->kind == sym::Atom::Kind::Var) {
+      auto it = vars_.find(a->name);
+      if (it == vars_.end())
+        throw InternalError(fmt::format("kernel {} uses the unknown dim {}", k_.name, a->name));
+      return it->second;
+    }
+    llvm::Value *l = index(a->lhs), *r = index(a->rhs);
+    switch (a->kind) {
+    case sym::Atom::Kind::Div: return floorDivMod(l, r, false);
+    case sym::Atom::Kind::Mod: return floorDivMod(l, r, true);
+    case sym::Atom::Kind::Min: return b_.CreateSelect(b_.CreateICmpSLT(l, r), l, r);
+    case sym::Atom::Kind::Max: return b_.CreateSelect(b_.CreateICmpSGT(l, r), l, r);
+    default: return nullptr;
+    }
+  }
+
+  // ---- scalar values ----
+  llvm::Value *convert(llvm::Value *v, DType from, DType to) {
+    llvm::Type *target = computeType(to);
+    if (v->getType() == target)
+      return v;
+    if (isFloat(from)) {
+      if (to == DType::Bool)
+        return b_.CreateFCmpUNE(v, llvm::ConstantFP::get(v->getType(), 0.0));
+      return b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {target, v->getType()}, {v});
+    }
+    if (from == DType::Bool)
+      return isFloat(to) ? b_.CreateUIToFP(v, target) : b_.CreateZExt(v, target);
+    if (to == DType::Bool)
+      return b_.CreateICmpNE(v, b_.getInt64(0));
+    return b_.CreateSIToFP(v, target);
+  }
+
+  llvm::Value *loadValue(const kir::Value &v) {
+    const kir::Buffer &buf = k_.buffers[v.buffer];
+    llvm::Value *i = index(v.index);
+    if (!v.args.empty())
+      i = b_.CreateAdd(i, value(*v.args[0]));
+    llvm::Type *st = storageType(buf.dtype);
+    llvm::Value *x = b_.CreateLoad(st, b_.CreateInBoundsGEP(st, bufs_[v.buffer], i));
+    switch (buf.dtype) {
+    case DType::F16: return b_.CreateFPExt(x, b_.getFloatTy());
+    case DType::BF16: return b_.CreateBitCast(b_.CreateShl(b_.CreateZExt(x, b_.getInt32Ty()), 16), b_.getFloatTy());
+    case DType::I32: return b_.CreateSExt(x, b_.getInt64Ty());
+    case DType::Bool: return b_.CreateICmpNE(x, b_.getInt8(0));
+    default: return x;
+    }
+  }
+
+  void storeValue(int buffer, sym::ExprRef idx, llvm::Value *v, DType from) {
+    DType t = k_.buffers[buffer].dtype;
+    v = convert(v, from, t);
+    switch (t) {
+    case DType::F16: v = b_.CreateFPTrunc(v, b_.getHalfTy()); break;
+    case DType::BF16: { // round to nearest even on the bits
+      llvm::Value *bits = b_.CreateBitCast(v, b_.getInt32Ty());
+      llvm::Value *lsb = b_.CreateAnd(b_.CreateLShr(bits, 16), b_.getInt32(1));
+      v = b_.CreateTrunc(b_.CreateLShr(b_.CreateAdd(bits, b_.CreateAdd(b_.getInt32(0x7fff), lsb)), 16), b_.getInt16Ty());
+      break;
+    }
+    case DType::I32: v = b_.CreateTrunc(v, b_.getInt32Ty()); break;
+    case DType::Bool: v = b_.CreateZExt(v, b_.getInt8Ty()); break;
+    default: break;
+    }
+    llvm::Type *st = storageType(t);
+    b_.CreateStore(v, b_.CreateInBoundsGEP(st, bufs_[buffer], index(idx)));
+  }
+
+  llvm::Value *floatUnary(OpKind k, llvm::Value *x) {
+    llvm::Type *f = b_.getFloatTy();
+    auto one = llvm::ConstantFP::get(f, 1.0), zero = llvm::ConstantFP::get(f, 0.0);
+    auto sigmoid = [&](llvm::Value *v) { return b_.CreateFDiv(one, b_.CreateFAdd(one, math("expf", llvm::Intrinsic::exp, {b_.CreateFNeg(v)}))); };
+    switch (k) {
+    case OpKind::Neg: return b_.CreateFNeg(x);
+    case OpKind::Abs: return call(llvm::Intrinsic::fabs, {x});
+    case OpKind::Exp: return math("expf", llvm::Intrinsic::exp, {x});
+    case OpKind::Log: return math("logf", llvm::Intrinsic::log, {x});
+    case OpKind::Sqrt: return call(llvm::Intrinsic::sqrt, {x});
+    case OpKind::Rsqrt: return b_.CreateFDiv(one, call(llvm::Intrinsic::sqrt, {x}));
+    case OpKind::Tanh: return libm("tanhf", x);
+    case OpKind::Sigmoid: return sigmoid(x);
+    case OpKind::Relu: return b_.CreateSelect(b_.CreateFCmpOGT(x, zero), x, zero);
+    case OpKind::Gelu:
+      return b_.CreateFMul(b_.CreateFMul(llvm::ConstantFP::get(f, 0.5), x),
+                           b_.CreateFAdd(one, libm("erff", b_.CreateFMul(x, llvm::ConstantFP::get(f, M_SQRT1_2)))));
+    case OpKind::Silu: return b_.CreateFMul(x, sigmoid(x));
+    case OpKind::Erf: return libm("erff", x);
+    case OpKind::Sin: return math("sinf", llvm::Intrinsic::sin, {x});
+    case OpKind::Cos: return math("cosf", llvm::Intrinsic::cos, {x});
+    case OpKind::Floor: return call(llvm::Intrinsic::floor, {x});
+    case OpKind::Ceil: return call(llvm::Intrinsic::ceil, {x});
+    case OpKind::Round: return call(llvm::Intrinsic::roundeven, {x});
+    case OpKind::Sign:
+      return b_.CreateSelect(b_.CreateFCmpOGT(x, zero), one,
+                             b_.CreateSelect(b_.CreateFCmpOLT(x, zero), llvm::ConstantFP::get(f, -1.0), zero));
+    default: throw InternalError(std::string("no float form of ") + ir::opInfo(k).spelling);
+    }
+  }
+
+  llvm::Value *intUnary(OpKind k, llvm::Value *x) {
+    llvm::Value *zero = llvm::ConstantInt::get(x->getType(), 0);
+    switch (k) {
+    case OpKind::Neg: return b_.CreateSub(zero, x);
+    case OpKind::Abs: return b_.CreateSelect(b_.CreateICmpSLT(x, zero), b_.CreateSub(zero, x), x);
+    case OpKind::Relu: return b_.CreateSelect(b_.CreateICmpSGT(x, zero), x, zero);
+    case OpKind::Sign:
+      return b_.CreateSub(b_.CreateZExt(b_.CreateICmpSGT(x, zero), x->getType()), b_.CreateZExt(b_.CreateICmpSLT(x, zero), x->getType()));
+    case OpKind::Not: return b_.CreateNot(x);
+    default: throw InternalError(std::string("no integer form of ") + ir::opInfo(k).spelling);
+    }
+  }
+
+  llvm::Value *binaryOp(OpKind k, llvm::Value *a, llvm::Value *c, bool fp) {
+    if (fp) {
+      switch (k) {
+      case OpKind::Add: return b_.CreateFAdd(a, c);
+      case OpKind::Sub: return b_.CreateFSub(a, c);
+      case OpKind::Mul: return b_.CreateFMul(a, c);
+      case OpKind::Div: return b_.CreateFDiv(a, c);
+      case OpKind::Mod: {
+        llvm::Value *r = b_.CreateFRem(a, c);
+        auto zero = llvm::ConstantFP::get(a->getType(), 0.0);
+        llvm::Value *fix = b_.CreateAnd(b_.CreateFCmpUNE(r, zero), b_.CreateXor(b_.CreateFCmpOLT(r, zero), b_.CreateFCmpOLT(c, zero)));
+        return b_.CreateSelect(fix, b_.CreateFAdd(r, c), r);
+      }
+      case OpKind::Pow: return math("powf", llvm::Intrinsic::pow, {a, c});
+      case OpKind::Maximum: return call(llvm::Intrinsic::maximum, {a, c});
+      case OpKind::Minimum: return call(llvm::Intrinsic::minimum, {a, c});
+      case OpKind::Eq: return b_.CreateFCmpOEQ(a, c);
+      case OpKind::Ne: return b_.CreateFCmpUNE(a, c);
+      case OpKind::Lt: return b_.CreateFCmpOLT(a, c);
+      case OpKind::Le: return b_.CreateFCmpOLE(a, c);
+      case OpKind::Gt: return b_.CreateFCmpOGT(a, c);
+      case OpKind::Ge: return b_.CreateFCmpOGE(a, c);
+      default: break;
+      }
+    } else {
+      llvm::Value *zero = llvm::ConstantInt::get(a->getType(), 0);
+      auto safe = [&](llvm::Value *d) { return b_.CreateSelect(b_.CreateICmpEQ(d, zero), llvm::ConstantInt::get(d->getType(), 1), d); };
+      switch (k) {
+      case OpKind::Add: return b_.CreateAdd(a, c);
+      case OpKind::Sub: return b_.CreateSub(a, c);
+      case OpKind::Mul: return b_.CreateMul(a, c);
+      case OpKind::Div: // floor division; 0 for a zero divisor, as the reference does
+        return b_.CreateSelect(b_.CreateICmpEQ(c, zero), zero, floorDivMod(a, safe(c), false));
+      case OpKind::Mod: return b_.CreateSelect(b_.CreateICmpEQ(c, zero), zero, floorDivMod(a, safe(c), true));
+      case OpKind::Maximum: return b_.CreateSelect(b_.CreateICmpSGT(a, c), a, c);
+      case OpKind::Minimum: return b_.CreateSelect(b_.CreateICmpSLT(a, c), a, c);
+      case OpKind::Pow:
+        return b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {a->getType(), b_.getDoubleTy()},
+                                  {math("pow", llvm::Intrinsic::pow, {b_.CreateSIToFP(a, b_.getDoubleTy()), b_.CreateSIToFP(c, b_.getDoubleTy())})});
+      case OpKind::Eq: return b_.CreateICmpEQ(a, c);
+      case OpKind::Ne: return b_.CreateICmpNE(a, c);
+      case OpKind::Lt: return b_.CreateICmpSLT(a, c);
+      case OpKind::Le: return b_.CreateICmpSLE(a, c);
+      case OpKind::Gt: return b_.CreateICmpSGT(a, c);
+      case OpKind::Ge: return b_.CreateICmpSGE(a, c);
+      case OpKind::And: return b_.CreateAnd(a, c);
+      case OpKind::Or: return b_.CreateOr(a, c);
+      default: break;
+      }
+    }
+    throw InternalError(std::string("no scalar form of ") + ir::opInfo(k).spelling);
+  }
+
+  llvm::Value *value(const kir::Value &v) {
+    switch (v.kind) {
+    case kir::Value::Kind::Const:
+      if (isFloat(v.dtype))
+        return llvm::ConstantFP::get(b_.getFloatTy(), v.number);
+      return v.dtype == DType::Bool ? b_.getInt1(v.number != 0) : b_.getInt64(static_cast<int64_t>(v.number));
+    case kir::Value::Kind::Load: return loadValue(v);
+    case kir::Value::Kind::Index: return index(v.index);
+    case kir::Value::Kind::Local: return b_.CreateLoad(computeType(v.dtype), locals_.at(v.local));
+    case kir::Value::Kind::Unary: {
+      const kir::Value &a = *v.args[0];
+      llvm::Value *x = value(a);
+      return isFloat(a.dtype) ? floatUnary(v.op, x) : intUnary(v.op, x);
+    }
+    case kir::Value::Kind::Binary: {
+      const kir::Value &a = *v.args[0], &c = *v.args[1];
+      // Both sides compute in the wider of their types.
+      DType t = isFloat(a.dtype) || isFloat(c.dtype) ? DType::F32 : (a.dtype == DType::Bool && c.dtype == DType::Bool ? DType::Bool : DType::I64);
+      return binaryOp(v.op, convert(value(a), a.dtype, t), convert(value(c), c.dtype, t), isFloat(t));
+    }
+    case kir::Value::Kind::Select: {
+      llvm::Value *cond = convert(value(*v.args[0]), v.args[0]->dtype, DType::Bool);
+      return b_.CreateSelect(cond, convert(value(*v.args[1]), v.args[1]->dtype, v.dtype),
+                             convert(value(*v.args[2]), v.args[2]->dtype, v.dtype));
+    }
+    case kir::Value::Kind::Cast: return convert(value(*v.args[0]), v.args[0]->dtype, v.dtype);
+    }
+    return nullptr;
+  }
+
+  // ---- statements ----
+  void stmt(const kir::Stmt &s) {
+    switch (s.kind) {
+    case kir::Stmt::Kind::Block:
+      for (const auto &c : s.body)
+        stmt(*c);
+      return;
+    case kir::Stmt::Kind::Store: return storeValue(s.buffer, s.index, value(*s.value), s.value->dtype);
+    case kir::Stmt::Kind::Let: {
+      llvm::AllocaInst *slot = entryAlloca(computeType(s.value->dtype), s.var);
+      locals_[s.var] = slot;
+      b_.CreateStore(value(*s.value), slot);
+      return;
+    }
+    case kir::Stmt::Kind::Assign: b_.CreateStore(value(*s.value), locals_.at(s.var)); return;
+    case kir::Stmt::Kind::If: {
+      llvm::Value *cond = convert(value(*s.value), s.value->dtype, DType::Bool);
+      auto *then = llvm::BasicBlock::Create(ctx_, "then", fn_), *done = llvm::BasicBlock::Create(ctx_, "endif", fn_);
+      b_.CreateCondBr(cond, then, done);
+      b_.SetInsertPoint(then);
+      for (const auto &c : s.body)
+        stmt(*c);
+      b_.CreateBr(done);
+      b_.SetInsertPoint(done);
+      return;
+    }
+    case kir::Stmt::Kind::Gemm: return gemm(s.gemm);
+    case kir::Stmt::Kind::For: {
+      // The parallel loop runs the chunk [begin, end) the runtime hands this call.
+      bool chunked = &s == k_.parallelLoop();
+      llvm::Value *start = chunked ? begin_ : b_.getInt64(0);
+      llvm::Value *extent = chunked && !target_.gpu ? end_ : index(s.extent);
+      llvm::BranchInst *latch = forLoop(s.var, start, extent, chunked ? step_ : b_.getInt64(1), [&](llvm::Value *i) {
+        llvm::Value *saved = vars_.count(s.var) ? vars_[s.var] : nullptr;
+        vars_[s.var] = i;
+        for (const auto &c : s.body)
+          stmt(*c);
+        vars_[s.var] = saved;
+      });
+      if (s.schedule == kir::Stmt::Schedule::Vectorize) {
+        llvm::Metadata *enable[] = {llvm::MDString::get(ctx_, "llvm.loop.vectorize.enable"),
+                                    llvm::ConstantAsMetadata::get(b_.getTrue())};
+        llvm::Metadata *ops[] = {nullptr, llvm::MDNode::get(ctx_, enable)};
+        llvm::MDNode *loopId = llvm::MDNode::getDistinct(ctx_, ops);
+        loopId->replaceOperandWith(0, loopId);
+        latch->setMetadata(llvm::LLVMContext::MD_loop, loopId);
+      }
+      return;
+    }
+    }
+  }
+
+  // for (i = start; i < end; i += step) body(i); returns the latch branch and leaves the
+  // builder after the loop.
+  template <class Body> llvm::BranchInst *forLoop(const std::string &name, llvm::Value *start, llvm::Value *end, int64_t step, Body body) {
+    return forLoop(name, start, end, b_.getInt64(step), body);
+  }
+  template <class Body> llvm::BranchInst *forLoop(const std::string &name, llvm::Value *start, llvm::Value *end, llvm::Value *step, Body body) {
+    llvm::BasicBlock *pre = b_.GetInsertBlock();
+    auto *header = llvm::BasicBlock::Create(ctx_, name + ".head", fn_);
+    auto *inner = llvm::BasicBlock::Create(ctx_, name + ".body", fn_);
+    auto *exit = llvm::BasicBlock::Create(ctx_, name + ".exit", fn_);
+    b_.CreateBr(header);
+    b_.SetInsertPoint(header);
+    llvm::PHINode *i = b_.CreatePHI(b_.getInt64Ty(), 2, name);
+    i->addIncoming(start, pre);
+    b_.CreateCondBr(b_.CreateICmpSLT(i, end), inner, exit);
+    b_.SetInsertPoint(inner);
+    body(i);
+    llvm::Value *next = b_.CreateAdd(i, step, "", true, true);
+    llvm::BranchInst *latch = b_.CreateBr(header);
+    i->addIncoming(next, b_.GetInsertBlock());
+    b_.SetInsertPoint(exit);
+    return latch;
+  }
+
+  // The GEMM as plain loops: one dot product per element of the row block.
+  void gemmLoops(const kir::Gemm &g) {
+    llvm::Type *f32 = b_.getFloatTy();
+    llvm::Value *aBase = index(g.aBase), *bBase = index(g.bBase), *cBase = index(g.cBase);
+    llvm::Value *lda = index(g.lda), *ldb = index(g.ldb), *ldc = index(g.ldc);
+    llvm::Value *row0 = index(g.row0), *rowEnd = b_.CreateAdd(row0, index(g.rows));
+    llvm::AllocaInst *acc = entryAlloca(f32, "acc");
+    forLoop("i", row0, rowEnd, 1, [&](llvm::Value *i) {
+      forLoop("j", b_.getInt64(0), index(g.n), 1, [&](llvm::Value *j) {
+        b_.CreateStore(llvm::ConstantFP::get(f32, 0.0), acc);
+        forLoop("k", b_.getInt64(0), index(g.depth), 1, [&](llvm::Value *k) {
+          llvm::Value *a = b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, bufs_[g.a], b_.CreateAdd(aBase, b_.CreateAdd(b_.CreateMul(i, lda), k))));
+          llvm::Value *bv = b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, bufs_[g.b], b_.CreateAdd(bBase, b_.CreateAdd(b_.CreateMul(k, ldb), j))));
+          b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {f32}, {a, bv, b_.CreateLoad(f32, acc)}), acc);
+        });
+        b_.CreateStore(b_.CreateLoad(f32, acc), b_.CreateInBoundsGEP(f32, bufs_[g.c], b_.CreateAdd(cBase, b_.CreateAdd(b_.CreateMul(i, ldc), j))));
+      });
+    });
+  }
+
+  llvm::AllocaInst *entryAlloca(llvm::Type *t, const std::string &name) {
+    llvm::IRBuilder<> atEntry(entry_, entry_->begin());
+    return atEntry.CreateAlloca(t, nullptr, name);
+  }
+
+  // The GEMM schedule: blocks of kDepthBlock along k, panels of two vectors of columns
+  // (packed, so the panel stays in L1), and a micro-kernel of kRows x 2 vector accumulators that
+  // broadcasts one A element per row and multiplies it into two B vectors with FMAs.
+  // Column tails use masked loads and stores; row tails compute on a repeated valid row
+  // and skip its stores.
+  void gemm(const kir::Gemm &g) {
+    if (target_.gpu)
+      return gemmLoops(g);
+    const int64_t kDepthBlock = 256;
+    const unsigned vw = vectorWidth_, rowsPerTile = vw >= 16 ? 8 : 6;
+    llvm::Type *f32 = b_.getFloatTy();
+    auto *vec = llvm::FixedVectorType::get(f32, vw);
+    llvm::Value *aBase = index(g.aBase), *bBase = index(g.bBase), *cBase = index(g.cBase);
+    llvm::Value *lda = index(g.lda), *ldb = index(g.ldb), *ldc = index(g.ldc), *n = index(g.n), *depth = index(g.depth);
+    llvm::Value *row0 = index(g.row0), *rowEnd = b_.CreateAdd(row0, index(g.rows));
+    llvm::Value *A = bufs_[g.a], *B = bufs_[g.b], *C = bufs_[g.c];
+    llvm::AllocaInst *panel = entryAlloca(llvm::ArrayType::get(f32, kDepthBlock * 2 * vw), "panel");
+    panel->setAlignment(llvm::Align(64));
+    std::vector<llvm::AllocaInst *> acc;
+    for (unsigned k = 0; k < 2 * rowsPerTile; ++k)
+      acc.push_back(entryAlloca(vec, "acc"));
+    std::vector<llvm::Constant *> lanes;
+    for (unsigned l = 0; l < vw; ++l)
+      lanes.push_back(b_.getInt64(l));
+    llvm::Value *iota = llvm::ConstantVector::get(lanes);
+    auto align = llvm::Align(4);
+    // At least one depth block, so that an empty sum still stores its zeros.
+    llvm::Value *depthBlocksEnd = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, depth, b_.getInt64(1));
+    forLoop("k0", b_.getInt64(0), depthBlocksEnd, kDepthBlock, [&](llvm::Value *k0) {
+      llvm::Value *kEnd = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, depth, b_.CreateAdd(k0, b_.getInt64(kDepthBlock)));
+      llvm::Value *first = b_.CreateICmpEQ(k0, b_.getInt64(0));
+      forLoop("j0", b_.getInt64(0), n, 2 * vw, [&](llvm::Value *j0) {
+        llvm::Value *masks[2];
+        for (unsigned h = 0; h < 2; ++h) {
+          llvm::Value *col = b_.CreateAdd(b_.CreateVectorSplat(vw, b_.CreateAdd(j0, b_.getInt64(h * vw))), iota);
+          masks[h] = b_.CreateICmpSLT(col, b_.CreateVectorSplat(vw, n));
+        }
+        llvm::Value *fullPanel = b_.CreateICmpSLE(b_.CreateAdd(j0, b_.getInt64(2 * vw)), n);
+        // The same micro-kernel twice: unmasked for full panels, masked for the tail.
+        auto *fullBB = llvm::BasicBlock::Create(ctx_, "panel.full", fn_), *tailBB = llvm::BasicBlock::Create(ctx_, "panel.tail", fn_),
+             *joinBB = llvm::BasicBlock::Create(ctx_, "panel.done", fn_);
+        b_.CreateCondBr(fullPanel, fullBB, tailBB);
+        for (bool masked : {false, true}) {
+          b_.SetInsertPoint(masked ? tailBB : fullBB);
+          auto loadVec = [&](llvm::Value *ptr, unsigned h) -> llvm::Value * {
+            if (masked)
+              return b_.CreateMaskedLoad(vec, ptr, align, masks[h], llvm::Constant::getNullValue(vec));
+            return b_.CreateAlignedLoad(vec, ptr, align);
+          };
+          // Packs B[k0:kEnd, j0:j0 + 2 vectors] contiguously, zero-padding the column tail:
+          // the micro-kernel then streams it from L1 with no cache-set conflicts.
+          forLoop("kp", k0, kEnd, 1, [&](llvm::Value *k) {
+            llvm::Value *bRow = b_.CreateAdd(bBase, b_.CreateAdd(b_.CreateMul(k, ldb), j0));
+            llvm::Value *packedRow = b_.CreateMul(b_.CreateSub(k, k0), b_.getInt64(2 * vw));
+            for (unsigned h = 0; h < 2; ++h)
+              b_.CreateAlignedStore(loadVec(b_.CreateInBoundsGEP(f32, B, b_.CreateAdd(bRow, b_.getInt64(h * vw))), h),
+                                    b_.CreateInBoundsGEP(f32, panel, b_.CreateAdd(packedRow, b_.getInt64(h * vw))), llvm::Align(64));
+          });
+          forLoop("i0", row0, rowEnd, rowsPerTile, [&](llvm::Value *i0) {
+            llvm::Value *lastRow = b_.CreateSub(rowEnd, b_.getInt64(1));
+            std::vector<llvm::Value *> aRows, rows;
+            for (unsigned r = 0; r < rowsPerTile; ++r) {
+              llvm::Value *row = b_.CreateAdd(i0, b_.getInt64(r));
+              rows.push_back(row);
+              llvm::Value *safe = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, row, lastRow);
+              aRows.push_back(b_.CreateAdd(aBase, b_.CreateMul(safe, lda)));
+            }
+            for (llvm::AllocaInst *slot : acc)
+              b_.CreateStore(llvm::Constant::getNullValue(vec), slot);
+            forLoop("k", k0, kEnd, 1, [&](llvm::Value *k) {
+              llvm::Value *packedRow = b_.CreateMul(b_.CreateSub(k, k0), b_.getInt64(2 * vw));
+              llvm::Value *bv[2];
+              for (unsigned h = 0; h < 2; ++h)
+                bv[h] = b_.CreateAlignedLoad(vec, b_.CreateInBoundsGEP(f32, panel, b_.CreateAdd(packedRow, b_.getInt64(h * vw))), llvm::Align(64));
+              for (unsigned r = 0; r < rowsPerTile; ++r) {
+                llvm::Value *av = b_.CreateVectorSplat(vw, b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, A, b_.CreateAdd(aRows[r], k))));
+                for (unsigned h = 0; h < 2; ++h) {
+                  llvm::AllocaInst *slot = acc[2 * r + h];
+                  b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {av, bv[h], b_.CreateLoad(vec, slot)}), slot);
+                }
+              }
+            });
+            for (unsigned r = 0; r < rowsPerTile; ++r) {
+              auto *storeBB = llvm::BasicBlock::Create(ctx_, "row.store", fn_), *nextBB = llvm::BasicBlock::Create(ctx_, "row.next", fn_);
+              b_.CreateCondBr(b_.CreateICmpSLT(rows[r], rowEnd), storeBB, nextBB);
+              b_.SetInsertPoint(storeBB);
+              llvm::Value *cRow = b_.CreateAdd(cBase, b_.CreateAdd(b_.CreateMul(rows[r], ldc), j0));
+              for (unsigned h = 0; h < 2; ++h) {
+                llvm::Value *ptr = b_.CreateInBoundsGEP(f32, C, b_.CreateAdd(cRow, b_.getInt64(h * vw)));
+                llvm::Value *sum = b_.CreateLoad(vec, acc[2 * r + h]);
+                // Later depth blocks add to what the earlier ones stored.
+                sum = b_.CreateSelect(first, sum, b_.CreateFAdd(sum, loadVec(ptr, h)));
+                if (masked)
+                  b_.CreateMaskedStore(sum, ptr, align, masks[h]);
+                else
+                  b_.CreateAlignedStore(sum, ptr, align);
+              }
+              b_.CreateBr(nextBB);
+              b_.SetInsertPoint(nextBB);
+            }
+          });
+          b_.CreateBr(joinBB);
+        }
+        b_.SetInsertPoint(joinBB);
+      });
+    });
+  }
+
+  llvm::Module &m_;
+  llvm::LLVMContext &ctx_;
+  llvm::IRBuilder<> b_;
+  const kir::Kernel &k_;
+  const Target &target_;
+  unsigned vectorWidth_; // f32 lanes of the widest vector the target has
+  llvm::Function *fn_ = nullptr;
+  llvm::Value *begin_ = nullptr, *end_ = nullptr, *step_ = nullptr; // the parallel loop's range
+  llvm::BasicBlock *entry_ = nullptr;
+  std::vector<llvm::Value *> bufs_;
+  std::map<std::string, llvm::Value *> vars_;
+  std::map<std::string, llvm::AllocaInst *> locals_;
+};
+
+} // namespace
+
+void emitKernel(llvm::Module &m, const kir::Kernel &k, const Target &target) { KernelEmitter(m, k, target).emit(); }
+
+void optimize(llvm::Module &m, llvm::TargetMachine &tm) {
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PassBuilder pb(&tm);
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3).run(m, mam);
+}
+
+std::string errorText(llvm::Error e) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << e;
+  return s;
+}
+
+} // namespace dnnc::backend

@@ -1,0 +1,32 @@
+// Kernel IR to LLVM IR, shared by the host and NVPTX back ends. Private to backend/llvm:
+// it names LLVM types only by forward declaration.
+//
+// Contract: emitKernel adds one function named after the kernel to `m`, verified. On the
+// host its signature is rt::KernelFn (runtime/KernelAbi.h). On the GPU it is a PTX kernel
+// taking each buffer pointer, then each dim (i64), by value; its parallel loop becomes a
+// grid-stride loop over the whole grid, and a kernel without one runs on thread 0 only.
+#pragma once
+
+#include "ir/kernel/Kernel.h"
+
+#include <string>
+
+namespace llvm {
+class Module;
+class TargetMachine;
+class Error;
+} // namespace llvm
+
+namespace dnnc::backend {
+
+struct Target {
+  bool gpu = false;
+  unsigned vectorWidth = 4; // f32 lanes of the widest vector register (the CPU GEMM's tiles)
+};
+
+void emitKernel(llvm::Module &m, const kir::Kernel &k, const Target &target);
+// The O3 module pipeline for `tm`'s target.
+void optimize(llvm::Module &m, llvm::TargetMachine &tm);
+std::string errorText(llvm::Error e);
+
+} // namespace dnnc::backend
