@@ -1,6 +1,7 @@
 // `dnnc run`: runs a model on .npy inputs and .safetensors weights (or seeded random ones)
 // and writes its outputs as .npy files. This build runs on the reference interpreter.
 #include "backend/CpuExecutable.h"
+#include "backend/CudaExecutable.h"
 #include "ir/interp/Interpreter.h"
 #include "runtime/TensorIO.h"
 #include "runtime/ThreadPool.h"
@@ -73,10 +74,9 @@ std::map<std::string, Tensor> loadWeights(const ir::Graph &g, const std::string 
 } // namespace
 
 int runModel(Program &p, const RunOptions &o) {
-  if (o.device != "auto" && o.device != "ref" && o.device != "cpu") {
-    std::cerr << "dnnc: error: device '" << o.device
-              << "' is not available in this build of dnnc (it runs on: auto, cpu, ref)\n";
-    return kUserError;
+  if (o.device != "auto" && o.device != "ref" && o.device != "cpu" && o.device != "cuda") {
+    std::cerr << "dnnc: error: unknown device '" << o.device << "' (devices: auto, cpu, cuda, ref)\n";
+    return kUsage;
   }
   bool reference = o.device == "ref";
   std::string err;
@@ -100,13 +100,28 @@ int runModel(Program &p, const RunOptions &o) {
       }
       inputs[static_cast<size_t>(it - g.body.args.begin())] = rt::readNpy(path);
     }
-    // The CPU path compiles every statically shaped op; the reference path interprets all.
-    std::unique_ptr<backend::CpuExecutable> compiled;
+    // Compiled devices run every statically shaped op as a kernel; the reference path
+    // interprets all. auto takes the GPU when one works.
+    std::unique_ptr<backend::CpuExecutable> cpu;
+    std::unique_ptr<rt::Executable> gpu;
     std::unique_ptr<interp::Interpreter> plain;
-    if (reference)
+    rt::Executable *compiled = nullptr;
+    if (reference) {
       plain = std::make_unique<interp::Interpreter>(g);
-    else
-      compiled = std::make_unique<backend::CpuExecutable>(g);
+    } else {
+      rt::CudaProbe probe;
+      if (o.device != "cpu")
+        probe = rt::probeCuda();
+      if (o.device == "cuda" && !probe.ok)
+        throw DataError("--device cuda: " + probe.error);
+      if (probe.ok) {
+        gpu = backend::compileForCuda(g, backend::archFor(probe));
+        compiled = gpu.get();
+      } else {
+        cpu = std::make_unique<backend::CpuExecutable>(g);
+        compiled = &cpu->executable();
+      }
+    }
     interp::Interpreter &interpreter = reference ? *plain : compiled->interpreter();
     std::vector<const Tensor *> given;
     for (auto &t : inputs)
@@ -138,7 +153,7 @@ int runModel(Program &p, const RunOptions &o) {
         std::cout << fmt::format("device: reference interpreter\ndims: {}\nops executed: {}\n", dims, interpreter.opsExecuted());
       else
         std::cout << fmt::format("device: {} ({})\ndims: {}\nkernels compiled: {}\nkernels launched: {}\nhost ops: {}\n",
-                                 compiled->executable().device().name(), backend::hostDescription(), dims, compiled->kernelCount(), compiled->kernelsLaunched(),
+                                 compiled->device().name(), backend::hostDescription(), dims, compiled->kernels().size(), compiled->kernelsLaunched(),
                                  compiled->hostOps());
     }
   } catch (const DataError &e) {

@@ -216,13 +216,13 @@ int cmdRun(int argc, char **argv) {
       "input", po::value(&inputs)->composing(), "NAME=FILE.npy for an input (repeatable); others are random")(
       "bind", po::value(&bind), "bind dims, e.g. B=2,T=8 (sizes for random inputs)")(
       "out", po::value(&o.outDir), "where out0.npy, out1.npy, ... go (default: out)")(
-      "device", po::value(&o.device), "auto or cpu (compiled with LLVM), or ref (the reference interpreter)")(
+      "device", po::value(&o.device), "auto (the GPU if one works, else the CPU), cpu, cuda, or ref (the reference interpreter)")(
       "seed", po::value(&o.seed), "seed for random weights and inputs (default 0)")(
       "threads", po::value(&o.threads), "CPU threads (default: DNNC_NUM_THREADS, else one per core)")(
       "stats", "print the dims, kernels and ops run");
   po::variables_map vm;
   const char *usage = "usage: dnnc run FILE [--weights W.safetensors] [--input NAME=X.npy]... [--bind B=2,T=8] "
-                      "[--out DIR] [--device auto|cpu|ref] [--seed N]\n";
+                      "[--out DIR] [--device auto|cpu|cuda|ref] [--seed N] [--threads N]\n";
   if (int rc = parseOptions(argc, argv, desc, usage, true, c, vm); rc >= 0)
     return rc;
   o.stats = vm.count("stats") > 0;

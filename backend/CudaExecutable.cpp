@@ -1,0 +1,35 @@
+// Compiling a model for the CUDA device (see CudaExecutable.h).
+#include "backend/CudaExecutable.h"
+
+#include "backend/llvm/NvptxBackend.h"
+#include "backend/lower/Lower.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace dnnc::backend {
+
+std::string archFor(const rt::CudaProbe &probe) {
+  const auto &archs = supportedArchs();
+  if (std::find(archs.begin(), archs.end(), probe.arch()) != archs.end())
+    return probe.arch();
+  if (probe.major >= 9)
+    return "sm_90";
+  throw rt::DataError(fmt::format("GPU '{}' is {}; dnnc's PTX needs sm_80 or newer", probe.name, probe.arch()));
+}
+
+std::unique_ptr<rt::Executable> compileForCuda(const ir::Graph &g, const std::string &arch) {
+  lower::LoweredGraph lowered = lower::lowerGraph(g);
+  std::vector<const kir::Kernel *> kernels;
+  std::vector<rt::KernelInfo> infos;
+  for (const kir::Kernel &k : lowered.kernels) {
+    kernels.push_back(&k);
+    infos.push_back(lower::kernelInfo(k));
+  }
+  PtxModule ptx = compilePtx(kernels, arch);
+  auto device = std::make_unique<rt::CudaDevice>(ptx.ptx, infos);
+  return std::make_unique<rt::Executable>(g, lowered.kernelOf(), std::move(infos), std::move(device));
+}
+
+} // namespace dnnc::backend
