@@ -17,6 +17,33 @@ namespace {
 
 constexpr size_t kMaxHeader = 100 * 1024 * 1024;
 
+// The element count of a shape, or a DataError when it overflows.
+size_t checkedNumel(const std::vector<int64_t> &shape, const std::string &what) {
+  size_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0)
+      throw DataError(fmt::format("{}: negative dim {}", what, d));
+    if (d != 0 && n > std::numeric_limits<size_t>::max() / 16 / static_cast<size_t>(d))
+      throw DataError(fmt::format("{}: the shape is too large", what));
+    n *= static_cast<size_t>(d);
+  }
+  return n;
+}
+
+const std::map<std::string, DType> kNpyDescr = {{"<f4", DType::F32}, {"<f2", DType::F16}, {"<i4", DType::I32},
+                                                {"<i8", DType::I64}, {"|b1", DType::Bool}};
+const std::map<std::string, DType> kSafeDType = {{"F32", DType::F32}, {"F16", DType::F16}, {"BF16", DType::BF16},
+                                                 {"I32", DType::I32}, {"I64", DType::I64}, {"BOOL", DType::Bool}};
+
+std::string npyDescr(DType d) {
+  for (auto &[k, v] : kNpyDescr)
+    if (v == d)
+      return k;
+  throw DataError(std::string("the .npy format has no ") + dtypeName(d) + " type");
+}
+
+} // namespace
+
 std::string readFile(const std::string &path) {
   std::ifstream in(path, std::ios::binary);
   std::error_code ec;
@@ -45,32 +72,6 @@ void writeFileAtomically(const std::string &path, const std::string &bytes) {
   }
 }
 
-// The element count of a shape, or a DataError when it overflows.
-size_t checkedNumel(const std::vector<int64_t> &shape, const std::string &what) {
-  size_t n = 1;
-  for (int64_t d : shape) {
-    if (d < 0)
-      throw DataError(fmt::format("{}: negative dim {}", what, d));
-    if (d != 0 && n > std::numeric_limits<size_t>::max() / 16 / static_cast<size_t>(d))
-      throw DataError(fmt::format("{}: the shape is too large", what));
-    n *= static_cast<size_t>(d);
-  }
-  return n;
-}
-
-const std::map<std::string, DType> kNpyDescr = {{"<f4", DType::F32}, {"<f2", DType::F16}, {"<i4", DType::I32},
-                                                {"<i8", DType::I64}, {"|b1", DType::Bool}};
-const std::map<std::string, DType> kSafeDType = {{"F32", DType::F32}, {"F16", DType::F16}, {"BF16", DType::BF16},
-                                                 {"I32", DType::I32}, {"I64", DType::I64}, {"BOOL", DType::Bool}};
-
-std::string npyDescr(DType d) {
-  for (auto &[k, v] : kNpyDescr)
-    if (v == d)
-      return k;
-  throw DataError(std::string("the .npy format has no ") + dtypeName(d) + " type");
-}
-
-} // namespace
 
 std::string encodeValues(const Tensor &t) { return std::string(t.bytes.begin(), t.bytes.end()); }
 

@@ -17,6 +17,11 @@ void writeNpy(const std::string &path, const Tensor &t);
 std::map<std::string, Tensor> readSafetensors(const std::string &path);
 void writeSafetensors(const std::string &path, const std::map<std::string, Tensor> &tensors);
 
+// A whole file's bytes (DataError when it cannot be read), and writing one through a
+// temporary file so that a failure leaves nothing behind.
+std::string readFile(const std::string &path);
+void writeFileAtomically(const std::string &path, const std::string &bytes);
+
 // Raw little-endian bytes of a tensor's values in its dtype, and back.
 std::string encodeValues(const Tensor &t);
 void decodeValues(Tensor &t, const char *data, size_t bytes);

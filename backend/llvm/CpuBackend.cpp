@@ -9,6 +9,7 @@
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/IR/DiagnosticInfo.h>
+#include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 #include <llvm/Support/TargetSelect.h>
@@ -41,29 +42,48 @@ struct CpuModule::Impl {
 CpuModule::CpuModule(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CpuModule::~CpuModule() = default;
 
-std::unique_ptr<CpuModule> CpuModule::compile(const std::vector<const kir::Kernel *> &kernels) {
+namespace {
+
+// The host's target description; position-independent code when it goes into a shared object.
+llvm::orc::JITTargetMachineBuilder hostTarget(bool pic) {
   initializeLLVM();
   auto jtmb = llvm::orc::JITTargetMachineBuilder::detectHost();
   if (!jtmb)
     throw InternalError("LLVM cannot describe this host: " + errorText(jtmb.takeError()));
   jtmb->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
-  auto tm = jtmb->createTargetMachine();
-  if (!tm)
-    throw InternalError("LLVM has no target machine for this host: " + errorText(tm.takeError()));
-  auto ctx = std::make_unique<llvm::LLVMContext>();
+  if (pic)
+    jtmb->setRelocationModel(llvm::Reloc::PIC_);
+  return std::move(*jtmb);
+}
+
+// Every kernel in one module, optimized for the host.
+std::unique_ptr<llvm::Module> hostModule(const std::vector<const kir::Kernel *> &kernels, llvm::LLVMContext &ctx,
+                                         llvm::TargetMachine &tm) {
   // Optimization remarks ("loop not vectorized") are not the user's business.
-  ctx->setDiagnosticHandlerCallBack([](const llvm::DiagnosticInfo *, void *) {});
-  auto module = std::make_unique<llvm::Module>("dnnc", *ctx);
-  module->setDataLayout((*tm)->createDataLayout());
-  module->setTargetTriple((*tm)->getTargetTriple().str());
+  ctx.setDiagnosticHandlerCallBack([](const llvm::DiagnosticInfo *, void *) {});
+  auto module = std::make_unique<llvm::Module>("dnnc", ctx);
+  module->setDataLayout(tm.createDataLayout());
+  module->setTargetTriple(tm.getTargetTriple().str());
   Target host{false, hostVectorWidth()};
   for (const kir::Kernel *k : kernels)
     emitKernel(*module, *k, host);
-  optimize(*module, **tm);
+  optimize(*module, tm);
+  return module;
+}
+
+} // namespace
+
+std::unique_ptr<CpuModule> CpuModule::compile(const std::vector<const kir::Kernel *> &kernels) {
+  llvm::orc::JITTargetMachineBuilder jtmb = hostTarget(false);
+  auto tm = jtmb.createTargetMachine();
+  if (!tm)
+    throw InternalError("LLVM has no target machine for this host: " + errorText(tm.takeError()));
+  auto ctx = std::make_unique<llvm::LLVMContext>();
+  auto module = hostModule(kernels, *ctx, **tm);
   auto impl = std::make_unique<Impl>();
   llvm::raw_string_ostream os(impl->ir);
   module->print(os, nullptr);
-  auto jit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(*jtmb)).create();
+  auto jit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(jtmb)).create();
   if (!jit)
     throw InternalError("cannot start the LLVM JIT: " + errorText(jit.takeError()));
   impl->jit = std::move(*jit);
@@ -75,6 +95,21 @@ std::unique_ptr<CpuModule> CpuModule::compile(const std::vector<const kir::Kerne
   if (auto err = impl->jit->addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(ctx))))
     throw InternalError("the JIT rejected the module: " + errorText(std::move(err)));
   return std::unique_ptr<CpuModule>(new CpuModule(std::move(impl)));
+}
+
+std::string compileHostObject(const std::vector<const kir::Kernel *> &kernels) {
+  auto tm = hostTarget(true).createTargetMachine();
+  if (!tm)
+    throw InternalError("LLVM has no target machine for this host: " + errorText(tm.takeError()));
+  llvm::LLVMContext ctx;
+  auto module = hostModule(kernels, ctx, **tm);
+  llvm::SmallString<0> object;
+  llvm::raw_svector_ostream os(object);
+  llvm::legacy::PassManager pm;
+  if ((*tm)->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::ObjectFile))
+    throw InternalError("LLVM cannot emit object code for this host");
+  pm.run(*module);
+  return object.str().str();
 }
 
 KernelFn CpuModule::lookup(const std::string &name) const {
@@ -93,9 +128,11 @@ unsigned hostVectorWidth() {
   return features.lookup("avx") ? 8 : 4;
 }
 
+std::string hostCpuName() { return llvm::sys::getHostCPUName().str(); }
+
 std::string hostDescription() {
   initializeLLVM();
-  return fmt::format("{}, {}-bit vectors", llvm::sys::getHostCPUName().str(), hostVectorWidth() * 32);
+  return fmt::format("{}, {}-bit vectors", hostCpuName(), hostVectorWidth() * 32);
 }
 
 } // namespace dnnc::backend

@@ -29,6 +29,12 @@ private:
   std::unique_ptr<Impl> impl_;
 };
 
+// The kernels as an ELF object of position-independent code for this host (exported
+// symbols named after the kernels), for a shared object in a built artifact.
+std::string compileHostObject(const std::vector<const kir::Kernel *> &kernels);
+
+// LLVM's name for the host CPU ("skylake-avx512").
+std::string hostCpuName();
 // The host's name and vector width, as LLVM sees them (for reports and benchmarks).
 std::string hostDescription();
 // f32 lanes in the host's widest vector register (16 with AVX-512, 8 with AVX).

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <limits>
 #include <numeric>
 #include <set>
@@ -564,18 +563,13 @@ std::optional<kir::Kernel> lowerOp(const ir::Op &op, const std::string &name) { 
 
 LoweredGraph lowerGraph(const ir::Graph &g) {
   LoweredGraph out;
-  std::function<void(const ir::Region &)> visit = [&](const ir::Region &r) {
-    for (const ir::Op *op : r.ops) {
-      for (const auto &sub : op->regions)
-        visit(*sub);
-      std::string name = fmt::format("k{}_{}", out.kernels.size(), ir::opInfo(op->kind).spelling);
-      if (auto k = lowerOp(*op, name)) {
-        out.ops.push_back(op);
-        out.kernels.push_back(std::move(*k));
-      }
+  for (const ir::Op *op : ir::opsPostOrder(g)) {
+    std::string name = fmt::format("k{}_{}", out.kernels.size(), ir::opInfo(op->kind).spelling);
+    if (auto k = lowerOp(*op, name)) {
+      out.ops.push_back(op);
+      out.kernels.push_back(std::move(*k));
     }
-  };
-  visit(g.body);
+  }
   return out;
 }
 

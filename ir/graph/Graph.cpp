@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <functional>
+
 namespace dnnc::ir {
 
 Value *Graph::newValue(TensorType type, std::string name, SourceRange loc) {
@@ -24,6 +26,19 @@ Op *Graph::newOp(OpKind kind, SourceRange loc) {
   op->loc = loc;
   ops_.push_back(std::move(op));
   return ops_.back().get();
+}
+
+std::vector<const Op *> opsPostOrder(const Graph &g) {
+  std::vector<const Op *> out;
+  std::function<void(const Region &)> visit = [&](const Region &r) {
+    for (const Op *op : r.ops) {
+      for (const auto &sub : op->regions)
+        visit(*sub);
+      out.push_back(op);
+    }
+  };
+  visit(g.body);
+  return out;
 }
 
 std::string attrText(const Attr &a) {

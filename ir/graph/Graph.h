@@ -74,6 +74,10 @@ private:
   std::vector<std::unique_ptr<Op>> ops_;
 };
 
+// Every op of the graph, nested regions before the op that holds them, in program order:
+// the order kernels are numbered in.
+std::vector<const Op *> opsPostOrder(const Graph &g);
+
 // Renders the graph as text (`dnnc emit --emit=ir`).
 std::string print(const Graph &g);
 std::string attrText(const Attr &a);

@@ -27,8 +27,11 @@ struct RunOptions {
   uint64_t seed = 0;
   int threads = 0; // 0: the runtime's default
   bool stats = false;
+  bool artifact = false; // running a built artifact: nothing is compiled
 };
 int runModel(Program &p, const RunOptions &o);
+// `dnnc run ARTIFACT`: loads and runs a `dnnc build` artifact with no compiling.
+int runArtifact(const std::string &path, const RunOptions &o);
 
 // `dnnc shapes` output.
 void printShapes(const ModelInfo &m, const Binding &b, bool json, std::ostream &os);

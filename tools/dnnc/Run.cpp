@@ -1,8 +1,9 @@
-// `dnnc run`: runs a model on .npy inputs and .safetensors weights (or seeded random ones)
-// and writes its outputs as .npy files. This build runs on the reference interpreter.
+// `dnnc run`: runs a model (compiled now, or a built artifact) on .npy inputs and
+// .safetensors weights (or seeded random ones) and writes its outputs as .npy files.
 #include "backend/CpuExecutable.h"
 #include "backend/CudaExecutable.h"
 #include "ir/interp/Interpreter.h"
+#include "runtime/Artifact.h"
 #include "runtime/TensorIO.h"
 #include "runtime/ThreadPool.h"
 #include "tools/dnnc/Driver.h"
@@ -73,21 +74,13 @@ std::map<std::string, Tensor> loadWeights(const ir::Graph &g, const std::string 
 
 } // namespace
 
-int runModel(Program &p, const RunOptions &o) {
-  if (o.device != "auto" && o.device != "ref" && o.device != "cpu" && o.device != "cuda") {
-    std::cerr << "dnnc: error: unknown device '" << o.device << "' (devices: auto, cpu, cuda, ref)\n";
-    return kUsage;
-  }
-  bool reference = o.device == "ref";
-  std::string err;
-  ModelInfo *m = selectModel(p, o.model, err);
-  if (!m || !(err = checkBinding(*m, o.binding)).empty()) {
-    std::cerr << "dnnc: error: " << err << "\n";
-    return kUserError;
-  }
-  const ir::Graph &g = *m->graph;
-  if (o.threads > 0)
-    rt::ThreadPool::setGlobalThreads(static_cast<unsigned>(o.threads));
+namespace {
+
+bool knownDevice(const std::string &d) { return d == "auto" || d == "ref" || d == "cpu" || d == "cuda"; }
+
+// Runs `g` on `compiled` (null: the reference interpreter): reads or makes the inputs and
+// weights, runs, and writes the outputs only once everything has succeeded.
+int execute(const ir::Graph &g, rt::Executable *compiled, const RunOptions &o) {
   try {
     std::vector<std::optional<Tensor>> inputs(g.body.args.size());
     for (auto &[name, path] : o.inputs) {
@@ -100,29 +93,10 @@ int runModel(Program &p, const RunOptions &o) {
       }
       inputs[static_cast<size_t>(it - g.body.args.begin())] = rt::readNpy(path);
     }
-    // Compiled devices run every statically shaped op as a kernel; the reference path
-    // interprets all. auto takes the GPU when one works.
-    std::unique_ptr<backend::CpuExecutable> cpu;
-    std::unique_ptr<rt::Executable> gpu;
     std::unique_ptr<interp::Interpreter> plain;
-    rt::Executable *compiled = nullptr;
-    if (reference) {
+    if (!compiled)
       plain = std::make_unique<interp::Interpreter>(g);
-    } else {
-      rt::CudaProbe probe;
-      if (o.device != "cpu")
-        probe = rt::probeCuda();
-      if (o.device == "cuda" && !probe.ok)
-        throw DataError("--device cuda: " + probe.error);
-      if (probe.ok) {
-        gpu = backend::compileForCuda(g, backend::archFor(probe));
-        compiled = gpu.get();
-      } else {
-        cpu = std::make_unique<backend::CpuExecutable>(g);
-        compiled = &cpu->executable();
-      }
-    }
-    interp::Interpreter &interpreter = reference ? *plain : compiled->interpreter();
+    interp::Interpreter &interpreter = compiled ? compiled->interpreter() : *plain;
     std::vector<const Tensor *> given;
     for (auto &t : inputs)
       given.push_back(t ? &*t : nullptr);
@@ -135,7 +109,6 @@ int runModel(Program &p, const RunOptions &o) {
       all.push_back(std::move(*t));
     auto params = loadWeights(g, o.weights, b, o.seed);
     std::vector<Tensor> outputs = interpreter.run(all, params, o.binding);
-    // Everything is computed before anything is written: an error leaves no output.
     std::error_code ec;
     std::filesystem::create_directories(o.outDir, ec);
     if (ec)
@@ -149,18 +122,87 @@ int runModel(Program &p, const RunOptions &o) {
       std::string dims;
       for (auto &[name, v] : interpreter.binding())
         dims += fmt::format("{}{} = {}", dims.empty() ? "" : ", ", name, v);
-      if (reference)
+      if (!compiled)
         std::cout << fmt::format("device: reference interpreter\ndims: {}\nops executed: {}\n", dims, interpreter.opsExecuted());
       else
-        std::cout << fmt::format("device: {} ({})\ndims: {}\nkernels compiled: {}\nkernels launched: {}\nhost ops: {}\n",
-                                 compiled->device().name(), backend::hostDescription(), dims, compiled->kernels().size(), compiled->kernelsLaunched(),
-                                 compiled->hostOps());
+        std::cout << fmt::format("device: {}\ndims: {}\nkernels compiled: {}\nkernels launched: {}\nhost ops: {}\n",
+                                 compiled->device().name(), dims, o.artifact ? 0 : compiled->kernels().size(),
+                                 compiled->kernelsLaunched(), compiled->hostOps());
     }
   } catch (const DataError &e) {
     std::cerr << "dnnc: error: " << e.what() << "\n";
     return kUserError;
   }
   return kOk;
+}
+
+} // namespace
+
+int runModel(Program &p, const RunOptions &o) {
+  if (!knownDevice(o.device)) {
+    std::cerr << "dnnc: error: unknown device '" << o.device << "' (devices: auto, cpu, cuda, ref)\n";
+    return kUsage;
+  }
+  std::string err;
+  ModelInfo *m = selectModel(p, o.model, err);
+  if (!m || !(err = checkBinding(*m, o.binding)).empty()) {
+    std::cerr << "dnnc: error: " << err << "\n";
+    return kUserError;
+  }
+  const ir::Graph &g = *m->graph;
+  if (o.threads > 0)
+    rt::ThreadPool::setGlobalThreads(static_cast<unsigned>(o.threads));
+  // Compiled devices run every statically shaped op as a kernel; auto takes the GPU when
+  // one works.
+  std::unique_ptr<backend::CpuExecutable> cpu;
+  std::unique_ptr<rt::Executable> gpu;
+  rt::Executable *compiled = nullptr;
+  try {
+    if (o.device != "ref") {
+      rt::CudaProbe probe;
+      if (o.device != "cpu")
+        probe = rt::probeCuda();
+      if (o.device == "cuda" && !probe.ok)
+        throw DataError("--device cuda: " + probe.error);
+      if (probe.ok) {
+        gpu = backend::compileForCuda(g, backend::archFor(probe));
+        compiled = gpu.get();
+      } else {
+        cpu = std::make_unique<backend::CpuExecutable>(g);
+        compiled = &cpu->executable();
+      }
+    }
+  } catch (const DataError &e) {
+    std::cerr << "dnnc: error: " << e.what() << "\n";
+    return kUserError;
+  }
+  return execute(g, compiled, o);
+}
+
+int runArtifact(const std::string &path, const RunOptions &o) {
+  if (!knownDevice(o.device)) {
+    std::cerr << "dnnc: error: unknown device '" << o.device << "' (devices: auto, cpu, cuda, ref)\n";
+    return kUsage;
+  }
+  if (o.threads > 0)
+    rt::ThreadPool::setGlobalThreads(static_cast<unsigned>(o.threads));
+  std::unique_ptr<rt::Executable> exe;
+  try {
+    rt::ArtifactInfo info;
+    exe = rt::loadArtifact(path, &info);
+    if (o.device != "auto" && o.device != info.target)
+      throw DataError(fmt::format("'{}' was built for {}, not for --device {} (rebuild it with --target {})", path,
+                                  info.target, o.device, o.device == "ref" ? "cpu" : o.device));
+    for (auto &[name, value] : o.binding)
+      if (!exe->graph().dimRanges.count(name))
+        throw DataError(fmt::format("model '{}' has no dim '{}'", exe->graph().name, name));
+  } catch (const DataError &e) {
+    std::cerr << "dnnc: error: " << e.what() << "\n";
+    return kUserError;
+  }
+  RunOptions withArtifact = o;
+  withArtifact.artifact = true;
+  return execute(exe->graph(), exe.get(), withArtifact);
 }
 
 } // namespace dnnc::tool

@@ -1,6 +1,9 @@
 // dnnc: the command-line driver (check, shapes, emit, repl).
 #include "frontend/Ast.h"
+#include "backend/Build.h"
 #include "backend/CpuExecutable.h"
+#include "runtime/Artifact.h"
+#include "runtime/TensorIO.h"
 #include "backend/llvm/NvptxBackend.h"
 #include "backend/lower/Lower.h"
 #include "frontend/Parser.h"
@@ -28,8 +31,10 @@ commands:
                                   every named value with its type and shape class
   emit FILE --emit=ast|ir|kernels|llvm|ptx [--target cpu|cuda] [--arch sm_90] [-o OUT]
                                   print a compiler stage as text
-  run FILE [--weights W] [--input NAME=X.npy]... [--bind B=2] [--out DIR] [--seed N]
-                                  compile a model for the CPU and run it
+  build FILE -o OUT [--target cpu|cuda] [--arch sm_90]
+                                  compile a model into an artifact the runtime loads
+  run FILE [--weights W] [--input NAME=X.npy]... [--bind B=2] [--out DIR] [--device auto|cpu|cuda|ref] [--seed N]
+                                  compile a model (or load an artifact) and run it
   repl [FILE]                     the shape-query REPL
 
 Run 'dnnc <command> --help' for a command's options; 'dnnc --version' for the version.
@@ -86,21 +91,10 @@ int writeOutput(const std::string &path, const std::string &text) {
     std::cout << text;
     return kOk;
   }
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out << text;
-    if (!out) {
-      std::cerr << "dnnc: error: cannot write '" << path << "'\n";
-      std::remove(tmp.c_str());
-      return kUserError;
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::cerr << "dnnc: error: cannot write '" << path << "': " << ec.message() << "\n";
-    std::remove(tmp.c_str());
+  try {
+    rt::writeFileAtomically(path, text);
+  } catch (const rt::DataError &e) {
+    std::cerr << "dnnc: error: " << e.what() << "\n";
     return kUserError;
   }
   return kOk;
@@ -242,11 +236,49 @@ int cmdRun(int argc, char **argv) {
     }
     o.inputs.emplace_back(in.substr(0, eq), in.substr(eq + 1));
   }
+  if (rt::isArtifact(c.file))
+    return runArtifact(c.file, o);
   Program p;
   DiagnosticEngine diags(p.sources());
   if (!loadProgram(p, c, diags))
     return kUserError;
   return runModel(p, o);
+}
+
+int cmdBuild(int argc, char **argv) {
+  CommonOptions c;
+  std::string out, target = "cpu", arch = "sm_80", model;
+  po::options_description desc = commonOptions(c);
+  desc.add_options()("output,o", po::value(&out)->required(), "the artifact to write")(
+      "target", po::value(&target), "cpu (this host, the default) or cuda")("arch", po::value(&arch),
+                                                                            "the GPU architecture for cuda (default sm_80)")(
+      "model", po::value(&model), "the model to build (default: main, or the first)");
+  po::variables_map vm;
+  const char *usage = "usage: dnnc build FILE -o OUT [--target cpu|cuda] [--arch sm_90] [--model M]\n";
+  if (int rc = parseOptions(argc, argv, desc, usage, true, c, vm); rc >= 0)
+    return rc;
+  if (target != "cpu" && target != "cuda") {
+    std::cerr << "dnnc: error: unknown target '" << target << "' (targets: cpu, cuda)\n";
+    return kUsage;
+  }
+  Program p;
+  DiagnosticEngine diags(p.sources());
+  if (!loadProgram(p, c, diags))
+    return kUserError;
+  std::string err;
+  ModelInfo *m = selectModel(p, model, err);
+  if (!m) {
+    std::cerr << "dnnc: error: " << err << "\n";
+    return kUserError;
+  }
+  try {
+    backend::buildArtifact(*m->graph, target, arch, out);
+  } catch (const rt::DataError &e) {
+    std::cerr << "dnnc: error: " << e.what() << "\n";
+    return kUserError;
+  }
+  std::cout << fmt::format("built model '{}' for {} -> {}\n", m->name, target == "cuda" ? arch : "this CPU", out);
+  return kOk;
 }
 
 int cmdRepl(int argc, char **argv) {
@@ -285,6 +317,8 @@ int main(int argc, char **argv) {
       return cmdRepl(argc - 1, argv + 1);
     if (cmd == "run")
       return cmdRun(argc - 1, argv + 1);
+    if (cmd == "build")
+      return cmdBuild(argc - 1, argv + 1);
     std::cerr << "dnnc: error: unknown command '" << cmd << "'\n" << kUsageText;
     return kUsage;
   } catch (const std::exception &e) {

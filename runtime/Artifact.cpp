@@ -1,0 +1,170 @@
+// Writing and loading built artifacts (see Artifact.h).
+#include "runtime/Artifact.h"
+
+#include "ir/graph/Serialize.h"
+#include "runtime/CpuDevice.h"
+#include "runtime/CudaDevice.h"
+#include "runtime/TensorIO.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <dlfcn.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+
+namespace dnnc::rt {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kMagic[8] = {'D', 'N', 'N', 'C', 'A', 'R', 'T', '1'};
+constexpr size_t kPrefix = sizeof kMagic + 3 * sizeof(uint64_t);
+
+uint64_t fnv1a(const char *data, size_t n, uint64_t h = 1469598103934665603ull) {
+  for (size_t k = 0; k < n; ++k)
+    h = (h ^ static_cast<uint8_t>(data[k])) * 1099511628211ull;
+  return h;
+}
+
+void putU64(std::string &out, uint64_t v) {
+  for (int k = 0; k < 8; ++k)
+    out += static_cast<char>((v >> (8 * k)) & 0xff);
+}
+uint64_t getU64(const char *p) {
+  uint64_t v = 0;
+  for (int k = 7; k >= 0; --k)
+    v = (v << 8) | static_cast<uint8_t>(p[k]);
+  return v;
+}
+
+// The shared object, opened from an anonymous in-memory file: nothing touches the disk.
+std::shared_ptr<void> openSharedObject(const std::string &bytes, const std::string &path) {
+  int fd = memfd_create("dnnc-kernels", MFD_CLOEXEC);
+  if (fd < 0)
+    throw DataError(fmt::format("cannot load the kernels of '{}': memfd_create failed", path));
+  size_t written = 0;
+  while (written < bytes.size()) {
+    ssize_t n = write(fd, bytes.data() + written, bytes.size() - written);
+    if (n <= 0) {
+      close(fd);
+      throw DataError(fmt::format("cannot load the kernels of '{}': write failed", path));
+    }
+    written += static_cast<size_t>(n);
+  }
+  std::string self = fmt::format("/proc/self/fd/{}", fd);
+  void *handle = dlopen(self.c_str(), RTLD_NOW | RTLD_LOCAL);
+  close(fd);
+  if (!handle)
+    throw DataError(fmt::format("cannot load the kernels of '{}': {}", path, dlerror()));
+  return std::shared_ptr<void>(handle, [](void *h) { dlclose(h); });
+}
+
+bool cpuHas(const std::string &isa) {
+  __builtin_cpu_init();
+  if (isa == "avx512f")
+    return __builtin_cpu_supports("avx512f");
+  if (isa == "avx2")
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return true;
+}
+
+} // namespace
+
+void writeArtifact(const std::string &path, const ir::Graph &g, const std::map<const ir::Op *, size_t> &kernelOf,
+                   const std::vector<KernelInfo> &kernels, const ArtifactInfo &info, const std::string &payload) {
+  // Each kernel names its op by position in ir::opsPostOrder.
+  std::vector<int64_t> opOf(kernels.size(), -1);
+  auto ops = ir::opsPostOrder(g);
+  for (size_t k = 0; k < ops.size(); ++k)
+    if (auto it = kernelOf.find(ops[k]); it != kernelOf.end())
+      opOf[it->second] = static_cast<int64_t>(k);
+  json table = json::array();
+  for (size_t k = 0; k < kernels.size(); ++k)
+    table.push_back({{"name", kernels[k].name}, {"op", opOf[k]}, {"dims", kernels[k].dims},
+                     {"parallel_extent", ir::exprToJson(kernels[k].parallelExtent)}, {"work", ir::exprToJson(kernels[k].work)}});
+  json header = {{"format", 1}, {"target", info.target}, {"arch", info.arch}, {"vector_isa", info.vectorIsa},
+                 {"graph", ir::toJson(g)}, {"kernels", std::move(table)}};
+  std::string text = header.dump();
+  std::string out(kMagic, sizeof kMagic);
+  putU64(out, text.size());
+  putU64(out, payload.size());
+  putU64(out, fnv1a(payload.data(), payload.size(), fnv1a(text.data(), text.size())));
+  writeFileAtomically(path, out + text + payload);
+}
+
+bool isArtifact(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[sizeof kMagic] = {};
+  return in.read(magic, sizeof magic) && std::memcmp(magic, kMagic, sizeof magic) == 0;
+}
+
+std::unique_ptr<Executable> loadArtifact(const std::string &path, ArtifactInfo *infoOut) {
+  std::string bytes = readFile(path);
+  if (bytes.size() < kPrefix || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
+    throw DataError(fmt::format("'{}' is not a dnnc artifact (build one with `dnnc build`)", path));
+  uint64_t headerSize = getU64(bytes.data() + 8), payloadSize = getU64(bytes.data() + 16), hash = getU64(bytes.data() + 24);
+  if (headerSize > bytes.size() - kPrefix || payloadSize != bytes.size() - kPrefix - headerSize)
+    throw DataError(fmt::format("'{}' is truncated or has trailing bytes: its sizes do not match the file", path));
+  const char *header = bytes.data() + kPrefix, *payload = header + headerSize;
+  if (fnv1a(payload, payloadSize, fnv1a(header, headerSize)) != hash)
+    throw DataError(fmt::format("'{}' is corrupt: its checksum does not match", path));
+  json j = json::parse(header, header + headerSize, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    throw DataError(fmt::format("'{}' has a malformed header", path));
+  ArtifactInfo info;
+  std::vector<KernelInfo> kernels;
+  std::vector<int64_t> opIndex;
+  std::shared_ptr<const ir::Graph> graph;
+  try {
+    if (j.value("format", 0) != 1)
+      throw DataError(fmt::format("'{}' has artifact format {}, this runtime reads format 1", path, j.value("format", 0)));
+    info.target = j.at("target").get<std::string>();
+    info.arch = j.at("arch").get<std::string>();
+    info.vectorIsa = j.value("vector_isa", "");
+    for (const json &k : j.at("kernels")) {
+      kernels.push_back({k.at("name").get<std::string>(), k.at("dims").get<std::vector<std::string>>(),
+                         ir::exprFromJson(k.at("parallel_extent")), ir::exprFromJson(k.at("work"))});
+      opIndex.push_back(k.at("op").get<int64_t>());
+    }
+    graph = ir::fromJson(j.at("graph"));
+  } catch (const json::exception &e) {
+    throw DataError(fmt::format("'{}' has a malformed header: {}", path, e.what()));
+  }
+  auto ops = ir::opsPostOrder(*graph);
+  std::map<const ir::Op *, size_t> kernelOf;
+  for (size_t k = 0; k < kernels.size(); ++k) {
+    if (opIndex[k] < 0 || opIndex[k] >= static_cast<int64_t>(ops.size()) || kernelOf.count(ops[static_cast<size_t>(opIndex[k])]))
+      throw DataError(fmt::format("'{}' has a malformed kernel table", path));
+    kernelOf[ops[static_cast<size_t>(opIndex[k])]] = k;
+  }
+  std::string code(payload, payloadSize);
+  std::unique_ptr<Device> device;
+  if (info.target == "cpu") {
+    if (!cpuHas(info.vectorIsa))
+      throw DataError(fmt::format("'{}' was built for a CPU with {} ({}); this CPU lacks it: rebuild it here", path,
+                                  info.vectorIsa, info.arch));
+    std::shared_ptr<void> so = openSharedObject(code, path);
+    std::vector<KernelFn> fns;
+    for (const KernelInfo &k : kernels) {
+      void *fn = dlsym(so.get(), k.name.c_str());
+      if (!fn)
+        throw DataError(fmt::format("'{}' lacks the code of kernel {}", path, k.name));
+      fns.push_back(reinterpret_cast<KernelFn>(fn));
+    }
+    device = std::make_unique<CpuDevice>(std::move(fns), so);
+  } else if (info.target == "cuda") {
+    device = std::make_unique<CudaDevice>(code, kernels);
+  } else {
+    throw DataError(fmt::format("'{}' targets '{}', which this runtime cannot run", path, info.target));
+  }
+  if (infoOut)
+    *infoOut = info;
+  const ir::Graph &ref = *graph;
+  return std::make_unique<Executable>(ref, std::move(kernelOf), std::move(kernels), std::move(device), std::move(graph));
+}
+
+} // namespace dnnc::rt

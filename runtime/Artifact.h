@@ -1,0 +1,32 @@
+// Built artifacts (`dnnc build`): one file holding a model's graph (its host part), the
+// launch table of its kernels and their code: a shared object for the CPU, PTX for CUDA.
+//
+// Layout: the 8-byte magic "DNNCART1", then three little-endian u64s (header size,
+// payload size, FNV-1a hash of header and payload), the JSON header, the payload.
+// Loading checks all of it first: a truncated, corrupted or foreign file is a DataError,
+// and nothing in it runs unless its hash matches.
+#pragma once
+
+#include "runtime/Executable.h"
+
+#include <memory>
+#include <string>
+
+namespace dnnc::rt {
+
+struct ArtifactInfo {
+  std::string target;  // "cpu" or "cuda"
+  std::string arch;    // the host CPU's LLVM name, or the GPU architecture
+  std::string vectorIsa; // cpu: the vector extension the kernels use ("avx512f", "avx2", "sse2")
+};
+
+// Writes atomically (nothing is left behind on failure).
+void writeArtifact(const std::string &path, const ir::Graph &g, const std::map<const ir::Op *, size_t> &kernelOf,
+                   const std::vector<KernelInfo> &kernels, const ArtifactInfo &info, const std::string &payload);
+// Whether `path` starts with the artifact magic.
+bool isArtifact(const std::string &path);
+// Loads an artifact onto its device (CPU: this machine must have its vector ISA; CUDA: a
+// working GPU). Throws DataError.
+std::unique_ptr<Executable> loadArtifact(const std::string &path, ArtifactInfo *info = nullptr);
+
+} // namespace dnnc::rt
