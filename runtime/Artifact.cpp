@@ -104,8 +104,10 @@ bool isArtifact(const std::string &path) {
 
 std::unique_ptr<Executable> loadArtifact(const std::string &path, ArtifactInfo *infoOut) {
   std::string bytes = readFile(path);
-  if (bytes.size() < kPrefix || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
+  if (bytes.size() < sizeof kMagic || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
     throw DataError(fmt::format("'{}' is not a dnnc artifact (build one with `dnnc build`)", path));
+  if (bytes.size() < kPrefix)
+    throw DataError(fmt::format("'{}' is truncated: it ends inside its header", path));
   uint64_t headerSize = getU64(bytes.data() + 8), payloadSize = getU64(bytes.data() + 16), hash = getU64(bytes.data() + 24);
   if (headerSize > bytes.size() - kPrefix || payloadSize != bytes.size() - kPrefix - headerSize)
     throw DataError(fmt::format("'{}' is truncated or has trailing bytes: its sizes do not match the file", path));

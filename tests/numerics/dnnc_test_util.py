@@ -1,6 +1,7 @@
 """Helpers for tests that run dnnc on files they write: .npy and .safetensors writers and
 a runner that returns the outputs as NumPy arrays."""
 import argparse
+import hashlib
 import json
 import os
 import struct
@@ -30,14 +31,34 @@ def write_safetensors(path, tensors):
 
 
 class Dnnc:
-    def __init__(self, exe, examples, device="ref"):
+    """Runs dnnc. With `prebuilt`, each model is compiled once by `dnnc build` and every run
+    loads that artifact: the runner checks that no run compiled anything and that the
+    artifact never changed, so every shape a test tries comes from one compilation."""
+
+    def __init__(self, exe, examples, device="ref", prebuilt=False):
         self.exe, self.examples, self.device = exe, examples, device
+        self.prebuilt = prebuilt and device != "ref"
+        self.artifacts = {}  # model path -> (artifact path, its bytes' hash)
+        self._build_dir = tempfile.TemporaryDirectory()
+
+    def artifact(self, model):
+        if model not in self.artifacts:
+            path = os.path.join(self._build_dir.name, f"{len(self.artifacts)}.dnnc")
+            target = ["--target", "cuda"] if self.device == "cuda" else []
+            p = subprocess.run([self.exe, "build", model, "-o", path, *target], capture_output=True, text=True, timeout=600)
+            if p.returncode != 0:
+                raise AssertionError(f"dnnc build {model} failed:\n{p.stderr}")
+            self.artifacts[model] = (path, digest(path))
+        return self.artifacts[model][0]
 
     def run(self, model, weights, inputs, extra=()):
         """Runs dnnc on `model` with the given arrays; returns (outputs, completed process)."""
+        source = os.path.join(self.examples, model) if not os.path.isabs(model) else model
+        if self.prebuilt:
+            source = self.artifact(source)
+            extra = (*extra, "--stats")
         with tempfile.TemporaryDirectory() as d:
-            args = [self.exe, "run", os.path.join(self.examples, model) if not os.path.isabs(model) else model,
-                    "--out", os.path.join(d, "out"), "--device", self.device, *extra]
+            args = [self.exe, "run", source, "--out", os.path.join(d, "out"), "--device", self.device, *extra]
             if weights is not None:
                 write_safetensors(os.path.join(d, "w.safetensors"), weights)
                 args += ["--weights", os.path.join(d, "w.safetensors")]
@@ -50,7 +71,18 @@ class Dnnc:
             while os.path.exists(os.path.join(d, "out", f"out{k}.npy")):
                 outs.append(np.load(os.path.join(d, "out", f"out{k}.npy")))
                 k += 1
+            if self.prebuilt and p.returncode == 0:
+                if "kernels compiled: 0" not in p.stdout:
+                    raise AssertionError(f"running the artifact of {model} compiled kernels:\n{p.stdout}")
+                path, want = next(v for v in self.artifacts.values() if v[0] == source)
+                if digest(path) != want:
+                    raise AssertionError(f"the artifact of {model} changed between runs")
             return outs, p
+
+
+def digest(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
 
 
 def assert_matches(got, want, rtol, atol, msg=""):
@@ -61,12 +93,24 @@ def assert_matches(got, want, rtol, atol, msg=""):
         np.testing.assert_array_equal(got, want, err_msg=msg)
 
 
+def skip_without_gpu(exe, examples):
+    """Exits 77 (ctest: skipped) when dnnc finds no working CUDA GPU here."""
+    p = subprocess.run([exe, "run", os.path.join(examples, "mlp.dnn"), "--device", "cuda", "--bind", "B=1",
+                        "--out", tempfile.mkdtemp()], capture_output=True, text=True, timeout=600)
+    if p.returncode != 0 and "--device cuda:" in p.stderr:
+        print("SKIPPED: " + p.stderr.strip())
+        sys.exit(77)
+
+
 def run_tests(cls, verbosity=2):
     """The command line of the NumPy test scripts: --dnnc, --examples, --device."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--dnnc", required=True)
     ap.add_argument("--examples", required=True)
     ap.add_argument("--device", default="ref")
+    ap.add_argument("--prebuilt", action="store_true", help="compile each model once with dnnc build")
     a, rest = ap.parse_known_args()
-    cls.dnnc = Dnnc(a.dnnc, a.examples, a.device)
+    if a.device == "cuda":
+        skip_without_gpu(a.dnnc, a.examples)
+    cls.dnnc = Dnnc(a.dnnc, a.examples, a.device, a.prebuilt)
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=verbosity)

@@ -27,6 +27,7 @@ class BadInputs(unittest.TestCase):
                     write_safetensors(path, content)
                 else:
                     np.save(path, content)
+            model = model.replace("%d", d)
             model_path = model if os.path.isabs(model) else os.path.join(self.examples, model)
             p = subprocess.run([self.exe, "run", model_path, "--out", os.path.join(d, "out"),
                                 *[a.replace("%d", d) for a in args]], capture_output=True, text=True, timeout=120)
@@ -114,10 +115,44 @@ class BadInputs(unittest.TestCase):
                 self.fails("mlp.dnn", args, message, {"w.safetensors": content})
 
 
+class BadArtifacts(unittest.TestCase):
+    """Artifacts from `dnnc build`, damaged: checked before anything runs."""
+    fails = BadInputs.fails
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.TemporaryDirectory()
+        cls.good = os.path.join(cls.dir.name, "mlp.dnnc")
+        subprocess.run([cls.exe, "build", os.path.join(cls.examples, "mlp.dnn"), "-o", cls.good], check=True,
+                       capture_output=True)
+        cls.bytes = open(cls.good, "rb").read()
+
+    def test_truncated(self):
+        self.fails("%d/m.dnnc", [], "is truncated", {"m.dnnc": self.bytes[: len(self.bytes) // 2]})
+
+    def test_flipped_byte(self):
+        damaged = bytearray(self.bytes)
+        damaged[len(damaged) // 3] ^= 0x40
+        self.fails("%d/m.dnnc", [], "is corrupt: its checksum does not match", {"m.dnnc": bytes(damaged)})
+
+    def test_header_only(self):
+        self.fails("%d/m.dnnc", [], "is truncated", {"m.dnnc": self.bytes[:20]})
+
+    def test_wrong_device(self):
+        self.fails(self.good, ["--device", "cuda"], "was built for cpu, not for --device cuda")
+
+    def test_unknown_dim(self):
+        self.fails(self.good, ["--bind", "Q=3"], "model 'main' has no dim 'Q'")
+
+    def test_bad_input_shape(self):
+        self.fails(self.good, ["--input", "x=%d/x.npy"], "input 'x' must have rank 2", {"x.npy": np.zeros((2, 3, 4), np.float32)})
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--dnnc", required=True)
     ap.add_argument("--examples", required=True)
     a, rest = ap.parse_known_args()
-    BadInputs.exe, BadInputs.examples = os.path.abspath(a.dnnc), os.path.abspath(a.examples)
+    for cls in (BadInputs, BadArtifacts):
+        cls.exe, cls.examples = os.path.abspath(a.dnnc), os.path.abspath(a.examples)
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
