@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""examples/runtime/run_artifact (the C API, no compiler) runs built artifacts and agrees
+with `dnnc run` on the same artifact and inputs, at two shapes each."""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--dnnc", required=True)
+ap.add_argument("--runner", required=True)
+ap.add_argument("--examples", required=True)
+args = ap.parse_args()
+
+CASES = {  # model: [{input: (shape, dtype)}] at two bindings
+    "mlp.dnn": [{"x": ((1, 784), np.float32)}, {"x": ((5, 784), np.float32)}],
+    "transformer.dnn": [{"tokens": ((1, 3), np.int32)}, {"tokens": ((2, 11), np.int32)}],
+}
+
+
+def pattern(shape, dtype):
+    i = np.arange(int(np.prod(shape)))
+    values = np.sin(0.1 * i.astype(np.float32)) if dtype == np.float32 else i % 7
+    return values.astype(dtype).reshape(shape)
+
+
+failures = 0
+with tempfile.TemporaryDirectory() as d:
+    for model, bindings in CASES.items():
+        artifact = os.path.join(d, model + ".dnnc")
+        subprocess.run([args.dnnc, "build", os.path.join(args.examples, model), "-o", artifact], check=True)
+        for inputs in bindings:
+            shapes = [f"{name}={'x'.join(map(str, shape))}" for name, (shape, _) in inputs.items()]
+            p = subprocess.run([args.runner, artifact, *shapes], capture_output=True, text=True)
+            q_args = [args.dnnc, "run", artifact, "--out", os.path.join(d, "out")]
+            for name, (shape, dtype) in inputs.items():
+                np.save(os.path.join(d, name + ".npy"), pattern(shape, dtype))
+                q_args += ["--input", f"{name}={os.path.join(d, name + '.npy')}"]
+            q = subprocess.run(q_args, capture_output=True, text=True)
+            if p.returncode != 0 or q.returncode != 0:
+                print(f"FAIL {model} {shapes}: {p.stderr}{q.stderr}")
+                failures += 1
+                continue
+            want = np.load(os.path.join(d, "out", "out0.npy")).astype(np.float64)
+            m = re.search(r"out0: shape \[([\d, ]*)\], sum (\S+), first:(.*)", p.stdout)
+            shape = tuple(int(x) for x in m.group(1).split(", ")) if m.group(1) else ()
+            first = [float(x) for x in m.group(3).split()]
+            ok = (shape == want.shape and np.isclose(float(m.group(2)), want.sum(), rtol=1e-4, atol=1e-4)
+                  and np.allclose(first, want.reshape(-1)[:4], rtol=1e-4, atol=1e-5))
+            failures += not ok
+            print(f"{'ok' if ok else 'FAIL'} {model} {shapes}: {p.stdout.strip().splitlines()[-1]}")
+sys.exit(1 if failures else 0)
