@@ -19,7 +19,6 @@ public:
   interp::Interpreter &interpreter() { return exe_->interpreter(); }
   size_t kernelCount() const { return exe_->kernels().size(); }
   size_t kernelsLaunched() const { return exe_->kernelsLaunched(); }
-  size_t hostOps() const { return exe_->hostOps(); }
   std::string kernelsText() const { return kernelsText_; }
   const std::string &llvmIR() const { return module_->llvmIR(); }
 

@@ -60,7 +60,7 @@ void fail(DiagKind kind, SourceRange range, std::string message, std::vector<Not
 
 std::string DiagnosticEngine::location(SourceLoc loc) const {
   if (!loc.valid())
-    return "<unknown>";
+    return "dnnc"; // no place in a file: the tool itself speaks
   return fmt::format("{}:{}:{}", sm_.path(loc.file), loc.line, loc.col);
 }
 

@@ -42,8 +42,7 @@ public:
   interp::Interpreter &interpreter() { return interpreter_; }
   Device &device() { return *device_; }
   const std::vector<KernelInfo> &kernels() const { return kernels_; }
-  size_t kernelsLaunched() const { return launched_; }
-  size_t hostOps() const { return interpreter_.opsExecuted() - launched_; }
+  size_t kernelsLaunched() const { return launched_; } // over every run so far
 
 private:
   bool runOp(const ir::Op &op, const std::vector<const Tensor *> &in, std::vector<Tensor> &out, const interp::Binding &b);

@@ -102,6 +102,7 @@ private:
   StmtPtr softmax();
   StmtPtr matmul();
   StmtPtr window(bool conv);
+  StmtPtr convolution();
   StmtPtr copyFlat();
   StmtPtr transpose();
   StmtPtr concat(bool stack);
@@ -316,7 +317,55 @@ StmtPtr Lowering::matmul() {
   return nest(loopShape, oIdx, std::move(body));
 }
 
-// conv2d and the pools: an accumulation over a window, skipping padded positions.
+// conv2d in f32, scheduled for vectors: one parallel task per (image, output channel)
+// accumulates into its output plane; for each input channel and kernel tap the weight is a
+// scalar, and the loop along the output row runs only over the columns whose input column
+// lies inside the image (computed from the padding), so it is affine and has no branch:
+// it vectorizes. Rows outside the image are skipped.
+StmtPtr Lowering::convolution() {
+  const Dims &x = dims(0), &w = dims(1), &o = dims(out());
+  int64_t stride = intAttr("stride"), pad = intAttr("padding"), dil = intAttr("dilation"), groups = intAttr("groups");
+  int64_t kh = *w[2]->asConst(), kw = *w[3]->asConst();
+  ExprRef cg = w[1], outPerGroup = sym::floorDiv(o[1], c(groups));
+  ExprRef task = sym::var(kir::loopVar(next_++));
+  ExprRef n = sym::floorDiv(task, o[1]), oc = sym::mod(task, o[1]);
+  ExprRef oh = sym::var(kir::loopVar(next_++)), ow = sym::var(kir::loopVar(next_++));
+  ExprRef ci = sym::var(kir::loopVar(next_++)), ki = sym::var(kir::loopVar(next_++)), kj = sym::var(kir::loopVar(next_++));
+  ExprRef t = sym::var(kir::loopVar(next_++));
+  auto name = [](ExprRef v) { return v->asVar()->name; };
+  std::vector<StmtPtr> body;
+  // Zero the plane.
+  body.push_back(kir::loop(name(oh), o[2], one(kir::loop(name(ow), o[3], one(kir::store(out(), kir::flatIndex(o, {n, oc, oh, ow}),
+                                                                                         kir::constant(0, DType::F32))),
+                                                          Stmt::Schedule::Vectorize))));
+  // Output columns [lo, hi) read input columns inside [0, W): iw = ow*s - p + kj*d.
+  ExprRef shift = sym::sub(sym::mul(kj, c(dil)), c(pad)); // iw = ow*s + shift
+  ExprRef lo = sym::min(o[3], sym::max(c(0), sym::floorDiv(sym::add(sym::neg(shift), c(stride - 1)), c(stride))));
+  ExprRef hi = sym::max(lo, sym::min(o[3], sym::add(sym::floorDiv(sym::sub(sym::sub(x[3], c(1)), shift), c(stride)), c(1))));
+  ExprRef col = sym::add(lo, t);
+  ExprRef ih = sym::add(sym::mul(oh, c(stride)), sym::sub(sym::mul(ki, c(dil)), c(pad)));
+  ExprRef channel = sym::add(sym::mul(sym::floorDiv(oc, outPerGroup), cg), ci);
+  ValuePtr weight = kir::local("w", DType::F32);
+  ExprRef outAt = kir::flatIndex(o, {n, oc, oh, col});
+  ValuePtr update = kir::binary(OpKind::Add, kir::load(out(), outAt, DType::F32),
+                                kir::binary(OpKind::Mul, weight,
+                                            kir::load(0, kir::flatIndex(x, {n, channel, ih, sym::add(sym::mul(col, c(stride)), shift)}), DType::F32),
+                                            DType::F32),
+                                DType::F32);
+  StmtPtr row = kir::loop(name(t), sym::sub(hi, lo), one(kir::store(out(), outAt, update)), Stmt::Schedule::Vectorize);
+  ValuePtr rowInside = kir::binary(OpKind::And, kir::binary(OpKind::Ge, kir::indexValue(ih), kir::indexValue(c(0)), DType::Bool),
+                                   kir::binary(OpKind::Lt, kir::indexValue(ih), kir::indexValue(x[2]), DType::Bool), DType::Bool);
+  std::vector<StmtPtr> tap;
+  tap.push_back(kir::assign("w", kir::load(1, kir::flatIndex(w, {oc, ci, ki, kj}), DType::F32)));
+  tap.push_back(kir::loop(name(oh), o[2], one(kir::when(rowInside, one(std::move(row))))));
+  StmtPtr taps = kir::loop(name(kj), c(kw), std::move(tap));
+  taps = kir::loop(name(ki), c(kh), one(std::move(taps)));
+  body.push_back(kir::let("w", kir::constant(0, DType::F32)));
+  body.push_back(kir::loop(name(ci), cg, one(std::move(taps))));
+  return kir::loop(name(task), sym::mul(o[0], o[1]), std::move(body), Stmt::Schedule::Parallel);
+}
+
+// conv2d (other dtypes) and the pools: an accumulation over a window, skipping padded positions.
 StmtPtr Lowering::window(bool conv) {
   const Dims &x = dims(0), &o = dims(out());
   int64_t stride, pad = intAttr("padding"), dil = 1, groups = 1, kh, kw;
@@ -519,7 +568,7 @@ std::optional<kir::Kernel> Lowering::run() {
   case OpKind::Softmax:
   case OpKind::LogSoftmax: body = softmax(); break;
   case OpKind::Matmul: body = matmul(); break;
-  case OpKind::Conv2d: body = window(true); break;
+  case OpKind::Conv2d: body = dtype(0) == DType::F32 && dtype(out()) == DType::F32 ? convolution() : window(true); break;
   case OpKind::MaxPool2d:
   case OpKind::AvgPool2d: body = window(false); break;
   case OpKind::Reshape: case OpKind::Unsqueeze: case OpKind::Squeeze: case OpKind::Flatten: body = copyFlat(); break;

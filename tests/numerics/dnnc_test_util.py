@@ -102,8 +102,9 @@ def skip_without_gpu(exe, examples):
         sys.exit(77)
 
 
-def run_tests(cls, verbosity=2):
-    """The command line of the NumPy test scripts: --dnnc, --examples, --device."""
+def run_tests(classes, verbosity=2):
+    """The command line of the NumPy test scripts: --dnnc, --examples, --device. Runs the
+    tests of `classes` (one TestCase class or a list)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--dnnc", required=True)
     ap.add_argument("--examples", required=True)
@@ -112,5 +113,7 @@ def run_tests(cls, verbosity=2):
     a, rest = ap.parse_known_args()
     if a.device == "cuda":
         skip_without_gpu(a.dnnc, a.examples)
-    cls.dnnc = Dnnc(a.dnnc, a.examples, a.device, a.prebuilt)
+    runner = Dnnc(a.dnnc, a.examples, a.device, a.prebuilt)
+    for cls in classes if isinstance(classes, list) else [classes]:
+        cls.dnnc = runner
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=verbosity)

@@ -151,6 +151,78 @@ def make_gemm_test(name, args, result, shapes):
     return test
 
 
+# Convolutions and pools with strides, padding, dilation and groups, at odd image sizes
+# (the CPU schedule splits each output row by padding): (C, O, K, stride, padding,
+# dilation, groups) with images (N, H, W).
+CONVS = [(1, 1, 1, 1, 0, 1, 1), (3, 4, 3, 1, 1, 1, 1), (4, 6, 3, 2, 1, 1, 2), (2, 3, 3, 1, 2, 2, 1),
+         (3, 2, 1, 2, 0, 1, 1), (8, 16, 5, 1, 2, 1, 1), (3, 5, 3, 3, 4, 1, 1)]
+IMAGES = [(1, 9, 9), (2, 7, 13), (1, 16, 11)]
+
+
+def conv_ref(x, w, stride, padding, dilation, groups):
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    oh = (h + 2 * padding - dilation * (kh - 1) - 1) // stride + 1
+    ow = (wd + 2 * padding - dilation * (kw - 1) - 1) // stride + 1
+    out = np.zeros((n, o, oh, ow))
+    og = o // groups
+    for g in range(groups):
+        for i in range(kh):
+            for j in range(kw):
+                patch = xp[:, g * cg:(g + 1) * cg, i * dilation:i * dilation + stride * oh:stride,
+                           j * dilation:j * dilation + stride * ow:stride]
+                out[:, g * og:(g + 1) * og] += np.einsum("nchw,oc->nohw", patch, w[g * og:(g + 1) * og, :, i, j])
+    return out
+
+
+def pool_ref(x, k, kind):
+    n, c, h, w = x.shape
+    v = x[:, :, :h // k * k, :w // k * k].reshape(n, c, h // k, k, w // k, k)
+    return v.max(axis=(3, 5)) if kind == "max" else v.mean(axis=(3, 5))
+
+
+class Windows(unittest.TestCase):
+    dnnc: Dnnc
+
+    def run_model(self, d, name, text, inputs):
+        model = os.path.join(d, f"{name}.dnn")
+        with open(model, "w") as f:
+            f.write(text)
+        outs, p = self.dnnc.run(model, None, inputs)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return outs[0]
+
+    def test_conv2d(self):
+        rng = np.random.default_rng(11)
+        with tempfile.TemporaryDirectory() as d:
+            for c, o, k, s, p, dl, g in CONVS:
+                size = lambda v: f"({v} + {2 * p - dl * (k - 1) - 1}) / {s} + 1"
+                text = (f"dim N; dim H; dim W;\nmodel main(x: f32[N, {c}, H, W], w: f32[{o}, {c // g}, {k}, {k}]) -> "
+                        f"f32[N, {o}, {size('H')}, {size('W')}] {{\n"
+                        f"  return conv2d(x, w, stride = {s}, padding = {p}, dilation = {dl}, groups = {g});\n}}\n")
+                for n, h, wd in IMAGES:
+                    if h + 2 * p < dl * (k - 1) + 1 or wd + 2 * p < dl * (k - 1) + 1:
+                        continue
+                    x, w = rng.standard_normal((n, c, h, wd)).astype(np.float32), rng.standard_normal((o, c // g, k, k)).astype(np.float32)
+                    got = self.run_model(d, "conv", text, {"x": x, "w": w})
+                    assert_matches(got.astype(np.float64), conv_ref(x.astype(np.float64), w, s, p, dl, g), 1e-4, 1e-4,
+                                   f"conv C={c} O={o} K={k} s={s} p={p} d={dl} g={g} on {n}x{h}x{wd}")
+
+    def test_pools(self):
+        rng = np.random.default_rng(12)
+        with tempfile.TemporaryDirectory() as d:
+            for kind in ("max", "avg"):
+                for k in (1, 2, 3):
+                    text = (f"dim N; dim H; dim W;\nmodel main(x: f32[N, 3, H, W]) -> f32[N, 3, H / {k}, W / {k}] {{\n"
+                            f"  return {kind}_pool2d(x, {k});\n}}\n")
+                    for n, h, wd in IMAGES:
+                        x = rng.standard_normal((n, 3, h, wd)).astype(np.float32)
+                        got = self.run_model(d, "pool", text, {"x": x})
+                        assert_matches(got.astype(np.float64), pool_ref(x.astype(np.float64), k, kind), 1e-5, 1e-6,
+                                       f"{kind}_pool2d k={k} on {n}x{h}x{wd}")
+
+
 for _name, (_args, _result, _shapes) in GEMM_MODELS.items():
     setattr(Ops, f"test_gemm_{_name}", make_gemm_test(_name, _args, _result, _shapes))
 
@@ -158,4 +230,4 @@ for _name, (_expr, _result, _ref) in OPS.items():
     setattr(Ops, f"test_{_name}", make_test(_name, _expr, _result, _ref))
 
 if __name__ == "__main__":
-    run_tests(Ops, verbosity=1)
+    run_tests([Ops, Windows], verbosity=1)

@@ -26,6 +26,7 @@ struct RunOptions {
   Binding binding;
   uint64_t seed = 0;
   int threads = 0; // 0: the runtime's default
+  int repeat = 0;  // timed runs after the first (--stats reports their median)
   bool stats = false;
   bool artifact = false; // running a built artifact: nothing is compiled
 };

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <iostream>
 
@@ -55,6 +56,14 @@ int execute(const ir::Graph &g, rt::Executable *compiled, const RunOptions &o) {
       all.push_back(std::move(*t));
     auto params = rt::loadWeights(g, o.weights, b, o.seed);
     std::vector<Tensor> outputs = interpreter.run(all, params, o.binding);
+    size_t opsRun = interpreter.opsExecuted(), launched = compiled ? compiled->kernelsLaunched() : 0;
+    // --repeat: the first run above warms up; these are timed, each end to end.
+    std::vector<double> times;
+    for (int r = 0; r < o.repeat; ++r) {
+      auto start = std::chrono::steady_clock::now();
+      interpreter.run(all, params, o.binding);
+      times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    }
     std::error_code ec;
     std::filesystem::create_directories(o.outDir, ec);
     if (ec)
@@ -69,11 +78,16 @@ int execute(const ir::Graph &g, rt::Executable *compiled, const RunOptions &o) {
       for (auto &[name, v] : interpreter.binding())
         dims += fmt::format("{}{} = {}", dims.empty() ? "" : ", ", name, v);
       if (!compiled)
-        std::cout << fmt::format("device: reference interpreter\ndims: {}\nops executed: {}\n", dims, interpreter.opsExecuted());
+        std::cout << fmt::format("device: reference interpreter\ndims: {}\nops executed: {}\n", dims, opsRun);
       else
         std::cout << fmt::format("device: {}\ndims: {}\nkernels compiled: {}\nkernels launched: {}\nhost ops: {}\n",
-                                 compiled->device().name(), dims, o.artifact ? 0 : compiled->kernels().size(),
-                                 compiled->kernelsLaunched(), compiled->hostOps());
+                                 compiled->device().name(), dims, o.artifact ? 0 : compiled->kernels().size(), launched,
+                                 opsRun - launched);
+      if (!times.empty()) {
+        std::sort(times.begin(), times.end());
+        std::cout << fmt::format("time per run: {:.3f} ms (median of {}; min {:.3f} ms)\n", times[times.size() / 2],
+                                 times.size(), times.front());
+      }
     }
   } catch (const DataError &e) {
     std::cerr << "dnnc: error: " << e.what() << "\n";

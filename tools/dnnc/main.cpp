@@ -213,6 +213,7 @@ int cmdRun(int argc, char **argv) {
       "device", po::value(&o.device), "auto (the GPU if one works, else the CPU), cpu, cuda, or ref (the reference interpreter)")(
       "seed", po::value(&o.seed), "seed for random weights and inputs (default 0)")(
       "threads", po::value(&o.threads), "CPU threads (default: DNNC_NUM_THREADS, else one per core)")(
+      "repeat", po::value(&o.repeat), "run N more times and report the median time with --stats")(
       "stats", "print the dims, kernels and ops run");
   po::variables_map vm;
   const char *usage = "usage: dnnc run FILE [--weights W.safetensors] [--input NAME=X.npy]... [--bind B=2,T=8] "
@@ -220,6 +221,10 @@ int cmdRun(int argc, char **argv) {
   if (int rc = parseOptions(argc, argv, desc, usage, true, c, vm); rc >= 0)
     return rc;
   o.stats = vm.count("stats") > 0;
+  if (o.repeat < 0 || o.repeat > 1000000) {
+    std::cerr << "dnnc: error: --repeat takes a count from 0 to 1000000\n";
+    return kUsage;
+  }
   if (vm.count("threads") && o.threads < 1) {
     std::cerr << "dnnc: error: --threads takes a positive count\n";
     return kUsage;
