@@ -63,7 +63,8 @@ std::string linkSharedObject(const std::string &object, const fs::path &dir) {
 
 } // namespace
 
-void buildArtifact(const ir::Graph &g, const std::string &target, const std::string &arch, const std::string &path) {
+void buildArtifact(const ir::Graph &g, const std::string &target, const std::string &arch, const std::string &path,
+                   bool memoryPlan) {
   lower::LoweredGraph lowered = lower::lowerGraph(g);
   std::vector<const kir::Kernel *> kernels;
   std::vector<rt::KernelInfo> infos;
@@ -84,7 +85,8 @@ void buildArtifact(const ir::Graph &g, const std::string &target, const std::str
     ScratchDir scratch;
     payload = linkSharedObject(compileHostObject(kernels), scratch.path);
   }
-  rt::writeArtifact(path, g, lowered.kernelOf(), infos, info, payload);
+  rt::writeArtifact(path, g, lowered.kernelOf(), infos, memoryPlan ? lower::arenaPlan(g, lowered) : rt::ArenaPlan{}, info,
+                    payload);
 }
 
 } // namespace dnnc::backend

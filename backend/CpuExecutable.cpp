@@ -6,7 +6,7 @@
 
 namespace dnnc::backend {
 
-CpuExecutable::CpuExecutable(const ir::Graph &g) {
+CpuExecutable::CpuExecutable(const ir::Graph &g, bool memoryPlan) {
   lower::LoweredGraph lowered = lower::lowerGraph(g);
   std::vector<const kir::Kernel *> all;
   std::vector<rt::KernelInfo> infos;
@@ -21,6 +21,8 @@ CpuExecutable::CpuExecutable(const ir::Graph &g) {
     fns.push_back(module_->lookup(k.name));
   exe_ = std::make_unique<rt::Executable>(g, lowered.kernelOf(), std::move(infos),
                                           std::make_unique<rt::CpuDevice>(std::move(fns), module_));
+  if (memoryPlan)
+    exe_->setArenaPlan(lower::arenaPlan(g, lowered));
 }
 
 } // namespace dnnc::backend

@@ -13,7 +13,8 @@ namespace dnnc::backend {
 
 class CpuExecutable {
 public:
-  explicit CpuExecutable(const ir::Graph &g);
+  // memoryPlan: intermediates in one planned arena (else each allocated on its own).
+  explicit CpuExecutable(const ir::Graph &g, bool memoryPlan = true);
   rt::Executable &executable() { return *exe_; }
   // The interpreter that runs the model with these kernels.
   interp::Interpreter &interpreter() { return exe_->interpreter(); }

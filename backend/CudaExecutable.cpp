@@ -19,7 +19,7 @@ std::string archFor(const rt::CudaProbe &probe) {
   throw rt::DataError(fmt::format("GPU '{}' is {}; dnnc's PTX needs sm_80 or newer", probe.name, probe.arch()));
 }
 
-std::unique_ptr<rt::Executable> compileForCuda(const ir::Graph &g, const std::string &arch) {
+std::unique_ptr<rt::Executable> compileForCuda(const ir::Graph &g, const std::string &arch, bool memoryPlan) {
   lower::LoweredGraph lowered = lower::lowerGraph(g);
   std::vector<const kir::Kernel *> kernels;
   std::vector<rt::KernelInfo> infos;
@@ -29,7 +29,10 @@ std::unique_ptr<rt::Executable> compileForCuda(const ir::Graph &g, const std::st
   }
   PtxModule ptx = compilePtx(kernels, arch);
   auto device = std::make_unique<rt::CudaDevice>(ptx.ptx, infos);
-  return std::make_unique<rt::Executable>(g, lowered.kernelOf(), std::move(infos), std::move(device));
+  auto exe = std::make_unique<rt::Executable>(g, lowered.kernelOf(), std::move(infos), std::move(device));
+  if (memoryPlan)
+    exe->setArenaPlan(lower::arenaPlan(g, lowered));
+  return exe;
 }
 
 } // namespace dnnc::backend

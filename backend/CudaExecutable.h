@@ -14,6 +14,6 @@ namespace dnnc::backend {
 // rt::DataError for GPUs older than sm_80.
 std::string archFor(const rt::CudaProbe &probe);
 // Compiles `g` for `arch` and loads it on GPU 0. Throws rt::DataError without a usable GPU.
-std::unique_ptr<rt::Executable> compileForCuda(const ir::Graph &g, const std::string &arch);
+std::unique_ptr<rt::Executable> compileForCuda(const ir::Graph &g, const std::string &arch, bool memoryPlan = true);
 
 } // namespace dnnc::backend

@@ -75,7 +75,8 @@ bool cpuHas(const std::string &isa) {
 } // namespace
 
 void writeArtifact(const std::string &path, const ir::Graph &g, const std::map<const ir::Op *, size_t> &kernelOf,
-                   const std::vector<KernelInfo> &kernels, const ArtifactInfo &info, const std::string &payload) {
+                   const std::vector<KernelInfo> &kernels, const ArenaPlan &plan, const ArtifactInfo &info,
+                   const std::string &payload) {
   // Each kernel names its op by position in ir::opsPostOrder.
   std::vector<int64_t> opOf(kernels.size(), -1);
   auto ops = ir::opsPostOrder(g);
@@ -86,8 +87,12 @@ void writeArtifact(const std::string &path, const ir::Graph &g, const std::map<c
   for (size_t k = 0; k < kernels.size(); ++k)
     table.push_back({{"name", kernels[k].name}, {"op", opOf[k]}, {"dims", kernels[k].dims},
                      {"parallel_extent", ir::exprToJson(kernels[k].parallelExtent)}, {"work", ir::exprToJson(kernels[k].work)}});
+  json offsets = json::array();
+  for (const auto &[value, offset] : plan.offsets)
+    offsets.push_back({value->id, ir::exprToJson(offset)});
   json header = {{"format", 1}, {"target", info.target}, {"arch", info.arch}, {"vector_isa", info.vectorIsa},
-                 {"graph", ir::toJson(g)}, {"kernels", std::move(table)}};
+                 {"graph", ir::toJson(g)}, {"kernels", std::move(table)},
+                 {"arena", {{"bytes", ir::exprToJson(plan.bytes)}, {"offsets", std::move(offsets)}}}};
   std::string text = header.dump();
   std::string out(kMagic, sizeof kMagic);
   putU64(out, text.size());
@@ -121,6 +126,7 @@ std::unique_ptr<Executable> loadArtifact(const std::string &path, ArtifactInfo *
   std::vector<KernelInfo> kernels;
   std::vector<int64_t> opIndex;
   std::shared_ptr<const ir::Graph> graph;
+  ArenaPlan plan;
   try {
     if (j.value("format", 0) != 1)
       throw DataError(fmt::format("'{}' has artifact format {}, this runtime reads format 1", path, j.value("format", 0)));
@@ -133,6 +139,14 @@ std::unique_ptr<Executable> loadArtifact(const std::string &path, ArtifactInfo *
       opIndex.push_back(k.at("op").get<int64_t>());
     }
     graph = ir::fromJson(j.at("graph"));
+    const json &arena = j.at("arena");
+    plan.bytes = ir::exprFromJson(arena.at("bytes"));
+    for (const json &entry : arena.at("offsets")) {
+      int64_t id = entry.at(0).get<int64_t>();
+      if (id < 0 || id >= static_cast<int64_t>(graph->values().size()))
+        throw DataError(fmt::format("'{}' plans a value it does not have", path));
+      plan.offsets[graph->values()[static_cast<size_t>(id)].get()] = ir::exprFromJson(entry.at(1));
+    }
   } catch (const json::exception &e) {
     throw DataError(fmt::format("'{}' has a malformed header: {}", path, e.what()));
   }
@@ -166,7 +180,10 @@ std::unique_ptr<Executable> loadArtifact(const std::string &path, ArtifactInfo *
   if (infoOut)
     *infoOut = info;
   const ir::Graph &ref = *graph;
-  return std::make_unique<Executable>(ref, std::move(kernelOf), std::move(kernels), std::move(device), std::move(graph));
+  auto exe = std::make_unique<Executable>(ref, std::move(kernelOf), std::move(kernels), std::move(device), std::move(graph));
+  if (plan.bytes)
+    exe->setArenaPlan(std::move(plan));
+  return exe;
 }
 
 } // namespace dnnc::rt

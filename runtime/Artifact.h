@@ -22,7 +22,8 @@ struct ArtifactInfo {
 
 // Writes atomically (nothing is left behind on failure).
 void writeArtifact(const std::string &path, const ir::Graph &g, const std::map<const ir::Op *, size_t> &kernelOf,
-                   const std::vector<KernelInfo> &kernels, const ArtifactInfo &info, const std::string &payload);
+                   const std::vector<KernelInfo> &kernels, const ArenaPlan &plan, const ArtifactInfo &info,
+                   const std::string &payload);
 // Whether `path` starts with the artifact magic.
 bool isArtifact(const std::string &path);
 // Loads an artifact onto its device (CPU: this machine must have its vector ISA; CUDA: a

@@ -118,10 +118,10 @@ int dnnc_run(dnnc_model *m, const dnnc_tensor *inputs, size_t numInputs, dnnc_te
         if (d < 0)
           throw rt::DataError(fmt::format("input {} has a negative dim", k));
       rt::Tensor x = rt::Tensor::zeros(kDTypes[t.dtype], shape);
-      if (!x.bytes.empty()) {
+      if (x.byteSize()) {
         if (!t.data)
           throw rt::DataError(fmt::format("input {} has no data", k));
-        std::memcpy(x.bytes.data(), t.data, x.bytes.size());
+        std::memcpy(x.data(), t.data, x.byteSize());
       }
       in.push_back(std::move(x));
     }
@@ -131,7 +131,7 @@ int dnnc_run(dnnc_model *m, const dnnc_tensor *inputs, size_t numInputs, dnnc_te
     interp::Interpreter &interpreter = m->exe->interpreter();
     rt::Binding b = interpreter.bindInputs(given, {});
     auto params = rt::loadWeights(g, m->weightsPath, b, m->seed);
-    std::vector<rt::Tensor> out = interpreter.run(in, params);
+    std::vector<rt::Tensor> out = m->exe->run(in, params);
     for (const rt::Tensor &t : out)
       if (t.shape.size() > DNNC_MAX_RANK)
         throw rt::DataError(fmt::format("an output has rank {}, more than the C API's {}", t.shape.size(), DNNC_MAX_RANK));
@@ -140,8 +140,8 @@ int dnnc_run(dnnc_model *m, const dnnc_tensor *inputs, size_t numInputs, dnnc_te
       result[k].dtype = toC(out[k].dtype);
       result[k].rank = static_cast<int32_t>(out[k].shape.size());
       std::copy(out[k].shape.begin(), out[k].shape.end(), result[k].shape);
-      result[k].data = new uint8_t[std::max<size_t>(out[k].bytes.size(), 1)];
-      std::memcpy(result[k].data, out[k].bytes.data(), out[k].bytes.size());
+      result[k].data = new uint8_t[std::max<size_t>(out[k].byteSize(), 1)];
+      std::memcpy(result[k].data, out[k].data(), out[k].byteSize());
     }
     *outputs = result;
     *numOutputs = out.size();

@@ -11,9 +11,9 @@ void CpuDevice::launch(size_t kernel, const KernelInfo &info, const std::vector<
                        const std::vector<int64_t> &dims) {
   std::vector<uint8_t *> buffers;
   for (const Tensor *t : in)
-    buffers.push_back(const_cast<uint8_t *>(t->bytes.data()));
+    buffers.push_back(const_cast<uint8_t *>(t->data()));
   for (Tensor &t : out)
-    buffers.push_back(t.bytes.data());
+    buffers.push_back(t.data());
   KernelFn fn = fns_.at(kernel);
   if (!info.parallelExtent) {
     fn(buffers.data(), dims.data(), 0, 0);

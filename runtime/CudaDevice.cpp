@@ -175,12 +175,12 @@ void CudaDevice::launch(size_t kernel, const KernelInfo &info, const std::vector
     return p;
   };
   for (const Tensor *t : in) {
-    CUdeviceptr p = alloc(t->bytes.size());
-    if (!t->bytes.empty())
-      check(d.memcpyHtoD(p, t->bytes.data(), t->bytes.size(), impl_->stream), "copying an operand to the GPU");
+    CUdeviceptr p = alloc(t->byteSize());
+    if (t->byteSize())
+      check(d.memcpyHtoD(p, t->data(), t->byteSize(), impl_->stream), "copying an operand to the GPU");
   }
   for (const Tensor &t : out)
-    alloc(t.bytes.size());
+    alloc(t.byteSize());
   std::vector<void *> params;
   for (CUdeviceptr &p : buffers)
     params.push_back(&p);
@@ -202,8 +202,8 @@ void CudaDevice::launch(size_t kernel, const KernelInfo &info, const std::vector
         fmt::format("launching {}", info.name).c_str());
   size_t base = in.size();
   for (size_t k = 0; k < out.size(); ++k)
-    if (!out[k].bytes.empty())
-      check(d.memcpyDtoH(out[k].bytes.data(), buffers[base + k], out[k].bytes.size(), impl_->stream), "copying a result back");
+    if (out[k].byteSize())
+      check(d.memcpyDtoH(out[k].data(), buffers[base + k], out[k].byteSize(), impl_->stream), "copying a result back");
   check(d.streamSynchronize(impl_->stream), fmt::format("running {}", info.name).c_str());
 }
 

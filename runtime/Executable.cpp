@@ -62,7 +62,18 @@ bool Executable::runOp(const ir::Op &op, const std::vector<const Tensor *> &in, 
     std::vector<int64_t> shape;
     for (sym::ExprRef d : r->type.dims)
       shape.push_back(eval(d));
-    out.push_back(Tensor::zeros(r->type.dtype, shape));
+    auto planned = plan_.offsets.find(r);
+    if (planned == plan_.offsets.end()) {
+      out.push_back(Tensor::zeros(r->type.dtype, shape));
+      continue;
+    }
+    int64_t offset = eval(planned->second), size = static_cast<int64_t>(dtypeBytes(r->type.dtype));
+    for (int64_t d : shape)
+      size *= d;
+    if (offset < 0 || offset + size > arenaBytes_)
+      throw InternalError(fmt::format("{}: the plan puts {} at [{}, {}) outside the {}-byte arena", info.name,
+                                      r->type.str(), offset, offset + size, arenaBytes_));
+    out.push_back(Tensor::view(r->type.dtype, std::move(shape), arena_.data() + offset));
   }
   std::vector<int64_t> dims;
   for (const std::string &n : info.dims)
@@ -70,6 +81,24 @@ bool Executable::runOp(const ir::Op &op, const std::vector<const Tensor *> &in, 
   device_->launch(it->second, info, in, out, dims);
   ++launched_;
   return true;
+}
+
+std::vector<Tensor> Executable::run(const std::vector<Tensor> &inputs, const std::map<std::string, Tensor> &params,
+                                    const interp::Binding &preset) {
+  arenaBytes_ = 0;
+  if (plan_.bytes) {
+    std::vector<const Tensor *> given;
+    for (const Tensor &t : inputs)
+      given.push_back(&t);
+    interp::Binding b = interpreter_.bindInputs(given, preset);
+    auto bytes = sym::evaluate(plan_.bytes, b);
+    if (!bytes || *bytes < 0)
+      throw InternalError("the arena size " + plan_.bytes->str() + " cannot be evaluated from the inputs' dims");
+    arenaBytes_ = *bytes;
+    if (arena_.size() < static_cast<size_t>(arenaBytes_))
+      arena_.resize(static_cast<size_t>(arenaBytes_));
+  }
+  return interpreter_.run(inputs, params, preset);
 }
 
 } // namespace dnnc::rt

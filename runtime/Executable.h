@@ -32,6 +32,13 @@ public:
                       const std::vector<int64_t> &dims) = 0;
 };
 
+// Where planned intermediates live: one arena of `bytes`, each value at its offset (all
+// dim expressions over the model's input dims; see ir/transforms/MemoryPlan.h).
+struct ArenaPlan {
+  sym::ExprRef bytes = nullptr;
+  std::map<const ir::Value *, sym::ExprRef> offsets;
+};
+
 class Executable {
 public:
   // `kernelOf` maps ops of `graph` to their index in `kernels` and on `device`; `owned`
@@ -42,6 +49,15 @@ public:
   interp::Interpreter &interpreter() { return interpreter_; }
   Device &device() { return *device_; }
   const std::vector<KernelInfo> &kernels() const { return kernels_; }
+  // Intermediates go to the arena from now on (none: each is allocated on its own).
+  void setArenaPlan(ArenaPlan plan) { plan_ = std::move(plan); }
+  const ArenaPlan &arenaPlan() const { return plan_; }
+  // Binds the inputs' dims, sizes the arena for them (reusing the previous call's memory
+  // when it is big enough), and runs the model.
+  std::vector<Tensor> run(const std::vector<Tensor> &inputs, const std::map<std::string, Tensor> &params,
+                          const interp::Binding &preset = {});
+  // The arena bytes the last call used (0 without a plan).
+  int64_t arenaBytes() const { return arenaBytes_; }
   size_t kernelsLaunched() const { return launched_; } // over every run so far
 
 private:
@@ -54,6 +70,9 @@ private:
   std::unique_ptr<Device> device_;
   interp::Interpreter interpreter_;
   size_t launched_ = 0;
+  ArenaPlan plan_;
+  std::vector<uint8_t> arena_;
+  int64_t arenaBytes_ = 0;
 };
 
 } // namespace dnnc::rt

@@ -14,32 +14,53 @@ Tensor Tensor::zeros(DType dtype, std::vector<int64_t> shape) {
   return t;
 }
 
+Tensor Tensor::view(DType dtype, std::vector<int64_t> shape, uint8_t *data) {
+  Tensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.view_ = data;
+  return t;
+}
+
+Tensor::Tensor(const Tensor &o) : dtype(o.dtype), shape(o.shape), bytes(o.data(), o.data() + o.byteSize()) {}
+
+Tensor &Tensor::operator=(const Tensor &o) {
+  if (this != &o) {
+    std::vector<uint8_t> copy(o.data(), o.data() + o.byteSize());
+    dtype = o.dtype;
+    shape = o.shape;
+    bytes = std::move(copy);
+    view_ = nullptr;
+  }
+  return *this;
+}
+
 namespace {
-template <class T> T read(const std::vector<uint8_t> &b, size_t k) {
+template <class T> T read(const uint8_t *b, size_t k) {
   T v;
-  std::memcpy(&v, b.data() + k * sizeof(T), sizeof(T));
+  std::memcpy(&v, b + k * sizeof(T), sizeof(T));
   return v;
 }
-template <class T> void write(std::vector<uint8_t> &b, size_t k, T v) { std::memcpy(b.data() + k * sizeof(T), &v, sizeof(T)); }
+template <class T> void write(uint8_t *b, size_t k, T v) { std::memcpy(b + k * sizeof(T), &v, sizeof(T)); }
 } // namespace
 
 double Tensor::get(size_t k) const {
   switch (dtype) {
-  case DType::F32: return read<float>(bytes, k);
-  case DType::F16: return halfToFloat(read<uint16_t>(bytes, k));
-  case DType::BF16: return bfloat16ToFloat(read<uint16_t>(bytes, k));
-  case DType::I32: return read<int32_t>(bytes, k);
-  case DType::I64: return static_cast<double>(read<int64_t>(bytes, k));
-  case DType::Bool: return bytes[k] != 0;
+  case DType::F32: return read<float>(data(), k);
+  case DType::F16: return halfToFloat(read<uint16_t>(data(), k));
+  case DType::BF16: return bfloat16ToFloat(read<uint16_t>(data(), k));
+  case DType::I32: return read<int32_t>(data(), k);
+  case DType::I64: return static_cast<double>(read<int64_t>(data(), k));
+  case DType::Bool: return data()[k] != 0;
   }
   return 0;
 }
 
 int64_t Tensor::getInt(size_t k) const {
   switch (dtype) {
-  case DType::I32: return read<int32_t>(bytes, k);
-  case DType::I64: return read<int64_t>(bytes, k);
-  case DType::Bool: return bytes[k] != 0;
+  case DType::I32: return read<int32_t>(data(), k);
+  case DType::I64: return read<int64_t>(data(), k);
+  case DType::Bool: return data()[k] != 0;
   default: return static_cast<int64_t>(get(k));
   }
 }
@@ -53,25 +74,25 @@ size_t Tensor::numel() const {
 
 void Tensor::set(size_t k, double v) {
   switch (dtype) {
-  case DType::F32: write<float>(bytes, k, static_cast<float>(v)); return;
-  case DType::F16: write<uint16_t>(bytes, k, floatToHalf(static_cast<float>(v))); return;
-  case DType::BF16: write<uint16_t>(bytes, k, floatToBFloat16(static_cast<float>(v))); return;
-  case DType::Bool: bytes[k] = v != 0.0; return;
+  case DType::F32: write<float>(data(), k, static_cast<float>(v)); return;
+  case DType::F16: write<uint16_t>(data(), k, floatToHalf(static_cast<float>(v))); return;
+  case DType::BF16: write<uint16_t>(data(), k, floatToBFloat16(static_cast<float>(v))); return;
+  case DType::Bool: data()[k] = v != 0.0; return;
   default: break;
   }
   // Integers truncate toward zero and saturate; NaN becomes 0.
   double t = std::isnan(v) ? 0 : std::trunc(v);
   if (dtype == DType::I32)
-    write<int32_t>(bytes, k, static_cast<int32_t>(std::fmax(std::fmin(t, 2147483647.0), -2147483648.0)));
+    write<int32_t>(data(), k, static_cast<int32_t>(std::fmax(std::fmin(t, 2147483647.0), -2147483648.0)));
   else
-    write<int64_t>(bytes, k, static_cast<int64_t>(std::fmax(std::fmin(t, 9.2233720368547748e18), -9.2233720368547758e18)));
+    write<int64_t>(data(), k, static_cast<int64_t>(std::fmax(std::fmin(t, 9.2233720368547748e18), -9.2233720368547758e18)));
 }
 
 void Tensor::setInt(size_t k, int64_t v) {
   switch (dtype) {
-  case DType::I32: write<int32_t>(bytes, k, static_cast<int32_t>(v)); return;
-  case DType::I64: write<int64_t>(bytes, k, v); return;
-  case DType::Bool: bytes[k] = v != 0; return;
+  case DType::I32: write<int32_t>(data(), k, static_cast<int32_t>(v)); return;
+  case DType::I64: write<int64_t>(data(), k, v); return;
+  case DType::Bool: data()[k] = v != 0; return;
   default: set(k, static_cast<double>(v));
   }
 }

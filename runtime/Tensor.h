@@ -20,18 +20,33 @@ struct DataError : std::runtime_error {
 struct Tensor {
   DType dtype = DType::F32;
   std::vector<int64_t> shape;
-  std::vector<uint8_t> bytes;
+  std::vector<uint8_t> bytes; // the values, when the tensor owns them (empty for a view)
+
+  Tensor() = default;
+  // A copy always owns its values, even a copy of a view: a view's memory (an arena
+  // slot) is reused once the planned value dies, and a copy must not see that.
+  Tensor(const Tensor &o);
+  Tensor &operator=(const Tensor &o);
+  Tensor(Tensor &&) = default;
+  Tensor &operator=(Tensor &&) = default;
 
   static Tensor zeros(DType dtype, std::vector<int64_t> shape);
+  // A tensor over memory owned elsewhere (a slot of the runtime's arena).
+  static Tensor view(DType dtype, std::vector<int64_t> shape, uint8_t *data);
   size_t numel() const;
-  void *data() { return bytes.data(); }
-  const void *data() const { return bytes.data(); }
+  size_t byteSize() const { return numel() * dtypeBytes(dtype); }
+  bool isView() const { return view_ != nullptr; }
+  uint8_t *data() { return view_ ? view_ : bytes.data(); }
+  const uint8_t *data() const { return view_ ? view_ : bytes.data(); }
   double get(size_t k) const;
   int64_t getInt(size_t k) const;
   // Stores v converted to the dtype: rounded for floats, truncated for integers, v != 0 for bool.
   void set(size_t k, double v);
   void setInt(size_t k, int64_t v);
   std::string typeText() const; // "f32[2, 3]"
+
+private:
+  uint8_t *view_ = nullptr;
 };
 
 // Rounds a value to the nearest representable value of a float dtype.

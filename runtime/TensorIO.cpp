@@ -73,7 +73,7 @@ void writeFileAtomically(const std::string &path, const std::string &bytes) {
 }
 
 
-std::string encodeValues(const Tensor &t) { return std::string(t.bytes.begin(), t.bytes.end()); }
+std::string encodeValues(const Tensor &t) { return std::string(reinterpret_cast<const char *>(t.data()), t.byteSize()); }
 
 void decodeValues(Tensor &t, const char *data, size_t bytes) {
   size_t n = t.numel(), w = dtypeBytes(t.dtype);

@@ -2,6 +2,7 @@
 #include "backend/lower/Lower.h"
 
 #include "ir/graph/OpRegistry.h"
+#include "ir/transforms/MemoryPlan.h"
 
 #include <fmt/format.h>
 
@@ -619,6 +620,16 @@ LoweredGraph lowerGraph(const ir::Graph &g) {
       out.kernels.push_back(std::move(*k));
     }
   }
+  return out;
+}
+
+rt::ArenaPlan arenaPlan(const ir::Graph &g, const LoweredGraph &lowered) {
+  auto kernels = lowered.kernelOf();
+  ir::MemoryPlan plan = ir::planMemory(g, [&](const ir::Op &op) { return kernels.count(&op) != 0; });
+  rt::ArenaPlan out;
+  out.bytes = plan.arena;
+  for (const ir::PlannedBuffer &b : plan.buffers)
+    out.offsets[b.value] = b.offset;
   return out;
 }
 

@@ -27,6 +27,9 @@ struct LoweredGraph {
   std::map<const ir::Op *, size_t> kernelOf() const;
 };
 LoweredGraph lowerGraph(const ir::Graph &g);
+// The memory plan of `g` for the kernels in `lowered` (ir/transforms/MemoryPlan.h), in
+// the runtime's terms.
+rt::ArenaPlan arenaPlan(const ir::Graph &g, const LoweredGraph &lowered);
 // What the runtime needs to launch `k`: its dim names, parallel extent and work estimate.
 rt::KernelInfo kernelInfo(const kir::Kernel &k);
 

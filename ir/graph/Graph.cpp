@@ -28,6 +28,15 @@ Op *Graph::newOp(OpKind kind, SourceRange loc) {
   return ops_.back().get();
 }
 
+std::string sourceLine(const Graph &g, const SourceRange &loc) {
+  if (!loc.valid())
+    return "";
+  auto it = g.fileNames.find(loc.begin.file);
+  if (loc.begin.file == g.mainFile || it == g.fileNames.end())
+    return fmt::format("line {}", loc.begin.line);
+  return fmt::format("{}:{}", it->second, loc.begin.line);
+}
+
 std::vector<const Op *> opsPostOrder(const Graph &g) {
   std::vector<const Op *> out;
   std::function<void(const Region &)> visit = [&](const Region &r) {
@@ -80,14 +89,7 @@ std::string refs(const std::vector<Value *> &vs) {
 
 void printRegion(const Graph &g, const Region &r, int depth, std::string &out);
 
-std::string where(const Graph &g, const SourceRange &loc) {
-  if (!loc.valid())
-    return "";
-  auto it = g.fileNames.find(loc.begin.file);
-  if (loc.begin.file == g.mainFile || it == g.fileNames.end())
-    return fmt::format("  # line {}", loc.begin.line);
-  return fmt::format("  # {}:{}", it->second, loc.begin.line);
-}
+std::string where(const Graph &g, const SourceRange &loc) { return loc.valid() ? "  # " + sourceLine(g, loc) : ""; }
 
 void printOp(const Graph &g, const Op &op, int depth, std::string &out) {
   std::string pad(depth * 2, ' ');

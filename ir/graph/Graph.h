@@ -74,6 +74,9 @@ private:
   std::vector<std::unique_ptr<Op>> ops_;
 };
 
+// "line 18" in the model's file, "nn.dnn:16" in another; "" without a location.
+std::string sourceLine(const Graph &g, const SourceRange &loc);
+
 // Every op of the graph, nested regions before the op that holds them, in program order:
 // the order kernels are numbered in.
 std::vector<const Op *> opsPostOrder(const Graph &g);

@@ -421,7 +421,7 @@ Tensor permute(const Tensor &x, const std::vector<size_t> &perm) {
 
 void copyValue(Tensor &dst, size_t d, const Tensor &src, size_t s) {
   size_t w = dtypeBytes(src.dtype);
-  std::memcpy(dst.bytes.data() + d * w, src.bytes.data() + s * w, w);
+  std::memcpy(dst.data() + d * w, src.data() + s * w, w);
 }
 
 Tensor concat(const std::vector<const Tensor *> &xs, size_t axis) {

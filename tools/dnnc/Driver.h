@@ -29,6 +29,7 @@ struct RunOptions {
   int repeat = 0;  // timed runs after the first (--stats reports their median)
   bool stats = false;
   bool artifact = false; // running a built artifact: nothing is compiled
+  bool memoryPlan = true; // --no-memory-plan turns the arena off
 };
 int runModel(Program &p, const RunOptions &o);
 // `dnnc run ARTIFACT`: loads and runs a `dnnc build` artifact with no compiling.

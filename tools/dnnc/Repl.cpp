@@ -1,4 +1,6 @@
 // `dnnc repl`: shape queries on a loaded model; nothing runs.
+#include "backend/lower/Lower.h"
+#include "ir/transforms/MemoryPlan.h"
 #include "tools/dnnc/Driver.h"
 
 #include <editline/readline.h>
@@ -8,6 +10,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <regex>
 #include <sstream>
 
 namespace dnnc::tool {
@@ -22,6 +25,10 @@ const char *kHelp = R"(commands:
   :unbind T             remove a binding
   :dims                 each dim: range, binding, where it was introduced
   :class NAME           the shape class of the op behind NAME, and why
+  :mem                  the planned arena of intermediates (a formula of the dims, bytes when
+                        bound), params/inputs/outputs totals and the largest buffers
+  :solve mem <= 16GiB for B
+                        the largest B (other dims bound) whose arena fits
   :help                 this text
   :quit                 leave
 )";
@@ -81,8 +88,10 @@ public:
       dims();
     else if (cmd == ":class")
       shapeClass(arg);
-    else if (cmd == ":mem" || cmd == ":solve")
-      error(fmt::format("{} needs the memory planner, which this build of dnnc does not include yet", cmd));
+    else if (cmd == ":mem")
+      mem();
+    else if (cmd == ":solve")
+      solve(arg);
     else
       error(fmt::format("unknown command '{}'; :help lists them", cmd));
     return true;
@@ -179,7 +188,115 @@ private:
       out(fmt::format("{}: {} ({}): {}", name, ir::shapeClassName(v->shapeClass), v->op, ir::shapeClassMeaning(v->shapeClass)));
   }
 
+  // The model's memory plan, made once per model (the kernels decide what is planned).
+  const ir::MemoryPlan &plan() {
+    auto it = plans_.find(model_);
+    if (it == plans_.end()) {
+      lower::LoweredGraph lowered = lower::lowerGraph(*model_->graph);
+      auto kernels = lowered.kernelOf();
+      it = plans_.emplace(model_, ir::planMemory(*model_->graph, [&](const ir::Op &op) { return kernels.count(&op) != 0; })).first;
+    }
+    return it->second;
+  }
+
+  // An expression under the binding: a number when every dim is bound.
+  std::string bytesText(sym::ExprRef e) const {
+    if (auto v = sym::evaluate(e, binding_))
+      return std::to_string(*v);
+    std::map<std::string, sym::ExprRef> bound;
+    for (auto &[name, v] : binding_)
+      bound[name] = sym::constant(v);
+    return model_->analyzer.simplify(sym::substitute(e, bound))->str();
+  }
+
+  template <class Values> static sym::ExprRef totalBytes(const Values &values) {
+    sym::ExprRef sum = sym::constant(0);
+    for (const ir::Value *v : values) {
+      sym::ExprRef n = sym::constant(static_cast<int64_t>(dtypeBytes(v->type.dtype)));
+      for (sym::ExprRef d : v->type.dims)
+        n = sym::mul(n, d);
+      sum = sym::add(sum, n);
+    }
+    return sum;
+  }
+
+  void mem() {
+    const ir::MemoryPlan &p = plan();
+    const ir::Graph &g = *model_->graph;
+    out(fmt::format("arena: {} bytes", bytesText(p.arena)));
+    std::vector<const ir::Value *> params;
+    for (const ir::Op *op : g.body.ops)
+      if (op->kind == ir::OpKind::Param)
+        params.push_back(op->results[0]);
+    out(fmt::format("params: {} bytes ({} tensors); inputs: {} bytes; outputs: {} bytes", bytesText(totalBytes(params)),
+                    params.size(), bytesText(totalBytes(g.body.args)), bytesText(totalBytes(g.body.yields))));
+    // Largest first at the binding, unbound dims at their reference sizes.
+    std::map<std::string, int64_t> at = binding_;
+    for (auto &[name, r] : g.dimRanges)
+      at.emplace(name, r.second < sym::Interval::kInf ? r.second : ir::kUnboundedDim);
+    std::vector<const ir::PlannedBuffer *> largest;
+    for (const ir::PlannedBuffer &b : p.buffers)
+      largest.push_back(&b);
+    std::stable_sort(largest.begin(), largest.end(), [&](auto *x, auto *y) {
+      return sym::evaluate(x->bytes, at).value_or(0) > sym::evaluate(y->bytes, at).value_or(0);
+    });
+    out(fmt::format("largest buffers ({} planned):", p.buffers.size()));
+    for (size_t k = 0; k < largest.size() && k < 5; ++k) {
+      const ir::Value *v = largest[k]->value;
+      out(fmt::format("  {} bytes  {} {}  ({})", bytesText(largest[k]->bytes), v->name.empty() ? fmt::format("%{}", v->id) : v->name,
+                      v->type.str(&binding_), ir::sourceLine(g, v->loc)));
+    }
+    if (!p.unplanned.empty())
+      out(fmt::format("not planned: {} buffers whose sizes are known only while the model runs", p.unplanned.size()));
+  }
+
+  // `:solve mem <= 16GiB for B`: the arena grows with every dim, so a binary search over
+  // the dim's range finds the largest value that fits.
+  void solve(const std::string &text) {
+    std::smatch m;
+    static const std::regex form(R"(mem\s*<=\s*([0-9]+(?:\.[0-9]+)?)\s*(B|KiB|MiB|GiB|TiB)?\s+for\s+([A-Za-z_][A-Za-z_0-9]*))");
+    if (!std::regex_match(text, m, form)) {
+      error("usage: :solve mem <= SIZE[B|KiB|MiB|GiB] for DIM, e.g. :solve mem <= 16GiB for B");
+      return;
+    }
+    const std::map<std::string, double> units{{"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+                                              {"TiB", 1099511627776.0}};
+    double limit = std::stod(m[1]) * units.at(m[2]);
+    std::string dim = m[3];
+    const ir::MemoryPlan &p = plan();
+    auto rangeIt = model_->graph->dimRanges.find(dim);
+    if (rangeIt == model_->graph->dimRanges.end()) {
+      error(fmt::format("model '{}' has no dim '{}'", model_->name, dim));
+      return;
+    }
+    for (const std::string &n : sym::freeVars(p.arena))
+      if (n != dim && !binding_.count(n)) {
+        error(fmt::format("the arena also depends on {}: bind it first (:bind {}=...)", n, n));
+        return;
+      }
+    Binding b = binding_;
+    auto arenaAt = [&](int64_t v) {
+      b[dim] = v;
+      return static_cast<double>(*sym::evaluate(p.arena, b));
+    };
+    int64_t lo = std::max<int64_t>(rangeIt->second.first, 1), hi = std::min<int64_t>(rangeIt->second.second, int64_t{1} << 40);
+    if (arenaAt(lo) > limit) {
+      out(fmt::format("no value of {} fits: {} = {} already needs {} bytes", dim, dim, lo, static_cast<int64_t>(arenaAt(lo))));
+      return;
+    }
+    if (arenaAt(hi) <= limit) {
+      out(fmt::format("any value of {} fits: {} = {} needs {} bytes", dim, dim, hi, static_cast<int64_t>(arenaAt(hi))));
+      return;
+    }
+    while (hi - lo > 1) { // arena(lo) fits, arena(hi) does not
+      int64_t mid = lo + (hi - lo) / 2;
+      (arenaAt(mid) <= limit ? lo : hi) = mid;
+    }
+    out(fmt::format("{} = {}", dim, lo));
+  }
+
   std::vector<std::string> includes_;
+  std::map<const ModelInfo *, ir::MemoryPlan> plans_;
   bool interactive_;
   std::unique_ptr<Program> program_;
   ModelInfo *model_ = nullptr;

@@ -1,0 +1,303 @@
+// Static memory planning over symbolic sizes (see MemoryPlan.h for the contract).
+#include "ir/transforms/MemoryPlan.h"
+
+#include "ir/graph/OpRegistry.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+namespace dnnc::ir {
+
+const PlannedBuffer *MemoryPlan::find(const Value *v) const {
+  for (const PlannedBuffer &b : buffers)
+    if (b.value == v)
+      return &b;
+  return nullptr;
+}
+
+int64_t MemoryPlan::naiveBytes(const std::map<std::string, int64_t> &binding) const {
+  int64_t sum = 0;
+  for (const PlannedBuffer &b : buffers)
+    sum += sym::evaluate(b.bytes, binding).value_or(0);
+  return sum;
+}
+
+int64_t MemoryPlan::liveLowerBound(const std::map<std::string, int64_t> &binding) const {
+  int64_t best = 0;
+  for (int t = 0; t < static_cast<int>(order.size()); ++t) {
+    int64_t live = 0;
+    for (const PlannedBuffer &b : buffers)
+      if (b.first <= t && t <= b.last && !b.inPlace)
+        live += sym::evaluate(b.bytes, binding).value_or(0);
+    best = std::max(best, live);
+  }
+  return best;
+}
+
+sym::Analyzer analyzerFor(const Graph &g) {
+  sym::Analyzer a;
+  for (const auto &[name, r] : g.dimRanges)
+    a.declare(name, r.first, r.second);
+  return a;
+}
+
+namespace {
+
+struct Span {
+  int begin = 0, end = 0; // positions of an op, or of a loop and everything in it
+  const Op *loop = nullptr;
+};
+
+class Planner {
+public:
+  Planner(const Graph &g, const std::function<bool(const Op &)> &producesBuffer)
+      : g_(g), produces_(producesBuffer), analyzer_(analyzerFor(g)) {
+    for (const Value *a : g.body.args)
+      for (sym::ExprRef d : a->type.dims)
+        for (const std::string &n : sym::freeVars(d))
+          inputDims_.insert(n);
+    for (const auto &[name, r] : g.dimRanges)
+      reference_[name] = r.second < sym::Interval::kInf ? r.second : kUnboundedDim;
+  }
+
+  MemoryPlan run() {
+    linearize(g_.body, nullptr);
+    for (const Value *y : g_.body.yields)
+      outputs_.insert(y);
+    collect(g_.body);
+    place();
+    return std::move(plan_);
+  }
+
+private:
+  // Numbers every op; nested regions' ops fall inside their op's span, and `loop` is the
+  // innermost enclosing for/while (whose body runs again and again).
+  void linearize(const Region &r, const Op *loop) {
+    for (const Op *op : r.ops) {
+      Span s;
+      s.begin = static_cast<int>(plan_.order.size());
+      plan_.order.push_back(op);
+      s.loop = loop;
+      bool isLoop = op->kind == OpKind::For || op->kind == OpKind::While;
+      for (const auto &sub : op->regions)
+        linearize(*sub, isLoop ? op : loop);
+      s.end = static_cast<int>(plan_.order.size()) - 1;
+      span_[op] = s;
+      regionOf_[op] = &r;
+    }
+  }
+
+  // The loops enclosing `op`, innermost first.
+  std::vector<const Op *> loopsOf(const Op *op) const {
+    std::vector<const Op *> out;
+    for (const Op *l = span_.at(op).loop; l; l = span_.at(l).loop)
+      out.push_back(l);
+    return out;
+  }
+
+  // Where a use by `user` keeps a value defined by `def` alive until: the end of the
+  // outermost loop that holds the user but not the definition.
+  int useEnd(const Op *def, const Op *user) const {
+    auto defLoops = loopsOf(def);
+    int end = span_.at(user).end;
+    for (const Op *l : loopsOf(user))
+      if (std::find(defLoops.begin(), defLoops.end(), l) == defLoops.end())
+        end = std::max(end, span_.at(l).end);
+    return end;
+  }
+
+  sym::ExprRef bytesOf(const Value *v) const {
+    sym::ExprRef n = sym::constant(static_cast<int64_t>(dtypeBytes(v->type.dtype)));
+    for (sym::ExprRef d : v->type.dims)
+      n = sym::mul(n, d);
+    return analyzer_.simplify(n);
+  }
+
+  bool knownAtStart(sym::ExprRef e) const {
+    for (const std::string &n : sym::freeVars(e))
+      if (!inputDims_.count(n))
+        return false;
+    return true;
+  }
+
+  int64_t atReference(sym::ExprRef e) const { return sym::evaluate(e, reference_).value_or(0); }
+
+  // Candidates: kernel results in plannable regions (the body and `for` bodies).
+  void collect(const Region &r) {
+    std::set<const Value *> yields(r.yields.begin(), r.yields.end());
+    for (const Op *op : r.ops) {
+      if (op->kind == OpKind::For)
+        for (const auto &sub : op->regions)
+          collect(*sub);
+      bool plannable = produces_(*op);
+      for (const Value *v : op->results) {
+        if (outputs_.count(v))
+          continue;
+        sym::ExprRef bytes = bytesOf(v);
+        if (!plannable || !knownAtStart(bytes)) {
+          if (plannable)
+            plan_.unplanned.push_back(v);
+          continue;
+        }
+        PlannedBuffer b;
+        b.value = v;
+        b.bytes = bytes;
+        b.first = b.last = span_.at(op).begin;
+        if (yields.count(v)) // a loop body's yield feeds the next iteration
+          b.last = lastOfRegion(r);
+        plan_.buffers.push_back(b);
+        index_[v] = plan_.buffers.size() - 1;
+      }
+    }
+    // Uses: operands of every op in this region and anything nested in it.
+    std::function<void(const Region &)> uses = [&](const Region &sub) {
+      for (const Op *op : sub.ops) {
+        for (const Value *v : op->operands)
+          extend(v, op);
+        for (const auto &inner : op->regions) {
+          uses(*inner);
+          for (const Value *y : inner->yields)
+            extend(y, op);
+        }
+      }
+    };
+    if (&r == &g_.body)
+      uses(r);
+  }
+
+  int lastOfRegion(const Region &r) const {
+    int last = 0;
+    for (const Op *op : r.ops)
+      last = std::max(last, span_.at(op).end);
+    return last;
+  }
+
+  void extend(const Value *v, const Op *user) {
+    auto it = index_.find(v);
+    if (it == index_.end())
+      return;
+    PlannedBuffer &b = plan_.buffers[it->second];
+    b.last = std::max(b.last, useEnd(v->def, user));
+  }
+
+  // Elementwise ops read element i only to write element i: their result may take the
+  // bytes of an equally sized operand that dies there.
+  bool mayShare(const PlannedBuffer &result, const PlannedBuffer &operand) const {
+    const Op *op = result.value->def;
+    if (operand.last != result.first || !isElementwise(op->kind) || result.bytes != operand.bytes)
+      return false;
+    if (operand.value->type.dims != result.value->type.dims)
+      return false;
+    return std::find(op->operands.begin(), op->operands.end(), operand.value) != op->operands.end();
+  }
+  static bool isElementwise(OpKind k) { return opInfo(k).shapeRule == opInfo(OpKind::Add).shapeRule; }
+
+  bool conflict(const PlannedBuffer &a, const PlannedBuffer &b) const {
+    if (a.last < b.first || b.last < a.first)
+      return false;
+    return !(mayShare(a, b) || mayShare(b, a));
+  }
+
+  // A max over polynomials, kept flat (no max nested in max, whose canonical text would
+  // grow exponentially): adding a candidate drops every member it provably dominates,
+  // and the candidate itself when a member dominates it.
+  using MaxList = std::vector<sym::ExprRef>;
+  void addCandidate(MaxList &list, sym::ExprRef e) const {
+    for (sym::ExprRef m : list)
+      if (m == e || analyzer_.canProve(m, sym::Rel::GE, e))
+        return;
+    list.erase(std::remove_if(list.begin(), list.end(), [&](sym::ExprRef m) { return analyzer_.canProve(e, sym::Rel::GE, m); }),
+               list.end());
+    list.push_back(e);
+  }
+  static sym::ExprRef maxExpr(const MaxList &list) {
+    if (list.empty())
+      return sym::constant(0);
+    sym::ExprRef out = list[0];
+    for (size_t k = 1; k < list.size(); ++k)
+      out = sym::max(out, list[k]);
+    return out;
+  }
+  bool provablyAtLeast(const MaxList &a, const MaxList &b) const {
+    // max(a) >= max(b) when every member of b is below some member of a.
+    for (sym::ExprRef y : b)
+      if (std::none_of(a.begin(), a.end(), [&](sym::ExprRef x) { return analyzer_.canProve(x, sym::Rel::GE, y); }))
+        return false;
+    return true;
+  }
+
+  void place() {
+    std::vector<size_t> byBytes(plan_.buffers.size());
+    for (size_t k = 0; k < byBytes.size(); ++k)
+      byBytes[k] = k;
+    std::stable_sort(byBytes.begin(), byBytes.end(), [&](size_t x, size_t y) {
+      return atReference(plan_.buffers[x].bytes) > atReference(plan_.buffers[y].bytes);
+    });
+    std::vector<MaxList> offsets(plan_.buffers.size());
+    std::vector<size_t> placed;
+    MaxList arena;
+    for (size_t k : byBytes) {
+      PlannedBuffer &b = plan_.buffers[k];
+      MaxList offset;
+      const PlannedBuffer *shared = nullptr;
+      size_t sharedIndex = 0;
+      for (size_t p : placed) {
+        const PlannedBuffer &o = plan_.buffers[p];
+        if (conflict(b, o)) {
+          for (sym::ExprRef start : offsets[p])
+            addCandidate(offset, analyzer_.simplify(sym::add(start, o.bytes)));
+        } else if (!shared && mayShare(b, o)) {
+          shared = &o;
+          sharedIndex = p;
+        }
+      }
+      // In place: the operand's slot, when nothing that conflicts sits there.
+      if (shared && provablyAtLeast(offsets[sharedIndex], offset)) {
+        offsets[k] = offsets[sharedIndex];
+        b.inPlace = true;
+      } else {
+        offsets[k] = offset.empty() ? MaxList{sym::constant(0)} : offset;
+      }
+      b.offset = maxExpr(offsets[k]);
+      for (sym::ExprRef start : offsets[k])
+        addCandidate(arena, analyzer_.simplify(sym::add(start, b.bytes)));
+      placed.push_back(k);
+    }
+    plan_.arena = maxExpr(arena);
+  }
+
+  const Graph &g_;
+  const std::function<bool(const Op &)> &produces_;
+  sym::Analyzer analyzer_;
+  std::set<std::string> inputDims_;
+  std::map<std::string, int64_t> reference_;
+  std::set<const Value *> outputs_;
+  std::map<const Op *, Span> span_;
+  std::map<const Op *, const Region *> regionOf_;
+  std::map<const Value *, size_t> index_;
+  MemoryPlan plan_;
+};
+
+} // namespace
+
+MemoryPlan planMemory(const Graph &g, const std::function<bool(const Op &)> &producesBuffer) {
+  return Planner(g, producesBuffer).run();
+}
+
+std::string print(const MemoryPlan &plan, const Graph &g) {
+  std::string out = fmt::format("memory plan for model {}: {} buffers in one arena\n", g.name, plan.buffers.size());
+  out += fmt::format("arena bytes = {}\n", plan.arena->str());
+  for (const PlannedBuffer &b : plan.buffers) {
+    const Value *v = b.value;
+    std::string name = v->name.empty() ? fmt::format("%{}", v->id) : fmt::format("%{}.{}", v->name, v->id);
+    out += fmt::format("  {:<14} {:<22} live [{}, {}]  bytes {}  at {}{}  # {}\n", name, v->type.str(), b.first, b.last,
+                       b.bytes->str(), b.offset->str(), b.inPlace ? "  (in place)" : "", sourceLine(g, v->loc));
+  }
+  for (const Value *v : plan.unplanned)
+    out += fmt::format("  not planned: %{} {} (its size is known only while the model runs)\n", v->id, v->type.str());
+  return out;
+}
+
+} // namespace dnnc::ir

@@ -1,0 +1,63 @@
+// Memory planning (after SoD²): every intermediate a kernel writes gets an offset in one
+// arena, and the arena's size and every offset are dim expressions, planned once at
+// compile time for every shape and evaluated by the runtime once per call.
+//
+// Contract:
+// - Planned: results of ops that `producesBuffer` accepts, in the model's body and in
+//   the bodies of `for` loops, whose byte sizes depend only on the model's input dims
+//   (so they are known when a call starts). Not planned (the runtime allocates them as it
+//   goes): model outputs, values inside `if`/`while` regions, and sizes that depend on
+//   dims only known later (EDO results, loop-variant shapes).
+// - Lifetimes run over one linear order of the ops (nested bodies inside their loop's
+//   span); a value used inside a loop lives to the loop's end; a loop body's yields live
+//   to the end of the body.
+// - Two planned buffers whose lifetimes overlap never overlap in the arena, for every
+//   binding the dims' ranges allow: each buffer sits above every conflicting buffer
+//   placed before it (offsets are max(...) expressions). The one exception is in-place
+//   reuse: an elementwise op's result may share the bytes of an operand of equal size
+//   whose lifetime ends at that op.
+// - Buffers are placed largest first, comparing sizes at a reference binding (each dim
+//   at its range's upper bound, or kUnboundedDim without one): deterministic.
+#pragma once
+
+#include "ir/graph/Graph.h"
+#include "ir/sym/Analyzer.h"
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dnnc::ir {
+
+struct PlannedBuffer {
+  const Value *value = nullptr;
+  sym::ExprRef bytes = nullptr;  // its size
+  sym::ExprRef offset = nullptr; // in the arena
+  int first = 0, last = 0;       // lifetime: positions in the plan's op order, inclusive
+  bool inPlace = false;          // shares an operand's bytes (elementwise)
+};
+
+struct MemoryPlan {
+  std::vector<PlannedBuffer> buffers; // in op order
+  sym::ExprRef arena = nullptr;       // bytes: max over buffers of offset + bytes
+  std::vector<const Op *> order;      // the linear op order lifetimes refer to
+  std::vector<const Value *> unplanned; // intermediates the runtime allocates as it goes
+  const PlannedBuffer *find(const Value *v) const;
+  // Bytes of every planned buffer added up (what allocating each separately would take),
+  // and the most bytes live at once over the order (a lower bound for any arena), both
+  // at `binding`.
+  int64_t naiveBytes(const std::map<std::string, int64_t> &binding) const;
+  int64_t liveLowerBound(const std::map<std::string, int64_t> &binding) const;
+};
+
+// The size a dim without an upper bound takes when the planner compares sizes.
+constexpr int64_t kUnboundedDim = 64;
+
+sym::Analyzer analyzerFor(const Graph &g);
+MemoryPlan planMemory(const Graph &g, const std::function<bool(const Op &)> &producesBuffer);
+// `dnnc emit --emit=plan`: buffers, lifetimes, offsets and the arena formula.
+std::string print(const MemoryPlan &plan, const Graph &g);
+
+} // namespace dnnc::ir
