@@ -194,11 +194,7 @@ private:
   }
   static bool isElementwise(OpKind k) { return opInfo(k).shapeRule == opInfo(OpKind::Add).shapeRule; }
 
-  bool conflict(const PlannedBuffer &a, const PlannedBuffer &b) const {
-    if (a.last < b.first || b.last < a.first)
-      return false;
-    return !(mayShare(a, b) || mayShare(b, a));
-  }
+  static bool conflict(const PlannedBuffer &a, const PlannedBuffer &b) { return !(a.last < b.first || b.last < a.first); }
 
   // A max over polynomials, kept flat (no max nested in max, whose canonical text would
   // grow exponentially): adding a candidate drops every member it provably dominates,
@@ -238,31 +234,45 @@ private:
     std::vector<MaxList> offsets(plan_.buffers.size());
     std::vector<size_t> placed;
     MaxList arena;
+    auto shifted = [&](const MaxList &list, sym::ExprRef by) {
+      MaxList out;
+      for (sym::ExprRef e : list)
+        addCandidate(out, analyzer_.simplify(sym::add(e, by)));
+      return out;
+    };
     for (size_t k : byBytes) {
       PlannedBuffer &b = plan_.buffers[k];
       MaxList offset;
-      const PlannedBuffer *shared = nullptr;
-      size_t sharedIndex = 0;
-      for (size_t p : placed) {
-        const PlannedBuffer &o = plan_.buffers[p];
-        if (conflict(b, o)) {
-          for (sym::ExprRef start : offsets[p])
-            addCandidate(offset, analyzer_.simplify(sym::add(start, o.bytes)));
-        } else if (!shared && mayShare(b, o)) {
-          shared = &o;
-          sharedIndex = p;
+      std::vector<size_t> conflicting;
+      for (size_t p : placed)
+        if (conflict(b, plan_.buffers[p])) {
+          conflicting.push_back(p);
+          for (sym::ExprRef end : shifted(offsets[p], plan_.buffers[p].bytes))
+            addCandidate(offset, end);
         }
+      // In place: exactly the slot of an operand that dies here, when every other live
+      // buffer provably lies wholly below or above that slot.
+      std::optional<size_t> slot;
+      for (size_t o : conflicting) {
+        if (slot || !mayShare(b, plan_.buffers[o]))
+          continue;
+        bool clear = true;
+        for (size_t c : conflicting)
+          if (c != o && !provablyAtLeast(offsets[o], shifted(offsets[c], plan_.buffers[c].bytes)) &&
+              !provablyAtLeast(offsets[c], shifted(offsets[o], b.bytes)))
+            clear = false;
+        if (clear)
+          slot = o;
       }
-      // In place: the operand's slot, when nothing that conflicts sits there.
-      if (shared && provablyAtLeast(offsets[sharedIndex], offset)) {
-        offsets[k] = offsets[sharedIndex];
+      if (slot) {
+        offsets[k] = offsets[*slot];
         b.inPlace = true;
       } else {
         offsets[k] = offset.empty() ? MaxList{sym::constant(0)} : offset;
       }
       b.offset = maxExpr(offsets[k]);
-      for (sym::ExprRef start : offsets[k])
-        addCandidate(arena, analyzer_.simplify(sym::add(start, b.bytes)));
+      for (sym::ExprRef end : shifted(offsets[k], b.bytes))
+        addCandidate(arena, end);
       placed.push_back(k);
     }
     plan_.arena = maxExpr(arena);

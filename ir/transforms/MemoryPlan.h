@@ -14,8 +14,8 @@
 // - Two planned buffers whose lifetimes overlap never overlap in the arena, for every
 //   binding the dims' ranges allow: each buffer sits above every conflicting buffer
 //   placed before it (offsets are max(...) expressions). The one exception is in-place
-//   reuse: an elementwise op's result may share the bytes of an operand of equal size
-//   whose lifetime ends at that op.
+//   reuse: an elementwise op's result may take exactly the bytes of an operand of equal
+//   size whose lifetime ends at that op (same offset, flagged inPlace).
 // - Buffers are placed largest first, comparing sizes at a reference binding (each dim
 //   at its range's upper bound, or kUnboundedDim without one): deterministic.
 #pragma once
