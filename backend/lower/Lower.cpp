@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -24,9 +25,14 @@ using Dims = std::vector<ExprRef>;
 
 ExprRef c(int64_t v) { return sym::constant(v); }
 
+// Lowers one op, or a fused op's group: then the kernel's buffers are the fused op's
+// operands and results, `op_` is the group's root (the op whose result the group yields),
+// and the root's operands made inside the group are computed where they are read
+// (readValue), never stored.
 class Lowering {
 public:
-  Lowering(const ir::Op &op, const std::string &name) : op_(op) {
+  Lowering(const ir::Op &op, const std::string &name)
+      : outer_(op), op_(op.kind == OpKind::Fused ? *op.regions[0]->yields[0]->def : op) {
     k_.name = name;
     for (const ir::Value *v : op.operands)
       k_.buffers.push_back({v->name.empty() ? fmt::format("v{}", v->id) : v->name, v->type.dtype, v->type.dims, false});
@@ -34,9 +40,15 @@ public:
       k_.buffers.push_back({v->name.empty() ? fmt::format("v{}", v->id) : v->name, v->type.dtype, v->type.dims, true});
   }
 
+  // Buffer b: an operand of the op (the fused op's, for a group), or out(k).
   const Dims &dims(int b) const { return k_.buffers[b].dims; }
   DType dtype(int b) const { return k_.buffers[b].dtype; }
-  int out(int k = 0) const { return static_cast<int>(op_.operands.size()) + k; }
+  int out(int k = 0) const { return static_cast<int>(outer_.operands.size()) + k; }
+  // The root's operand b (the same as buffer b unless the op is fused).
+  const Dims &in(int b) const { return op_.operands[b]->type.dims; }
+  DType inType(int b) const { return op_.operands[b]->type.dtype; }
+  ValuePtr read(int b, const Dims &idx) { return readValue(op_.operands[b], idx); }
+  ValuePtr readValue(const ir::Value *v, const Dims &idx);
   int64_t intAttr(const std::string &n) const {
     const ir::Attr &a = op_.attrs.at(n);
     if (auto *i = std::get_if<int64_t>(&a))
@@ -85,19 +97,37 @@ public:
     return v;
   }
 
-  // Index of operand b at output index `idx` under NumPy broadcasting (literal-1 dims repeat).
-  ExprRef broadcastIndex(int b, const Dims &idx) {
-    const Dims &d = dims(b);
+  // The index into a tensor of dims `d` that NumPy broadcasting reads at output index
+  // `idx` (trailing axes align; literal-1 dims repeat).
+  static Dims broadcastIdx(const Dims &d, const Dims &idx) {
     Dims in;
     for (size_t k = 0; k < d.size(); ++k)
       in.push_back(d[k]->asConst() == 1 ? c(0) : idx[idx.size() - d.size() + k]);
-    return kir::flatIndex(d, in);
+    return in;
+  }
+  ExprRef broadcastIndex(int b, const Dims &idx) { return kir::flatIndex(dims(b), broadcastIdx(dims(b), idx)); }
+  // The scalar function of an elementwise op on its operands' values.
+  static ValuePtr scalarOf(const ir::Op &op, const std::vector<ValuePtr> &in, DType t) {
+    switch (op.kind) {
+    case OpKind::Where: return kir::select(in[0], in[1], in[2]);
+    case OpKind::Clip: return kir::binary(OpKind::Minimum, kir::binary(OpKind::Maximum, in[0], in[1], t), in[2], t);
+    case OpKind::Cast: return kir::cast(in[0], t);
+    default: return in.size() == 1 ? kir::unary(op.kind, in[0], t) : kir::binary(op.kind, in[0], in[1], t);
+    }
   }
   ValuePtr loadAt(int b, const Dims &idx) { return kir::load(b, kir::flatIndex(dims(b), idx), dtype(b)); }
 
   std::optional<kir::Kernel> run();
 
 private:
+  bool isReductionRoot() const {
+    switch (op_.kind) {
+    case OpKind::Sum: case OpKind::Mean: case OpKind::Max: case OpKind::Min: case OpKind::Prod: case OpKind::Argmax:
+    case OpKind::Argmin: case OpKind::Logsumexp: case OpKind::Softmax: case OpKind::LogSoftmax:
+      return true;
+    default: return false;
+    }
+  }
   StmtPtr elementwise();
   StmtPtr reduction();
   StmtPtr softmax();
@@ -112,7 +142,8 @@ private:
   StmtPtr take(size_t axis);
   StmtPtr index();
 
-  const ir::Op &op_;
+  const ir::Op &outer_; // the op the kernel computes (a fused op, or op_ itself)
+  const ir::Op &op_;    // the op whose semantics the loop nest follows
   kir::Kernel k_;
   int next_ = 0;
 };
@@ -120,24 +151,86 @@ private:
 StmtPtr Lowering::elementwise() {
   const Dims &shape = dims(out());
   Dims idx = vars(shape.size());
-  std::vector<ValuePtr> in;
+  std::vector<ValuePtr> values;
   for (size_t b = 0; b < op_.operands.size(); ++b)
-    in.push_back(kir::load(static_cast<int>(b), broadcastIndex(static_cast<int>(b), idx), dtype(static_cast<int>(b))));
-  DType t = dtype(out());
-  ValuePtr v;
-  switch (op_.kind) {
-  case OpKind::Where: v = kir::select(in[0], in[1], in[2]); break;
-  case OpKind::Clip:
-    v = kir::binary(OpKind::Minimum, kir::binary(OpKind::Maximum, in[0], in[1], t), in[2], t);
-    break;
-  case OpKind::Cast: v = kir::cast(in[0], t); break;
-  default: v = in.size() == 1 ? kir::unary(op_.kind, in[0], t) : kir::binary(op_.kind, in[0], in[1], t);
+    values.push_back(read(static_cast<int>(b), broadcastIdx(in(static_cast<int>(b)), idx)));
+  return nest(shape, idx, one(kir::store(out(), kir::flatIndex(shape, idx), scalarOf(op_, values, dtype(out())))));
+}
+
+ValuePtr Lowering::readValue(const ir::Value *v, const Dims &idx) {
+  const ir::Op *p = v->def;
+  bool member = outer_.kind == OpKind::Fused && p && v->owner == nullptr &&
+                std::find(outer_.regions[0]->ops.begin(), outer_.regions[0]->ops.end(), p) != outer_.regions[0]->ops.end();
+  if (!member) { // a buffer: the fused op's operand (its region's argument), or the op's own
+    const auto &sources = outer_.kind == OpKind::Fused ? outer_.regions[0]->args : outer_.operands;
+    auto at = std::find(sources.begin(), sources.end(), v);
+    if (at == sources.end())
+      throw InternalError(fmt::format("{}: %{} is neither an operand nor made in the kernel", k_.name, v->id));
+    return kir::load(static_cast<int>(at - sources.begin()), kir::flatIndex(v->type.dims, idx), v->type.dtype);
   }
-  return nest(shape, idx, one(kir::store(out(), kir::flatIndex(shape, idx), v)));
+  const Dims &o = v->type.dims;
+  auto operandDims = [&](size_t k) -> const Dims & { return p->operands[k]->type.dims; };
+  switch (p->kind) {
+  case OpKind::Transpose: {
+    size_t rank = operandDims(0).size();
+    std::vector<size_t> perm(rank);
+    std::iota(perm.begin(), perm.end(), 0);
+    if (p->has("perm")) {
+      const auto &list = p->get<ir::DimList>("perm");
+      for (size_t k = 0; k < list.size(); ++k)
+        perm[k] = axis(*list[k]->asConst(), rank);
+    } else {
+      std::swap(perm[rank - 1], perm[rank - 2]);
+    }
+    Dims at(rank);
+    for (size_t k = 0; k < rank; ++k)
+      at[perm[k]] = idx[k];
+    return readValue(p->operands[0], at);
+  }
+  case OpKind::BroadcastTo: return readValue(p->operands[0], broadcastIdx(operandDims(0), idx));
+  case OpKind::Reshape: case OpKind::Unsqueeze: case OpKind::Squeeze: case OpKind::Flatten: {
+    ExprRef flat = kir::flatIndex(o, idx);
+    const Dims &d = operandDims(0);
+    Dims at(d.size());
+    ExprRef stride = c(1);
+    for (size_t k = d.size(); k-- > 0;) {
+      at[k] = sym::mod(sym::floorDiv(flat, stride), d[k]);
+      stride = sym::mul(stride, d[k]);
+    }
+    return readValue(p->operands[0], at);
+  }
+  case OpKind::Index: {
+    const auto &starts = p->get<ir::DimList>("starts");
+    const auto &steps = p->get<ir::DimList>("steps"), &points = p->get<ir::DimList>("points");
+    const Dims &d = operandDims(0);
+    Dims at;
+    size_t next = 0;
+    for (size_t a = 0; a < d.size(); ++a) {
+      if (points[a]->asConst() == 1) {
+        at.push_back(starts[a]);
+        continue;
+      }
+      ExprRef begin = sym::max(c(0), sym::min(starts[a], d[a]));
+      at.push_back(sym::add(begin, sym::mul(idx[next++], steps[a])));
+    }
+    return readValue(p->operands[0], at);
+  }
+  case OpKind::Arange:
+    return kir::cast(kir::indexValue(sym::add(p->get<ExprRef>("start"), sym::mul(idx[0], p->get<ExprRef>("step")))), v->type.dtype);
+  case OpKind::Zeros: return kir::constant(0, v->type.dtype);
+  case OpKind::Ones: return kir::constant(1, v->type.dtype);
+  case OpKind::Full: return kir::constant(p->get<double>("value"), v->type.dtype);
+  default: {
+    std::vector<ValuePtr> values;
+    for (size_t k = 0; k < p->operands.size(); ++k)
+      values.push_back(readValue(p->operands[k], broadcastIdx(operandDims(k), idx)));
+    return scalarOf(*p, values, v->type.dtype);
+  }
+  }
 }
 
 StmtPtr Lowering::reduction() {
-  const Dims &in = dims(0);
+  const Dims &in = this->in(0);
   std::vector<size_t> axes;
   if (!op_.has("axis")) {
     axes.resize(in.size());
@@ -154,8 +247,8 @@ StmtPtr Lowering::reduction() {
     (reduced.count(a) ? redShape : keptShape).push_back(in[a]);
     (reduced.count(a) ? redIdx : keptIdx).push_back(v);
   }
-  ValuePtr x = kir::load(0, kir::flatIndex(in, inIdx), dtype(0));
-  DType acc = isFloat(dtype(0)) ? DType::F32 : DType::I64;
+  ValuePtr x = read(0, inIdx);
+  DType acc = isFloat(inType(0)) ? DType::F32 : DType::I64;
   DType t = dtype(out());
   OpKind kind = op_.kind;
   ExprRef outFlat = kir::flatIndex(keptShape, keptIdx); // keepdims only inserts 1s: same flat index
@@ -224,7 +317,7 @@ StmtPtr Lowering::reduction() {
 }
 
 StmtPtr Lowering::softmax() {
-  const Dims &in = dims(0);
+  const Dims &in = this->in(0);
   size_t a = axis(intAttr("axis"), in.size());
   Dims rowShape, rowIdx, idx(in.size());
   for (size_t k = 0; k < in.size(); ++k) {
@@ -235,7 +328,7 @@ StmtPtr Lowering::softmax() {
   }
   std::string j = idx[a]->asVar()->name;
   ExprRef flat = kir::flatIndex(in, idx);
-  ValuePtr x = kir::load(0, flat, dtype(0));
+  ValuePtr x = read(0, idx);
   ValuePtr best = kir::local("best", DType::F32), sum = kir::local("sum", DType::F32);
   ValuePtr shifted = kir::binary(OpKind::Sub, x, best, DType::F32);
   std::vector<StmtPtr> body;
@@ -419,7 +512,7 @@ StmtPtr Lowering::copyFlat() {
 }
 
 StmtPtr Lowering::transpose() {
-  const Dims &in = dims(0), &o = dims(out());
+  const Dims &in = this->in(0), &o = dims(out());
   std::vector<size_t> perm(in.size());
   std::iota(perm.begin(), perm.end(), 0);
   if (op_.has("perm")) {
@@ -432,7 +525,7 @@ StmtPtr Lowering::transpose() {
   Dims idx = vars(o.size()), inIdx(in.size());
   for (size_t k = 0; k < perm.size(); ++k)
     inIdx[perm[k]] = idx[k];
-  return nest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), loadAt(0, inIdx))));
+  return nest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), read(0, inIdx))));
 }
 
 StmtPtr Lowering::concat(bool stack) {
@@ -546,6 +639,14 @@ std::optional<kir::Kernel> Lowering::run() {
     return std::nullopt;
   const ir::OpInfo &info = ir::opInfo(op_.kind);
   StmtPtr body;
+  if (outer_.kind == OpKind::Fused && !isReductionRoot() && ir::opInfo(op_.kind).shapeRule != ir::opInfo(OpKind::Add).shapeRule) {
+    // An injective root (transpose, reshape, ...) computes each output element through
+    // its own index map, like any member.
+    const Dims &o = dims(out());
+    Dims idx = vars(o.size());
+    k_.body = nest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), readValue(op_.results[0], idx))));
+    return std::move(k_);
+  }
   switch (op_.kind) {
   case OpKind::Param: case OpKind::Constant: case OpKind::DimValue: case OpKind::If: case OpKind::For:
   case OpKind::While: case OpKind::AssertDims: case OpKind::Topk: case OpKind::Resize: case OpKind::Nonzero:
@@ -577,7 +678,7 @@ std::optional<kir::Kernel> Lowering::run() {
   case OpKind::BroadcastTo: {
     const Dims &o = dims(out());
     Dims idx = vars(o.size());
-    body = nest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), kir::load(0, broadcastIndex(0, idx), dtype(0)))));
+    body = nest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), read(0, broadcastIdx(in(0), idx)))));
     break;
   }
   case OpKind::Concat: body = concat(false); break;

@@ -323,4 +323,6 @@ std::unique_ptr<Graph> fromJson(const json &j) {
   return g;
 }
 
+std::unique_ptr<Graph> cloneGraph(const Graph &g) { return fromJson(toJson(g)); }
+
 } // namespace dnnc::ir

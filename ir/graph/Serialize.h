@@ -17,6 +17,9 @@ namespace dnnc::ir {
 nlohmann::json toJson(const Graph &g);
 std::unique_ptr<Graph> fromJson(const nlohmann::json &j);
 
+// A deep copy of `g` (through JSON), for passes that must not touch the original.
+std::unique_ptr<Graph> cloneGraph(const Graph &g);
+
 nlohmann::json exprToJson(sym::ExprRef e);
 sym::ExprRef exprFromJson(const nlohmann::json &j);
 

@@ -65,9 +65,14 @@ private:
         fail(op, "the loop body yields a different number of values than the loop carries");
       break;
     }
+    case OpKind::Fused:
+      if (op.regions.size() != 1 || op.regions[0]->args.size() != op.operands.size() ||
+          op.regions[0]->yields.size() != op.results.size())
+        fail(op, "a fused op's region must take its operands and yield its results");
+      break;
     default:
       if (!op.regions.empty())
-        fail(op, "only control-flow ops have regions");
+        fail(op, "only control-flow and fused ops have regions");
     }
   }
 };

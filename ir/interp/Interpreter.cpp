@@ -102,8 +102,19 @@ public:
     for (const ir::Value *v : op.operands)
       in.push_back(&values.at(v));
     std::vector<Tensor> out;
-    if (!runner_ || !runner_(op, in, out, b))
-      out = runRefOp(RefContext{op, in, b});
+    if (!runner_ || !runner_(op, in, out, b)) {
+      if (op.kind == ir::OpKind::Fused) { // its ops, one by one
+        const ir::Region &body = *op.regions[0];
+        for (size_t k = 0; k < body.args.size(); ++k)
+          values[body.args[k]] = *in[k];
+        Binding inner = b;
+        region(body, inner);
+        for (const ir::Value *y : body.yields)
+          out.push_back(values.at(y));
+      } else {
+        out = runRefOp(RefContext{op, in, b});
+      }
+    }
     for (size_t k = 0; k < out.size(); ++k)
       setResult(op, op.results[k], std::move(out[k]), b);
   }

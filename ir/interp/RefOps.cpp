@@ -615,6 +615,7 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
   case OpKind::If:
   case OpKind::For:
   case OpKind::While:
+  case OpKind::Fused:
   case OpKind::AssertDims: throw InternalError("structural ops are run by the interpreter itself");
   case OpKind::Constant: {
     Tensor t = Tensor::zeros(outType, {});

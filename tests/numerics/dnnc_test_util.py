@@ -35,8 +35,8 @@ class Dnnc:
     loads that artifact: the runner checks that no run compiled anything and that the
     artifact never changed, so every shape a test tries comes from one compilation."""
 
-    def __init__(self, exe, examples, device="ref", prebuilt=False):
-        self.exe, self.examples, self.device = exe, examples, device
+    def __init__(self, exe, examples, device="ref", prebuilt=False, options=()):
+        self.exe, self.examples, self.device, self.options = exe, examples, device, list(options)
         self.prebuilt = prebuilt and device != "ref"
         self.artifacts = {}  # model path -> (artifact path, its bytes' hash)
         self._build_dir = tempfile.TemporaryDirectory()
@@ -45,7 +45,8 @@ class Dnnc:
         if model not in self.artifacts:
             path = os.path.join(self._build_dir.name, f"{len(self.artifacts)}.dnnc")
             target = ["--target", "cuda"] if self.device == "cuda" else []
-            p = subprocess.run([self.exe, "build", model, "-o", path, *target], capture_output=True, text=True, timeout=600)
+            p = subprocess.run([self.exe, "build", model, "-o", path, *target, *self.options], capture_output=True, text=True,
+                               timeout=600)
             if p.returncode != 0:
                 raise AssertionError(f"dnnc build {model} failed:\n{p.stderr}")
             self.artifacts[model] = (path, digest(path))
@@ -58,7 +59,7 @@ class Dnnc:
             source = self.artifact(source)
             extra = (*extra, "--stats")
         with tempfile.TemporaryDirectory() as d:
-            args = [self.exe, "run", source, "--out", os.path.join(d, "out"), "--device", self.device, *extra]
+            args = [self.exe, "run", source, "--out", os.path.join(d, "out"), "--device", self.device, *self.options, *extra]
             if weights is not None:
                 write_safetensors(os.path.join(d, "w.safetensors"), weights)
                 args += ["--weights", os.path.join(d, "w.safetensors")]
@@ -110,10 +111,11 @@ def run_tests(classes, verbosity=2):
     ap.add_argument("--examples", required=True)
     ap.add_argument("--device", default="ref")
     ap.add_argument("--prebuilt", action="store_true", help="compile each model once with dnnc build")
+    ap.add_argument("--unoptimized", action="store_true", help="compile with --no-fuse --no-memory-plan")
     a, rest = ap.parse_known_args()
     if a.device == "cuda":
         skip_without_gpu(a.dnnc, a.examples)
-    runner = Dnnc(a.dnnc, a.examples, a.device, a.prebuilt)
+    runner = Dnnc(a.dnnc, a.examples, a.device, a.prebuilt, ["--no-fuse", "--no-memory-plan"] if a.unoptimized else [])
     for cls in classes if isinstance(classes, list) else [classes]:
         cls.dnnc = runner
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=verbosity)

@@ -30,6 +30,7 @@ struct RunOptions {
   bool stats = false;
   bool artifact = false; // running a built artifact: nothing is compiled
   bool memoryPlan = true; // --no-memory-plan turns the arena off
+  bool fuse = true;       // --no-fuse keeps one kernel per op
 };
 int runModel(Program &p, const RunOptions &o);
 // `dnnc run ARTIFACT`: loads and runs a `dnnc build` artifact with no compiling.

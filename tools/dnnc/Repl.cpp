@@ -1,5 +1,7 @@
 // `dnnc repl`: shape queries on a loaded model; nothing runs.
 #include "backend/lower/Lower.h"
+#include "ir/graph/Serialize.h"
+#include "ir/transforms/Fusion.h"
 #include "ir/transforms/MemoryPlan.h"
 #include "tools/dnnc/Driver.h"
 
@@ -188,15 +190,24 @@ private:
       out(fmt::format("{}: {} ({}): {}", name, ir::shapeClassName(v->shapeClass), v->op, ir::shapeClassMeaning(v->shapeClass)));
   }
 
-  // The model's memory plan, made once per model (the kernels decide what is planned).
+  // The model's memory plan as `dnnc run` makes it: on a fused copy of the graph (the
+  // REPL keeps the model as written), made once per model.
+  struct Planned {
+    std::unique_ptr<ir::Graph> graph;
+    ir::MemoryPlan plan;
+  };
   const ir::MemoryPlan &plan() {
     auto it = plans_.find(model_);
     if (it == plans_.end()) {
-      lower::LoweredGraph lowered = lower::lowerGraph(*model_->graph);
+      Planned p;
+      p.graph = ir::cloneGraph(*model_->graph);
+      ir::fuseAll(*p.graph);
+      lower::LoweredGraph lowered = lower::lowerGraph(*p.graph);
       auto kernels = lowered.kernelOf();
-      it = plans_.emplace(model_, ir::planMemory(*model_->graph, [&](const ir::Op &op) { return kernels.count(&op) != 0; })).first;
+      p.plan = ir::planMemory(*p.graph, [&](const ir::Op &op) { return kernels.count(&op) != 0; });
+      it = plans_.emplace(model_, std::move(p)).first;
     }
-    return it->second;
+    return it->second.plan;
   }
 
   // An expression under the binding: a number when every dim is bound.
@@ -296,7 +307,7 @@ private:
   }
 
   std::vector<std::string> includes_;
-  std::map<const ModelInfo *, ir::MemoryPlan> plans_;
+  std::map<const ModelInfo *, Planned> plans_;
   bool interactive_;
   std::unique_ptr<Program> program_;
   ModelInfo *model_ = nullptr;

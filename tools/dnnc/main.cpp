@@ -6,6 +6,7 @@
 #include "runtime/TensorIO.h"
 #include "backend/llvm/NvptxBackend.h"
 #include "backend/lower/Lower.h"
+#include "ir/transforms/Fusion.h"
 #include "ir/transforms/MemoryPlan.h"
 #include "frontend/Parser.h"
 #include "tools/dnnc/Driver.h"
@@ -30,7 +31,7 @@ commands:
   check FILE                      parse and type-check
   shapes FILE [--model M] [--bind B=4,T=16] [--json]
                                   every named value with its type and shape class
-  emit FILE --emit=ast|ir|kernels|llvm|ptx|plan [--target cpu|cuda] [--arch sm_90] [-o OUT]
+  emit FILE --emit=ast|ir|opt|kernels|llvm|ptx|plan [--target cpu|cuda] [--arch sm_90] [--no-fuse] [-o OUT]
                                   print a compiler stage as text
   build FILE -o OUT [--target cpu|cuda] [--arch sm_90]
                                   compile a model into an artifact the runtime loads
@@ -145,17 +146,18 @@ int cmdEmit(int argc, char **argv) {
   CommonOptions c;
   std::string stage, out, target = "cpu", arch = "sm_80";
   po::options_description desc = commonOptions(c);
-  desc.add_options()("emit", po::value(&stage)->required(), "the stage: ast, ir, kernels, llvm, ptx or plan (the memory plan)")(
+  desc.add_options()("emit", po::value(&stage)->required(), "the stage: ast, ir, opt (after fusion), kernels, llvm, ptx or plan (the memory plan)")(
       "target", po::value(&target), "for --emit=llvm: cpu (this host, the default) or cuda")(
-      "arch", po::value(&arch), "the GPU architecture for PTX (default sm_80)")("output,o", po::value(&out),
+      "arch", po::value(&arch), "the GPU architecture for PTX (default sm_80)")("no-fuse", "one kernel per op (no fusion)")(
+      "output,o", po::value(&out),
                                                                               "write to this file, not stdout");
   po::variables_map vm;
-  const char *usage = "usage: dnnc emit FILE --emit=ast|ir|kernels|llvm|ptx|plan [--target cpu|cuda] [--arch sm_90] [-o OUT]\n";
+  const char *usage = "usage: dnnc emit FILE --emit=ast|ir|opt|kernels|llvm|ptx|plan [--target cpu|cuda] [--arch sm_90] [--no-fuse] [-o OUT]\n";
   if (int rc = parseOptions(argc, argv, desc, usage, true, c, vm); rc >= 0)
     return rc;
-  const std::vector<std::string> stages{"ast", "ir", "kernels", "llvm", "ptx", "plan"};
+  const std::vector<std::string> stages{"ast", "ir", "opt", "kernels", "llvm", "ptx", "plan"};
   if (std::find(stages.begin(), stages.end(), stage) == stages.end()) {
-    std::cerr << "dnnc: error: unknown stage '" << stage << "' for --emit (this build emits: ast, ir, kernels, llvm, ptx, plan)\n";
+    std::cerr << "dnnc: error: unknown stage '" << stage << "' for --emit (this build emits: ast, ir, opt, kernels, llvm, ptx, plan)\n";
     return kUsage;
   }
   if (target != "cpu" && target != "cuda") {
@@ -176,8 +178,15 @@ int cmdEmit(int argc, char **argv) {
     for (const ModelInfo &m : p.models())
       text += ir::print(*m.graph);
   } else {
+    if (!vm.count("no-fuse"))
+      for (ModelInfo &m : p.models())
+        ir::fuseAll(*m.graph);
     try {
       for (const ModelInfo &m : p.models()) {
+        if (stage == "opt") {
+          text += ir::print(*m.graph);
+          continue;
+        }
         lower::LoweredGraph lowered = lower::lowerGraph(*m.graph);
         std::vector<const kir::Kernel *> kernels;
         for (const kir::Kernel &k : lowered.kernels) {
@@ -219,7 +228,7 @@ int cmdRun(int argc, char **argv) {
       "threads", po::value(&o.threads), "CPU threads (default: DNNC_NUM_THREADS, else one per core)")(
       "repeat", po::value(&o.repeat), "run N more times and report the median time with --stats")(
       "no-memory-plan", "allocate every intermediate on its own (no planned arena)")(
-      "stats", "print the dims, kernels, ops run and arena bytes");
+      "no-fuse", "one kernel per op (no fusion)")("stats", "print the dims, kernels, ops run and arena bytes");
   po::variables_map vm;
   const char *usage = "usage: dnnc run FILE [--weights W.safetensors] [--input NAME=X.npy]... [--bind B=2,T=8] "
                       "[--out DIR] [--device auto|cpu|cuda|ref] [--seed N] [--threads N]\n";
@@ -227,6 +236,7 @@ int cmdRun(int argc, char **argv) {
     return rc;
   o.stats = vm.count("stats") > 0;
   o.memoryPlan = vm.count("no-memory-plan") == 0;
+  o.fuse = vm.count("no-fuse") == 0;
   if (o.repeat < 0 || o.repeat > 1000000) {
     std::cerr << "dnnc: error: --repeat takes a count from 0 to 1000000\n";
     return kUsage;
@@ -264,7 +274,7 @@ int cmdBuild(int argc, char **argv) {
       "target", po::value(&target), "cpu (this host, the default) or cuda")("arch", po::value(&arch),
                                                                             "the GPU architecture for cuda (default sm_80)")(
       "model", po::value(&model), "the model to build (default: main, or the first)")(
-      "no-memory-plan", "allocate every intermediate on its own (no planned arena)");
+      "no-memory-plan", "allocate every intermediate on its own (no planned arena)")("no-fuse", "one kernel per op (no fusion)");
   po::variables_map vm;
   const char *usage = "usage: dnnc build FILE -o OUT [--target cpu|cuda] [--arch sm_90] [--model M]\n";
   if (int rc = parseOptions(argc, argv, desc, usage, true, c, vm); rc >= 0)
@@ -284,6 +294,8 @@ int cmdBuild(int argc, char **argv) {
     return kUserError;
   }
   try {
+    if (!vm.count("no-fuse"))
+      ir::fuseAll(*m->graph);
     backend::buildArtifact(*m->graph, target, arch, out, vm.count("no-memory-plan") == 0);
   } catch (const rt::DataError &e) {
     std::cerr << "dnnc: error: " << e.what() << "\n";

@@ -1,0 +1,184 @@
+// Fusion passes (see Fusion.h for the contract).
+#include "ir/transforms/Fusion.h"
+
+#include "ir/graph/OpRegistry.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+
+namespace dnnc::ir {
+namespace {
+
+bool isElementwise(OpKind k) { return opInfo(k).shapeRule == opInfo(OpKind::Add).shapeRule && opInfo(k).shapeRule; }
+
+bool isInjective(const Op &op) {
+  switch (op.kind) {
+  case OpKind::Transpose: case OpKind::Reshape: case OpKind::Unsqueeze: case OpKind::Squeeze: case OpKind::Flatten:
+  case OpKind::BroadcastTo:
+    return true;
+  case OpKind::Index: { // static bounds only: a run-time point is an operand
+    if (op.operands.size() != 1)
+      return false;
+    for (const char *list : {"starts", "stops"})
+      for (sym::ExprRef e : op.get<DimList>(list))
+        if (!e)
+          return false;
+    return true;
+  }
+  default: return false;
+  }
+}
+
+bool isFill(OpKind k) { return k == OpKind::Zeros || k == OpKind::Ones || k == OpKind::Full || k == OpKind::Arange; }
+
+bool isReduction(OpKind k) {
+  switch (k) {
+  case OpKind::Sum: case OpKind::Mean: case OpKind::Max: case OpKind::Min: case OpKind::Prod: case OpKind::Argmax:
+  case OpKind::Argmin: case OpKind::Logsumexp: case OpKind::Softmax: case OpKind::LogSoftmax:
+    return true;
+  default: return false;
+  }
+}
+
+class Fuser {
+public:
+  Fuser(Graph &g, const std::set<FusionKind> &kinds)
+      : g_(g), elementwise_(kinds.count(FusionKind::Elementwise) > 0), injective_(kinds.count(FusionKind::Injective) > 0),
+        reduction_(kinds.count(FusionKind::Reduction) > 0) {}
+
+  FusionStats run() {
+    countUses(g_.body);
+    visit(g_.body);
+    return stats_;
+  }
+
+private:
+  void countUses(const Region &r) {
+    for (const Op *op : r.ops) {
+      for (const Value *v : op->operands)
+        ++uses_[v];
+      for (const auto &sub : op->regions)
+        countUses(*sub);
+    }
+    for (const Value *y : r.yields)
+      ++uses_[y];
+  }
+
+  bool isRoot(const Op &op) const {
+    if (isElementwise(op.kind))
+      return elementwise_ || injective_;
+    if (isInjective(op))
+      return injective_;
+    return reduction_ && isReduction(op.kind);
+  }
+  bool mayJoin(const Op &root, const Op &p) const {
+    if (isElementwise(p.kind) || isFill(p.kind))
+      return elementwise_ || (reduction_ && isReduction(root.kind));
+    return injective_ && isInjective(p);
+  }
+
+  void visit(Region &r) {
+    for (Op *op : r.ops)
+      for (auto &sub : op->regions)
+        visit(*sub);
+    // Consumers first, so each group grows from its root back through its producers.
+    for (size_t k = r.ops.size(); k-- > 0;) {
+      Op *root = r.ops[k];
+      if (taken_.count(root) || root->results.size() != 1 || !isRoot(*root))
+        continue;
+      std::vector<Op *> group{root};
+      std::vector<const Value *> frontier;
+      for (const Value *v : root->operands)
+        frontier.push_back(v);
+      while (!frontier.empty()) {
+        const Value *v = frontier.back();
+        frontier.pop_back();
+        Op *p = v->def;
+        if (!p || taken_.count(p) || p->results.size() != 1 || uses_[v] != 1 || !mayJoin(*root, *p) ||
+            std::find(r.ops.begin(), r.ops.end(), p) == r.ops.end() || std::find(group.begin(), group.end(), p) != group.end())
+          continue;
+        group.push_back(p);
+        for (const Value *operand : p->operands)
+          frontier.push_back(operand);
+      }
+      if (group.size() < 2)
+        continue;
+      for (Op *op : group)
+        taken_.insert(op);
+      Op *fused = makeFused(r, group, root);
+      k = static_cast<size_t>(std::find(r.ops.begin(), r.ops.end(), fused) - r.ops.begin());
+    }
+  }
+
+  // Moves `group` (root first) into a new fused op at the root's place.
+  Op *makeFused(Region &r, const std::vector<Op *> &group, Op *root) {
+    std::set<const Op *> members(group.begin(), group.end());
+    std::vector<Op *> ordered; // program order
+    for (Op *op : r.ops)
+      if (members.count(op))
+        ordered.push_back(op);
+    Op *fused = g_.newOp(OpKind::Fused, root->loc);
+    auto body = std::make_unique<Region>();
+    std::map<const Value *, Value *> argOf;
+    for (Op *op : ordered)
+      for (Value *&v : op->operands) {
+        if (v->def && members.count(v->def))
+          continue;
+        auto it = argOf.find(v);
+        if (it == argOf.end()) {
+          Value *arg = g_.newValue(v->type, v->name, v->loc);
+          arg->owner = body.get();
+          body->args.push_back(arg);
+          fused->operands.push_back(v);
+          it = argOf.emplace(v, arg).first;
+        }
+        v = it->second;
+      }
+    std::vector<Op *> inner = ordered;
+    bool elementwise = std::all_of(inner.begin(), inner.end(), [](const Op *op) { return isElementwise(op->kind) || isFill(op->kind); });
+    stats_.opsFused += static_cast<int>(inner.size());
+    ++stats_.groups;
+    // The root's result becomes the fused op's; inside, the root makes a new value.
+    Value *result = root->results[0];
+    Value *made = g_.newValue(result->type, result->name, result->loc);
+    made->def = root;
+    root->results[0] = made;
+    for (Op *m : inner)
+      for (Value *&v : m->operands)
+        if (v == result)
+          v = made;
+    result->def = fused;
+    fused->results.push_back(result);
+    body->ops = inner;
+    body->yields.push_back(made);
+    if (elementwise)
+      fused->attrs["elementwise"] = true;
+    fused->regions.push_back(std::move(body));
+    auto at = std::find(r.ops.begin(), r.ops.end(), root);
+    *at = fused;
+    r.ops.erase(std::remove_if(r.ops.begin(), r.ops.end(), [&](const Op *op) { return members.count(op) && op != fused; }),
+                r.ops.end());
+    taken_.insert(fused);
+    return fused;
+  }
+
+  Graph &g_;
+  bool elementwise_, injective_, reduction_;
+  std::map<const Value *, int> uses_;
+  std::set<const Op *> taken_;
+  FusionStats stats_;
+};
+
+} // namespace
+
+FusionStats fuse(Graph &g, const std::set<FusionKind> &kinds) {
+  FusionStats s = Fuser(g, kinds).run();
+  verify(g);
+  return s;
+}
+
+FusionStats fuseAll(Graph &g) { return fuse(g, {FusionKind::Elementwise, FusionKind::Injective, FusionKind::Reduction}); }
+
+} // namespace dnnc::ir

@@ -1,0 +1,36 @@
+// Fusion: groups of ops that become one kernel, made into `fused` ops whose region holds
+// the group (the reference interpreter runs the region op by op; the back ends compile it
+// as one loop nest). Three kinds, each enabled on its own:
+//   elementwise  chains of elementwise and broadcast ops (and constant fills, arange);
+//   injective    transpose, reshape, squeeze/unsqueeze/flatten, broadcast_to and
+//                static slices folded into their consumer's index map;
+//   reduction    elementwise prologues folded into a reduction or softmax.
+//
+// Contract: a producer joins its consumer's group only when its one result has exactly
+// one use and that use is in the group (nothing outside needs it materialized), both are
+// in the same region, and the shapes agree as the analyzer typed them (consumers read
+// producers through the same broadcasting and index maps the unfused ops use). Results are
+// unchanged up to float reassociation (none is introduced: each element is computed by the
+// same scalar ops in the same order). Control flow, host ops, matmul and convolution are
+// never fused.
+#pragma once
+
+#include "ir/graph/Graph.h"
+
+#include <set>
+
+namespace dnnc::ir {
+
+struct FusionStats {
+  int groups = 0;    // fused ops made
+  int opsFused = 0;  // ops moved into them
+};
+
+enum class FusionKind { Elementwise, Injective, Reduction };
+
+// Fuses with the given kinds over every region of `g` (one walk: a group may mix them).
+FusionStats fuse(Graph &g, const std::set<FusionKind> &kinds);
+// All three kinds.
+FusionStats fuseAll(Graph &g);
+
+} // namespace dnnc::ir
