@@ -242,14 +242,37 @@ private:
     };
     for (size_t k : byBytes) {
       PlannedBuffer &b = plan_.buffers[k];
-      MaxList offset;
       std::vector<size_t> conflicting;
       for (size_t p : placed)
-        if (conflict(b, plan_.buffers[p])) {
+        if (conflict(b, plan_.buffers[p]))
           conflicting.push_back(p);
-          for (sym::ExprRef end : shifted(offsets[p], plan_.buffers[p].bytes))
-            addCandidate(offset, end);
+      // The lowest offset (at the reference binding) among 0 and the ends of the
+      // conflicting buffers at which b provably clears every one of them: wholly above
+      // it, or wholly below its start (a gap the analyzer proves b fits in).
+      auto fits = [&](const MaxList &at) {
+        MaxList atEnd = shifted(at, b.bytes);
+        for (size_t c : conflicting) {
+          const MaxList &start = offsets[c];
+          if (!provablyAtLeast(at, shifted(start, plan_.buffers[c].bytes)) && !provablyAtLeast(start, atEnd))
+            return false;
         }
+        return true;
+      };
+      std::vector<MaxList> candidates{MaxList{sym::constant(0)}};
+      for (size_t c : conflicting)
+        candidates.push_back(shifted(offsets[c], plan_.buffers[c].bytes));
+      std::stable_sort(candidates.begin(), candidates.end(),
+                       [&](const MaxList &x, const MaxList &y) { return atReference(maxExpr(x)) < atReference(maxExpr(y)); });
+      MaxList offset;
+      for (const MaxList &at : candidates)
+        if (fits(at)) {
+          offset = at;
+          break;
+        }
+      if (offset.empty()) // above everything that conflicts: always valid
+        for (size_t c : conflicting)
+          for (sym::ExprRef end : shifted(offsets[c], plan_.buffers[c].bytes))
+            addCandidate(offset, end);
       // In place: exactly the slot of an operand that dies here, when every other live
       // buffer provably lies wholly below or above that slot.
       std::optional<size_t> slot;

@@ -241,6 +241,9 @@ private:
         params.push_back(op->results[0]);
     out(fmt::format("params: {} bytes ({} tensors); inputs: {} bytes; outputs: {} bytes", bytesText(totalBytes(params)),
                     params.size(), bytesText(totalBytes(g.body.args)), bytesText(totalBytes(g.body.yields))));
+    if (sym::evaluate(p.arena, binding_)) // the yardsticks, once every dim is bound
+      out(fmt::format("naive sum of intermediates: {} bytes; most live at once: {} bytes", p.naiveBytes(binding_),
+                      p.liveLowerBound(binding_)));
     // Largest first at the binding, unbound dims at their reference sizes.
     std::map<std::string, int64_t> at = binding_;
     for (auto &[name, r] : g.dimRanges)
