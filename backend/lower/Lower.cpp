@@ -10,6 +10,7 @@
 #include <functional>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <set>
 
@@ -106,6 +107,56 @@ public:
     return in;
   }
   ExprRef broadcastIndex(int b, const Dims &idx) { return kir::flatIndex(dims(b), broadcastIdx(dims(b), idx)); }
+  // The index into a reshape's input (dims `d`) of element `idx` of its output (dims `o`).
+  // Dims are matched in groups of equal size from the right (T with T, 4 x 64 with 256),
+  // so each group's index is flattened and split only where dims split or merge: no
+  // division for dims that carry over, as the whole flat index would need.
+  static Dims reshapeIndex(const Dims &o, const Dims &d, const Dims &idx) {
+    std::map<std::string, int64_t> probe; // orders sizes while the groups grow
+    for (const Dims *dims : {&o, &d})
+      for (ExprRef e : *dims)
+        for (const std::string &n : sym::freeVars(e))
+          probe[n] = 7919;
+    auto size = [&](ExprRef e) { return sym::evaluate(e, probe).value_or(0); };
+    Dims at(d.size());
+    size_t i = o.size(), j = d.size();
+    while (i > 0 || j > 0) {
+      size_t iEnd = i, jEnd = j;
+      ExprRef po = c(1), pd = c(1);
+      // Grow whichever side is smaller until the two products are the same expression.
+      do {
+        if (j == 0 || (i > 0 && size(po) <= size(pd)))
+          po = sym::mul(po, o[--i]);
+        else
+          pd = sym::mul(pd, d[--j]);
+      } while ((po != pd || (i > 0 && o[i - 1]->asConst() == 1) || (j > 0 && d[j - 1]->asConst() == 1)) && (i > 0 || j > 0));
+      if (po != pd)
+        return genericReshapeIndex(o, d, idx);
+      ExprRef flat = c(0), stride = c(1);
+      for (size_t k = iEnd; k-- > i;) {
+        flat = sym::add(flat, sym::mul(idx[k], stride));
+        stride = sym::mul(stride, o[k]);
+      }
+      stride = c(1);
+      for (size_t k = jEnd; k-- > j;) {
+        ExprRef q = sym::floorDiv(flat, stride);
+        at[k] = k == j ? q : sym::mod(q, d[k]); // the group's first dim needs no wrap
+        stride = sym::mul(stride, d[k]);
+      }
+    }
+    return at;
+  }
+  static Dims genericReshapeIndex(const Dims &o, const Dims &d, const Dims &idx) {
+    ExprRef flat = kir::flatIndex(o, idx);
+    Dims at(d.size());
+    ExprRef stride = c(1);
+    for (size_t k = d.size(); k-- > 0;) {
+      at[k] = sym::mod(sym::floorDiv(flat, stride), d[k]);
+      stride = sym::mul(stride, d[k]);
+    }
+    return at;
+  }
+
   // The scalar function of an elementwise op on its operands' values.
   static ValuePtr scalarOf(const ir::Op &op, const std::vector<ValuePtr> &in, DType t) {
     switch (op.kind) {
@@ -188,17 +239,8 @@ ValuePtr Lowering::readValue(const ir::Value *v, const Dims &idx) {
     return readValue(p->operands[0], at);
   }
   case OpKind::BroadcastTo: return readValue(p->operands[0], broadcastIdx(operandDims(0), idx));
-  case OpKind::Reshape: case OpKind::Unsqueeze: case OpKind::Squeeze: case OpKind::Flatten: {
-    ExprRef flat = kir::flatIndex(o, idx);
-    const Dims &d = operandDims(0);
-    Dims at(d.size());
-    ExprRef stride = c(1);
-    for (size_t k = d.size(); k-- > 0;) {
-      at[k] = sym::mod(sym::floorDiv(flat, stride), d[k]);
-      stride = sym::mul(stride, d[k]);
-    }
-    return readValue(p->operands[0], at);
-  }
+  case OpKind::Reshape: case OpKind::Unsqueeze: case OpKind::Squeeze: case OpKind::Flatten:
+    return readValue(p->operands[0], reshapeIndex(o, operandDims(0), idx));
   case OpKind::Index: {
     const auto &starts = p->get<ir::DimList>("starts");
     const auto &steps = p->get<ir::DimList>("steps"), &points = p->get<ir::DimList>("points");

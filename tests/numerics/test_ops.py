@@ -92,6 +92,15 @@ OPS = {
     "masked_select": ("masked_select(x, m)", "f32[N]", lambda x, y, m, i: x[m]),
     "unique": ("unique(i)", "i32[U]", lambda x, y, m, i: np.unique(i)),
     "arange": ("arange(1, A + B, 2)", "i64[(A + B) / 2]", lambda x, y, m, i: np.arange(1, x.shape[0] + x.shape[1], 2)),
+    # Patterns the fusion passes group into one kernel.
+    "fused_chain": ("relu(x * y + 1.0) - sigmoid(x)", "f32[A, B]", lambda x, y, m, i: np.maximum(x * y + 1, 0) - 1 / (1 + np.exp(-x))),
+    "fused_reshape_transpose": ("reshape(transpose(unsqueeze(x, 2), [1, 0, 2]), [B * A])", "f32[B * A]",
+                                lambda x, y, m, i: x.T.reshape(-1)),
+    "fused_split_merge": ("reshape(transpose(reshape(concat([x, y], axis = 1), [A, 2, B]), [1, 0, 2]), [2 * A, B])",
+                          "f32[2 * A, B]", lambda x, y, m, i: np.concatenate([x, y], 0)),
+    "fused_reduction_prologue": ("sum(exp(x - y) * 2.0, axis = 1)", "f32[A]", lambda x, y, m, i: (np.exp(x - y) * 2).sum(1)),
+    "fused_softmax_mask": ("softmax(where(m, x * 0.5, -1e9))", "f32[A, B]",
+                           lambda x, y, m, i: sm(np.where(m, x * 0.5, -1e9))),
     "full": ("full([A, 2], 1.5) + ones([2]) + zeros([A, 1])", "f32[A, 2]", lambda x, y, m, i: np.full((x.shape[0], 2), 2.5)),
 }
 
