@@ -3,6 +3,8 @@
 // every buffer fits in the arena, and every use of a value lies inside its lifetime.
 #include "backend/lower/Lower.h"
 #include "frontend/Sema.h"
+#include "ir/transforms/ExecutionOrder.h"
+#include "ir/transforms/Fusion.h"
 #include "ir/transforms/MemoryPlan.h"
 
 #include <catch2/catch.hpp>
@@ -66,11 +68,18 @@ TEST_CASE("planned buffers never overlap while both are live", "[plan]") {
     Program p;
     DiagnosticEngine diags(p.sources());
     REQUIRE(p.loadText("random.dnn", text, diags));
-    const ir::Graph &g = *p.models().at(0).graph;
+    ir::Graph &g = *p.models().at(0).graph;
+    // Half the trials plan the optimized graph: fused, then reordered (never for the worse).
+    if (trial % 2) {
+      ir::fuseAll(g);
+      ir::OrderStats order = ir::planExecutionOrder(g);
+      CHECK(order.peakAfter <= order.peakBefore);
+    }
     lower::LoweredGraph lowered = lower::lowerGraph(g);
     auto kernels = lowered.kernelOf();
     ir::MemoryPlan plan = ir::planMemory(g, [&](const ir::Op &op) { return kernels.count(&op) != 0; });
-    REQUIRE(!plan.buffers.empty());
+    if (plan.buffers.empty()) // everything fused into the output
+      continue;
     // Every use lies inside the lifetime of what it uses.
     std::map<const ir::Op *, int> position;
     for (size_t k = 0; k < plan.order.size(); ++k)

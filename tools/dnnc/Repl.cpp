@@ -1,7 +1,7 @@
 // `dnnc repl`: shape queries on a loaded model; nothing runs.
 #include "backend/lower/Lower.h"
 #include "ir/graph/Serialize.h"
-#include "ir/transforms/Fusion.h"
+#include "ir/transforms/Pipeline.h"
 #include "ir/transforms/MemoryPlan.h"
 #include "tools/dnnc/Driver.h"
 
@@ -201,7 +201,7 @@ private:
     if (it == plans_.end()) {
       Planned p;
       p.graph = ir::cloneGraph(*model_->graph);
-      ir::fuseAll(*p.graph);
+      ir::optimize(*p.graph);
       lower::LoweredGraph lowered = lower::lowerGraph(*p.graph);
       auto kernels = lowered.kernelOf();
       p.plan = ir::planMemory(*p.graph, [&](const ir::Op &op) { return kernels.count(&op) != 0; });

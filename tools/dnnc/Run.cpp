@@ -3,7 +3,7 @@
 #include "backend/CpuExecutable.h"
 #include "backend/CudaExecutable.h"
 #include "ir/interp/Interpreter.h"
-#include "ir/transforms/Fusion.h"
+#include "ir/transforms/Pipeline.h"
 #include "runtime/Artifact.h"
 #include "runtime/ModelIO.h"
 #include "runtime/TensorIO.h"
@@ -115,8 +115,7 @@ int runModel(Program &p, const RunOptions &o) {
     std::cerr << "dnnc: error: " << err << "\n";
     return kUserError;
   }
-  if (o.fuse)
-    ir::fuseAll(*m->graph);
+  ir::optimize(*m->graph, {o.fuse, true});
   const ir::Graph &g = *m->graph;
   if (o.threads > 0)
     rt::ThreadPool::setGlobalThreads(static_cast<unsigned>(o.threads));

@@ -6,7 +6,7 @@
 #include "runtime/TensorIO.h"
 #include "backend/llvm/NvptxBackend.h"
 #include "backend/lower/Lower.h"
-#include "ir/transforms/Fusion.h"
+#include "ir/transforms/Pipeline.h"
 #include "ir/transforms/MemoryPlan.h"
 #include "frontend/Parser.h"
 #include "tools/dnnc/Driver.h"
@@ -178,9 +178,8 @@ int cmdEmit(int argc, char **argv) {
     for (const ModelInfo &m : p.models())
       text += ir::print(*m.graph);
   } else {
-    if (!vm.count("no-fuse"))
-      for (ModelInfo &m : p.models())
-        ir::fuseAll(*m.graph);
+    for (ModelInfo &m : p.models())
+      ir::optimize(*m.graph, {vm.count("no-fuse") == 0, true});
     try {
       for (const ModelInfo &m : p.models()) {
         if (stage == "opt") {
@@ -294,8 +293,7 @@ int cmdBuild(int argc, char **argv) {
     return kUserError;
   }
   try {
-    if (!vm.count("no-fuse"))
-      ir::fuseAll(*m->graph);
+    ir::optimize(*m->graph, {vm.count("no-fuse") == 0, true});
     backend::buildArtifact(*m->graph, target, arch, out, vm.count("no-memory-plan") == 0);
   } catch (const rt::DataError &e) {
     std::cerr << "dnnc: error: " << e.what() << "\n";

@@ -1,0 +1,171 @@
+// Execution-order planning (see ExecutionOrder.h for the contract).
+#include "ir/transforms/ExecutionOrder.h"
+
+#include "ir/transforms/MemoryPlan.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+
+namespace dnnc::ir {
+namespace {
+
+class Orderer {
+public:
+  explicit Orderer(const Graph &g) {
+    for (const auto &[name, r] : g.dimRanges)
+      reference_[name] = r.second < sym::Interval::kInf ? r.second : kUnboundedDim;
+  }
+
+  void region(Region &r, OrderStats &stats) {
+    for (Op *op : r.ops)
+      for (auto &sub : op->regions)
+        region(*sub, stats);
+    if (r.ops.size() < 3)
+      return;
+    // Dependencies inside the region: operands (also those used by nested regions).
+    std::map<const Value *, size_t> madeBy;
+    for (size_t k = 0; k < r.ops.size(); ++k)
+      for (const Value *v : r.ops[k]->results)
+        madeBy[v] = k;
+    size_t n = r.ops.size();
+    std::vector<std::set<size_t>> deps(n);
+    std::vector<std::vector<const Value *>> reads(n);
+    for (size_t k = 0; k < n; ++k) {
+      collectReads(*r.ops[k], reads[k]);
+      for (const Value *v : reads[k])
+        if (auto it = madeBy.find(v); it != madeBy.end() && it->second != k)
+          deps[k].insert(it->second);
+    }
+    // assert_dims: a barrier.
+    for (size_t k = 0; k < n; ++k)
+      if (r.ops[k]->kind == OpKind::AssertDims)
+        for (size_t j = 0; j < n; ++j) {
+          if (j < k)
+            deps[k].insert(j);
+          else if (j > k)
+            deps[j].insert(k);
+        }
+    for (size_t k = 0; k < n; ++k)
+      deps[k].erase(k);
+    std::set<const Value *> keep(r.yields.begin(), r.yields.end());
+    std::vector<size_t> program(n);
+    for (size_t k = 0; k < n; ++k)
+      program[k] = k;
+    std::vector<size_t> greedy = schedule(r, deps, reads, keep);
+    int64_t before = peak(r, program, reads, keep), after = peak(r, greedy, reads, keep);
+    stats.peakBefore += before;
+    if (after < before) {
+      std::vector<Op *> ops;
+      for (size_t k : greedy)
+        ops.push_back(r.ops[k]);
+      r.ops = ops;
+      ++stats.regionsReordered;
+      stats.peakAfter += after;
+    } else {
+      stats.peakAfter += before;
+    }
+  }
+
+private:
+  static void collectReads(const Op &op, std::vector<const Value *> &out) {
+    for (const Value *v : op.operands)
+      out.push_back(v);
+    for (const auto &sub : op.regions) {
+      for (const Op *inner : sub->ops)
+        collectReads(*inner, out);
+      for (const Value *y : sub->yields)
+        out.push_back(y);
+    }
+  }
+
+  int64_t bytes(const Value *v) const {
+    int64_t n = static_cast<int64_t>(dtypeBytes(v->type.dtype));
+    for (sym::ExprRef d : v->type.dims)
+      n *= sym::evaluate(d, reference_).value_or(1);
+    return n;
+  }
+
+  // Bytes live at once over `order`: results live from their op to their last reader.
+  int64_t peak(const Region &r, const std::vector<size_t> &order, const std::vector<std::vector<const Value *>> &reads,
+               const std::set<const Value *> &keep) const {
+    std::map<const Value *, size_t> last;
+    for (size_t pos = 0; pos < order.size(); ++pos)
+      for (const Value *v : reads[order[pos]])
+        last[v] = pos;
+    int64_t live = 0, best = 0;
+    std::vector<std::vector<const Value *>> dies(order.size());
+    for (size_t pos = 0; pos < order.size(); ++pos) {
+      for (const Value *v : r.ops[order[pos]]->results) {
+        live += bytes(v);
+        auto it = last.find(v);
+        if (!keep.count(v))
+          dies[it == last.end() ? pos : it->second].push_back(v);
+      }
+      best = std::max(best, live);
+      for (const Value *v : dies[pos])
+        live -= bytes(v);
+    }
+    return best;
+  }
+
+  std::vector<size_t> schedule(const Region &r, const std::vector<std::set<size_t>> &deps,
+                               const std::vector<std::vector<const Value *>> &reads, const std::set<const Value *> &keep) const {
+    size_t n = r.ops.size();
+    std::map<const Value *, int> readersLeft;
+    for (size_t k = 0; k < n; ++k)
+      for (const Value *v : std::set<const Value *>(reads[k].begin(), reads[k].end()))
+        ++readersLeft[v];
+    std::vector<size_t> waiting(n);
+    std::vector<std::vector<size_t>> users(n);
+    for (size_t k = 0; k < n; ++k) {
+      waiting[k] = deps[k].size();
+      for (size_t d : deps[k])
+        users[d].push_back(k);
+    }
+    std::set<size_t> ready;
+    for (size_t k = 0; k < n; ++k)
+      if (!waiting[k])
+        ready.insert(k);
+    std::vector<size_t> order;
+    while (!ready.empty()) {
+      size_t best = *ready.begin();
+      int64_t bestGain = 0;
+      bool first = true;
+      for (size_t k : ready) {
+        int64_t gain = 0;
+        for (const Value *v : r.ops[k]->results)
+          gain -= bytes(v);
+        for (const Value *v : std::set<const Value *>(reads[k].begin(), reads[k].end()))
+          if (readersLeft[v] == 1 && v->def && !keep.count(v) &&
+              std::find(r.ops.begin(), r.ops.end(), v->def) != r.ops.end())
+            gain += bytes(v);
+        if (first || gain > bestGain) {
+          best = k, bestGain = gain, first = false;
+        }
+      }
+      ready.erase(best);
+      order.push_back(best);
+      for (const Value *v : std::set<const Value *>(reads[best].begin(), reads[best].end()))
+        --readersLeft[v];
+      for (size_t u : users[best])
+        if (--waiting[u] == 0)
+          ready.insert(u);
+    }
+    return order;
+  }
+
+  std::map<std::string, int64_t> reference_;
+};
+
+} // namespace
+
+OrderStats planExecutionOrder(Graph &g) {
+  OrderStats stats;
+  Orderer(g).region(g.body, stats);
+  verify(g);
+  return stats;
+}
+
+} // namespace dnnc::ir
