@@ -271,8 +271,11 @@ std::vector<Tensor> Interpreter::run(const std::vector<Tensor> &inputs, const st
       if (bound)
         run.checkAssert(*op, binding_);
     }
+  // Inputs and params are read, never written: the run sees them in place (views), and
+  // whatever it returns is copied out.
+  auto inPlace = [](const Tensor &t) { return Tensor::view(t.dtype, t.shape, const_cast<uint8_t *>(t.data())); };
   for (size_t k = 0; k < inputs.size(); ++k)
-    run.values[graph_.body.args[k]] = inputs[k];
+    run.values[graph_.body.args[k]] = inPlace(inputs[k]);
   for (const ir::Op *op : graph_.body.ops) {
     if (op->kind != ir::OpKind::Param)
       continue;
@@ -280,7 +283,7 @@ std::vector<Tensor> Interpreter::run(const std::vector<Tensor> &inputs, const st
     auto it = params.find(name);
     if (it == params.end())
       throw DataError(fmt::format("no value for param '{}'", name));
-    run.setResult(*op, op->results[0], it->second, binding_);
+    run.setResult(*op, op->results[0], inPlace(it->second), binding_);
   }
   run.region(graph_.body, binding_);
   std::vector<Tensor> out;
