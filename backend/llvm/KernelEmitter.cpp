@@ -5,6 +5,7 @@
 #include "frontend/Diagnostics.h"
 #include "ir/graph/OpRegistry.h"
 
+#include <llvm/Analysis/TargetLibraryInfo.h>
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/IntrinsicsNVPTX.h>
@@ -20,6 +21,7 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 
 namespace dnnc::backend {
 namespace {
@@ -557,6 +559,13 @@ private:
   std::map<std::string, llvm::AllocaInst *> locals_;
 };
 
+// libmvec's name for the `lanes`-wide variant of `fn` for ISA `isa` (b: SSE, d: AVX2,
+// e: AVX-512), kept alive for the TargetLibraryInfo that refers to it.
+llvm::StringRef vectorName(const char *fn, char isa, unsigned lanes) {
+  static std::set<std::string> names;
+  return *names.insert(fmt::format("_ZGV{}N{}v_{}", isa, lanes, fn)).first;
+}
+
 } // namespace
 
 void emitKernel(llvm::Module &m, const kir::Kernel &k, const Target &target) { KernelEmitter(m, k, target).emit(); }
@@ -566,6 +575,20 @@ void optimize(llvm::Module &m, llvm::TargetMachine &tm) {
   llvm::FunctionAnalysisManager fam;
   llvm::CGSCCAnalysisManager cgam;
   llvm::ModuleAnalysisManager mam;
+  // On x86-64 the vectorizer calls glibc's vector math (libmvec) for exp, log, sin, cos,
+  // pow, and here also erf and tanh (GELU, tanh), instead of one libm call per element.
+  llvm::TargetLibraryInfoImpl libraryInfo(tm.getTargetTriple());
+  if (tm.getTargetTriple().isX86() && tm.getTargetTriple().isOSLinux()) {
+    libraryInfo.addVectorizableFunctionsFromVecLib(llvm::TargetLibraryInfoImpl::LIBMVEC_X86, tm.getTargetTriple());
+    std::vector<llvm::VecDesc> more;
+    for (const char *fn : {"erff", "tanhf"}) {
+      more.emplace_back(fn, vectorName(fn, 'b', 4), llvm::ElementCount::getFixed(4), false, "_ZGV_LLVM_N4v");
+      more.emplace_back(fn, vectorName(fn, 'd', 8), llvm::ElementCount::getFixed(8), false, "_ZGV_LLVM_N8v");
+      more.emplace_back(fn, vectorName(fn, 'e', 16), llvm::ElementCount::getFixed(16), false, "_ZGV_LLVM_N16v");
+    }
+    libraryInfo.addVectorizableFunctions(more);
+  }
+  fam.registerPass([&] { return llvm::TargetLibraryAnalysis(libraryInfo); });
   llvm::PassBuilder pb(&tm);
   pb.registerModuleAnalyses(mam);
   pb.registerCGSCCAnalyses(cgam);
