@@ -81,8 +81,9 @@ private:
       plan_.order.push_back(op);
       s.loop = loop;
       bool isLoop = op->kind == OpKind::For || op->kind == OpKind::While;
-      for (const auto &sub : op->regions)
-        linearize(*sub, isLoop ? op : loop);
+      if (op->kind != OpKind::Fused) // a fused op is one kernel: one step
+        for (const auto &sub : op->regions)
+          linearize(*sub, isLoop ? op : loop);
       s.end = static_cast<int>(plan_.order.size()) - 1;
       span_[op] = s;
       regionOf_[op] = &r;
@@ -151,11 +152,14 @@ private:
         index_[v] = plan_.buffers.size() - 1;
       }
     }
-    // Uses: operands of every op in this region and anything nested in it.
+    // Uses: operands of every op in this region and anything nested in it (a fused op's
+    // region reads only its own arguments).
     std::function<void(const Region &)> uses = [&](const Region &sub) {
       for (const Op *op : sub.ops) {
         for (const Value *v : op->operands)
           extend(v, op);
+        if (op->kind == OpKind::Fused)
+          continue;
         for (const auto &inner : op->regions) {
           uses(*inner);
           for (const Value *y : inner->yields)
@@ -183,16 +187,33 @@ private:
   }
 
   // Elementwise ops read element i only to write element i: their result may take the
-  // bytes of an equally sized operand that dies there.
+  // bytes of an equally sized operand that dies there. A fused op qualifies for an
+  // operand when everything between that operand and the result is elementwise at the
+  // result's shape (reshapes of other operands do not matter).
   bool mayShare(const PlannedBuffer &result, const PlannedBuffer &operand) const {
     const Op *op = result.value->def;
-    if (operand.last != result.first || !isElementwise(op->kind) || result.bytes != operand.bytes)
+    if (operand.last != result.first || result.bytes != operand.bytes || operand.value->type.dims != result.value->type.dims)
       return false;
-    if (operand.value->type.dims != result.value->type.dims)
+    auto at = std::find(op->operands.begin(), op->operands.end(), operand.value);
+    if (at == op->operands.end())
       return false;
-    return std::find(op->operands.begin(), op->operands.end(), operand.value) != op->operands.end();
+    if (op->kind != OpKind::Fused)
+      return isElementwise(*op);
+    const Region &body = *op->regions[0];
+    std::vector<const Value *> frontier{body.args[static_cast<size_t>(at - op->operands.begin())]};
+    while (!frontier.empty()) {
+      const Value *v = frontier.back();
+      frontier.pop_back();
+      for (const Op *user : body.ops)
+        if (std::find(user->operands.begin(), user->operands.end(), v) != user->operands.end()) {
+          if (!isElementwise(*user) || user->results[0]->type.dims != result.value->type.dims)
+            return false;
+          frontier.push_back(user->results[0]);
+        }
+    }
+    return true;
   }
-  static bool isElementwise(OpKind k) { return opInfo(k).shapeRule == opInfo(OpKind::Add).shapeRule; }
+  static bool isElementwise(const Op &op) { return opInfo(op.kind).shapeRule == opInfo(OpKind::Add).shapeRule; }
 
   static bool conflict(const PlannedBuffer &a, const PlannedBuffer &b) { return !(a.last < b.first || b.last < a.first); }
 
