@@ -45,19 +45,60 @@ void checkIndices(const ir::Op &op, const std::vector<const Tensor *> &in, const
 }
 } // namespace
 
+bool isParamView(const ir::Op &op) {
+  if (op.kind != ir::OpKind::Index || !op.operands[0]->def || op.operands[0]->def->kind != ir::OpKind::Param)
+    return false;
+  const auto &starts = op.get<ir::DimList>("starts"), &stops = op.get<ir::DimList>("stops");
+  const auto &steps = op.get<ir::DimList>("steps"), &points = op.get<ir::DimList>("points");
+  const auto &dims = op.operands[0]->type.dims;
+  bool leading = true; // points first, then whole axes
+  for (size_t a = 0; a < dims.size(); ++a) {
+    if (points[a]->asConst() == 1) {
+      if (!leading)
+        return false;
+      continue;
+    }
+    leading = false;
+    if (!starts[a] || !stops[a] || starts[a]->asConst() != 0 || stops[a] != dims[a] || steps[a]->asConst() != 1)
+      return false;
+  }
+  return true;
+}
+
 bool Executable::runOp(const ir::Op &op, const std::vector<const Tensor *> &in, std::vector<Tensor> &out,
                        const interp::Binding &b) {
   auto it = kernelOf_.find(&op);
-  if (it == kernelOf_.end())
+  bool view = isParamView(op);
+  if (it == kernelOf_.end() && !view)
     return false;
-  const KernelInfo &info = kernels_[it->second];
+  std::string name = view ? "param view" : kernels_[it->second].name;
   auto eval = [&](sym::ExprRef e) {
     auto v = sym::evaluate(e, b);
     if (!v)
-      throw InternalError(fmt::format("{}: dim {} is unbound at launch", info.name, e->str()));
+      throw InternalError(fmt::format("{}: dim {} is unbound at launch", name, e->str()));
     return *v;
   };
   checkIndices(op, in, eval);
+  if (view) {
+    const auto &starts = op.get<ir::DimList>("starts"), &points = op.get<ir::DimList>("points");
+    const Tensor &x = *in[0];
+    int64_t offset = 0, stride = 1;
+    size_t operand = in.size();
+    for (size_t a = x.shape.size(); a-- > 0;) {
+      if (points[a]->asConst() == 1) {
+        int64_t p = starts[a] ? eval(starts[a]) : in[--operand]->getInt(0);
+        offset += (p < 0 ? p + x.shape[a] : p) * stride; // checked above
+      }
+      stride *= x.shape[a];
+    }
+    std::vector<int64_t> shape;
+    for (sym::ExprRef d : op.results[0]->type.dims)
+      shape.push_back(eval(d));
+    out.push_back(Tensor::view(x.dtype, std::move(shape),
+                               const_cast<uint8_t *>(x.data()) + offset * static_cast<int64_t>(dtypeBytes(x.dtype))));
+    return true;
+  }
+  const KernelInfo &info = kernels_[it->second];
   for (const ir::Value *r : op.results) {
     std::vector<int64_t> shape;
     for (sym::ExprRef d : r->type.dims)

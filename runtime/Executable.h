@@ -39,6 +39,11 @@ struct ArenaPlan {
   std::map<const ir::Value *, sym::ExprRef> offsets;
 };
 
+// Whether `op` takes whole rows of a param at leading point indices (`w[l]`, `w[l, 0]`):
+// contiguous bytes of memory that lives through the call, which the runtime passes on as
+// a view instead of copying (so the compiler makes no kernel or buffer for it).
+bool isParamView(const ir::Op &op);
+
 class Executable {
 public:
   // `kernelOf` maps ops of `graph` to their index in `kernels` and on `device`; `owned`

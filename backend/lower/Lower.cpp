@@ -757,6 +757,8 @@ std::optional<kir::Kernel> lowerOp(const ir::Op &op, const std::string &name) { 
 LoweredGraph lowerGraph(const ir::Graph &g) {
   LoweredGraph out;
   for (const ir::Op *op : ir::opsPostOrder(g)) {
+    if (rt::isParamView(*op)) // the runtime passes these on as views: no kernel, no buffer
+      continue;
     std::string name = fmt::format("k{}_{}", out.kernels.size(), ir::opInfo(op->kind).spelling);
     if (auto k = lowerOp(*op, name)) {
       out.ops.push_back(op);
