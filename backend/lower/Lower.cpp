@@ -50,6 +50,8 @@ public:
   DType inType(int b) const { return op_.operands[b]->type.dtype; }
   ValuePtr read(int b, const Dims &idx) { return readValue(op_.operands[b], idx); }
   ValuePtr readValue(const ir::Value *v, const Dims &idx);
+  // The kernel buffer holding v: the op's operand, or the fused op's region argument.
+  int bufferOf(const ir::Value *v) const;
   int64_t intAttr(const std::string &n) const {
     const ir::Attr &a = op_.attrs.at(n);
     if (auto *i = std::get_if<int64_t>(&a))
@@ -182,7 +184,7 @@ private:
   StmtPtr elementwise();
   StmtPtr reduction();
   StmtPtr softmax();
-  StmtPtr matmul();
+  StmtPtr matmul(const ir::Op &mm);
   StmtPtr window(bool conv);
   StmtPtr convolution();
   StmtPtr copyFlat();
@@ -208,17 +210,22 @@ StmtPtr Lowering::elementwise() {
   return nest(shape, idx, one(kir::store(out(), kir::flatIndex(shape, idx), scalarOf(op_, values, dtype(out())))));
 }
 
+int Lowering::bufferOf(const ir::Value *v) const {
+  const auto &sources = outer_.kind == OpKind::Fused ? outer_.regions[0]->args : outer_.operands;
+  auto at = std::find(sources.begin(), sources.end(), v);
+  if (at == sources.end())
+    throw InternalError(fmt::format("{}: %{} is neither an operand nor made in the kernel", k_.name, v->id));
+  return static_cast<int>(at - sources.begin());
+}
+
 ValuePtr Lowering::readValue(const ir::Value *v, const Dims &idx) {
   const ir::Op *p = v->def;
   bool member = outer_.kind == OpKind::Fused && p && v->owner == nullptr &&
                 std::find(outer_.regions[0]->ops.begin(), outer_.regions[0]->ops.end(), p) != outer_.regions[0]->ops.end();
-  if (!member) { // a buffer: the fused op's operand (its region's argument), or the op's own
-    const auto &sources = outer_.kind == OpKind::Fused ? outer_.regions[0]->args : outer_.operands;
-    auto at = std::find(sources.begin(), sources.end(), v);
-    if (at == sources.end())
-      throw InternalError(fmt::format("{}: %{} is neither an operand nor made in the kernel", k_.name, v->id));
-    return kir::load(static_cast<int>(at - sources.begin()), kir::flatIndex(v->type.dims, idx), v->type.dtype);
-  }
+  if (!member) // a buffer: the fused op's operand (its region's argument), or the op's own
+    return kir::load(bufferOf(v), kir::flatIndex(v->type.dims, idx), v->type.dtype);
+  if (p->kind == OpKind::Matmul) // a fused GEMM has already written it to the output
+    return kir::load(out(), kir::flatIndex(v->type.dims, idx), v->type.dtype);
   const Dims &o = v->type.dims;
   auto operandDims = [&](size_t k) -> const Dims & { return p->operands[k]->type.dims; };
   switch (p->kind) {
@@ -385,8 +392,13 @@ StmtPtr Lowering::softmax() {
   return nest(rowShape, rowIdx, std::move(body));
 }
 
-StmtPtr Lowering::matmul() {
-  Dims a = dims(0), b = dims(1), o = dims(out());
+StmtPtr Lowering::matmul(const ir::Op &mm) {
+  Dims a = mm.operands[0]->type.dims, b = mm.operands[1]->type.dims, o = mm.results[0]->type.dims;
+  int aBuf = bufferOf(mm.operands[0]), bBuf = bufferOf(mm.operands[1]);
+  DType aType = mm.operands[0]->type.dtype, bType = mm.operands[1]->type.dtype;
+  // In a fused group the matmul's result is the group's output, where the epilogue (the
+  // group's elementwise ops) then rewrites each row block while it is still in cache.
+  bool epilogue = &mm != &op_;
   bool vecA = a.size() == 1, vecB = b.size() == 1;
   if (vecA)
     a.insert(a.begin(), c(1));
@@ -412,7 +424,7 @@ StmtPtr Lowering::matmul() {
       idx.push_back(j);
     return kir::flatIndex(o, idx);
   };
-  if (dtype(0) == DType::F32 && dtype(1) == DType::F32 && dtype(out()) == DType::F32) {
+  if (aType == DType::F32 && bType == DType::F32 && mm.results[0]->type.dtype == DType::F32) {
     // One parallel task per (batch, block of kRowBlock rows): each is a tiled GEMM.
     constexpr int64_t kRowBlock = 64;
     ExprRef blocks = sym::floorDiv(sym::add(m, c(kRowBlock - 1)), c(kRowBlock));
@@ -427,21 +439,33 @@ StmtPtr Lowering::matmul() {
       stride = sym::mul(stride, o[k]);
     }
     kir::Gemm g;
-    g.a = 0, g.b = 1, g.c = out();
+    g.a = aBuf, g.b = bBuf, g.c = out();
     g.aBase = operandIndex(a, full, c(0), c(0));
     g.bBase = operandIndex(b, full, c(0), c(0));
     g.cBase = outIndex(full, c(0), c(0));
     g.lda = depth, g.ldb = n, g.ldc = vecB ? c(1) : n;
     g.row0 = row0, g.rows = sym::min(c(kRowBlock), sym::sub(m, row0)), g.n = n, g.depth = depth;
-    return kir::loop(p->asVar()->name, tasks, one(kir::gemm(g)), Stmt::Schedule::Parallel);
+    std::vector<StmtPtr> task;
+    task.push_back(kir::gemm(g));
+    if (epilogue) {
+      Dims rc = vars(2), idx(full);
+      idx.push_back(sym::add(row0, rc[0]));
+      idx.push_back(rc[1]);
+      StmtPtr rows = kir::loop(rc[1]->asVar()->name, n, one(kir::store(out(), kir::flatIndex(o, idx), readValue(op_.results[0], idx))),
+                               Stmt::Schedule::Vectorize);
+      task.push_back(kir::loop(rc[0]->asVar()->name, g.rows, one(std::move(rows))));
+    }
+    return kir::loop(p->asVar()->name, tasks, std::move(task), Stmt::Schedule::Parallel);
   }
+  if (epilogue)
+    throw InternalError("only f32 matmuls take fused epilogues");
   // Other dtypes: one dot product per output element, accumulated in f32.
   Dims oIdx = vars(batch + 2); // batch..., i, j
   ExprRef kVar = sym::var(kir::loopVar(next_++));
   Dims full(oIdx.begin(), oIdx.begin() + static_cast<long>(batch));
   ExprRef i = oIdx[batch], j = oIdx[batch + 1];
-  ValuePtr prod = kir::binary(OpKind::Mul, kir::load(0, operandIndex(a, full, i, kVar), dtype(0)),
-                              kir::load(1, operandIndex(b, full, kVar, j), dtype(1)), DType::F32);
+  ValuePtr prod = kir::binary(OpKind::Mul, kir::load(aBuf, operandIndex(a, full, i, kVar), aType),
+                              kir::load(bBuf, operandIndex(b, full, kVar, j), bType), DType::F32);
   std::vector<StmtPtr> body;
   body.push_back(kir::let("acc", kir::constant(0, DType::F32)));
   body.push_back(kir::loop(kVar->asVar()->name, depth,
@@ -681,6 +705,12 @@ std::optional<kir::Kernel> Lowering::run() {
     return std::nullopt;
   const ir::OpInfo &info = ir::opInfo(op_.kind);
   StmtPtr body;
+  if (outer_.kind == OpKind::Fused) // a GEMM with an elementwise epilogue
+    for (const ir::Op *member : outer_.regions[0]->ops)
+      if (member->kind == OpKind::Matmul) {
+        k_.body = matmul(*member);
+        return std::move(k_);
+      }
   if (outer_.kind == OpKind::Fused && !isReductionRoot() && ir::opInfo(op_.kind).shapeRule != ir::opInfo(OpKind::Add).shapeRule) {
     // An injective root (transpose, reshape, ...) computes each output element through
     // its own index map, like any member.
@@ -711,7 +741,7 @@ std::optional<kir::Kernel> Lowering::run() {
   }
   case OpKind::Softmax:
   case OpKind::LogSoftmax: body = softmax(); break;
-  case OpKind::Matmul: body = matmul(); break;
+  case OpKind::Matmul: body = matmul(op_); break;
   case OpKind::Conv2d: body = dtype(0) == DType::F32 && dtype(out()) == DType::F32 ? convolution() : window(true); break;
   case OpKind::MaxPool2d:
   case OpKind::AvgPool2d: body = window(false); break;

@@ -73,6 +73,16 @@ private:
       return injective_;
     return reduction_ && isReduction(op.kind);
   }
+  // A matmul joins an elementwise root as its GEMM's epilogue: f32 matrices (not
+  // vectors), and the root reads it at its own shape (no broadcasting).
+  bool mayJoinAsGemm(const Op &root, const Op &p) const {
+    if (!elementwise_ || p.kind != OpKind::Matmul || !isElementwise(root.kind))
+      return false;
+    for (const Value *v : {p.operands[0], p.operands[1], p.results[0]})
+      if (v->type.dtype != DType::F32 || v->type.rank() < 2)
+        return false;
+    return p.results[0]->type.dims == root.results[0]->type.dims;
+  }
   bool mayJoin(const Op &root, const Op &p) const {
     if (isElementwise(p.kind) || isFill(p.kind))
       return elementwise_ || (reduction_ && isReduction(root.kind));
@@ -89,6 +99,7 @@ private:
       if (taken_.count(root) || root->results.size() != 1 || !isRoot(*root))
         continue;
       std::vector<Op *> group{root};
+      bool hasGemm = false;
       std::vector<const Value *> frontier;
       for (const Value *v : root->operands)
         frontier.push_back(v);
@@ -96,10 +107,17 @@ private:
         const Value *v = frontier.back();
         frontier.pop_back();
         Op *p = v->def;
-        if (!p || taken_.count(p) || p->results.size() != 1 || uses_[v] != 1 || !mayJoin(*root, *p) ||
+        if (!p || taken_.count(p) || p->results.size() != 1 || uses_[v] != 1 ||
             std::find(r.ops.begin(), r.ops.end(), p) == r.ops.end() || std::find(group.begin(), group.end(), p) != group.end())
           continue;
+        bool gemm = !hasGemm && mayJoinAsGemm(*root, *p) && v->type.dims == root->results[0]->type.dims;
+        if (!gemm && !mayJoin(*root, *p))
+          continue;
         group.push_back(p);
+        if (gemm) { // the GEMM reads its operands from memory: they stay buffers
+          hasGemm = true;
+          continue;
+        }
         for (const Value *operand : p->operands)
           frontier.push_back(operand);
       }

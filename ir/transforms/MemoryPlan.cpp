@@ -200,6 +200,9 @@ private:
     if (op->kind != OpKind::Fused)
       return isElementwise(*op);
     const Region &body = *op->regions[0];
+    // A fused GEMM writes the whole output block before its epilogue reads anything.
+    if (std::any_of(body.ops.begin(), body.ops.end(), [](const Op *m) { return m->kind == OpKind::Matmul; }))
+      return false;
     std::vector<const Value *> frontier{body.args[static_cast<size_t>(at - op->operands.begin())]};
     while (!frontier.empty()) {
       const Value *v = frontier.back();

@@ -99,6 +99,9 @@ OPS = {
     "fused_split_merge": ("reshape(transpose(reshape(concat([x, y], axis = 1), [A, 2, B]), [1, 0, 2]), [2 * A, B])",
                           "f32[2 * A, B]", lambda x, y, m, i: np.concatenate([x, y], 0)),
     "fused_reduction_prologue": ("sum(exp(x - y) * 2.0, axis = 1)", "f32[A]", lambda x, y, m, i: (np.exp(x - y) * 2).sum(1)),
+    "fused_gemm_epilogue": ("gelu((x @ transpose(y)) * 0.5 + 1.0)", "f32[A, A]",
+                            lambda x, y, m, i: 0.5 * (x @ y.T * 0.5 + 1) * (1 + erf((x @ y.T * 0.5 + 1) / math.sqrt(2)))),
+    "fused_gemm_residual": ("x @ transpose(y) + y @ transpose(x)", "f32[A, A]", lambda x, y, m, i: x @ y.T + y @ x.T),
     "fused_softmax_mask": ("softmax(where(m, x * 0.5, -1e9))", "f32[A, B]",
                            lambda x, y, m, i: sm(np.where(m, x * 0.5, -1e9))),
     "full": ("full([A, 2], 1.5) + ones([2]) + zeros([A, 1])", "f32[A, 2]", lambda x, y, m, i: np.full((x.shape[0], 2), 2.5)),
@@ -138,7 +141,10 @@ GEMM_MODELS = {
     "batched_rhs": ("a: f32[M, K], b: f32[3, K, N]", "f32[3, M, N]", lambda m, k, n: ((m, k), (3, k, n))),
     "vector_lhs": ("a: f32[K], b: f32[K, N]", "f32[N]", lambda m, k, n: ((k,), (k, n))),
     "f16": ("a: f16[M, K], b: f16[K, N]", "f16[M, N]", lambda m, k, n: ((m, k), (k, n))),
+    "epilogue": ("a: f32[M, K], b: f32[K, N]", "f32[M, N]", lambda m, k, n: ((m, k), (k, n))),
 }
+# The expression each GEMM model returns (the epilogue one fuses into the GEMM's kernel).
+GEMM_EXPRESSIONS = {"epilogue": ("relu(a @ b) * 2.0 - 1.0", lambda p: np.maximum(p, 0) * 2 - 1)}
 
 
 def make_gemm_test(name, args, result, shapes):
@@ -147,14 +153,15 @@ def make_gemm_test(name, args, result, shapes):
         with tempfile.TemporaryDirectory() as d:
             model = os.path.join(d, f"gemm_{name}.dnn")
             with open(model, "w") as f:
-                f.write(f"dim M; dim K; dim N;\nmodel main({args}) -> {result} {{\n  return a @ b;\n}}\n")
+                expr, post = GEMM_EXPRESSIONS.get(name, ("a @ b", lambda p: p))
+                f.write(f"dim M; dim K; dim N;\nmodel main({args}) -> {result} {{\n  return {expr};\n}}\n")
             for m, k, n in GEMM_SHAPES:
                 dtype = np.float16 if name == "f16" else np.float32
                 sa, sb = shapes(m, k, n)
                 a, b = rng.standard_normal(sa).astype(dtype), rng.standard_normal(sb).astype(dtype)
                 outs, p = self.dnnc.run(model, None, {"a": a, "b": b})
                 self.assertEqual(p.returncode, 0, p.stderr)
-                want = np.matmul(a.astype(np.float64), b.astype(np.float64))
+                want = post(np.matmul(a.astype(np.float64), b.astype(np.float64)))
                 tol = 2e-3 * math.sqrt(k) if name == "f16" else 1e-4
                 assert_matches(outs[0].astype(np.float64), want, tol, tol, f"M={m}, K={k}, N={n}")
     return test
