@@ -89,10 +89,11 @@ void writeArtifact(const std::string &path, const ir::Graph &g, const std::map<c
                      {"parallel_extent", ir::exprToJson(kernels[k].parallelExtent)}, {"work", ir::exprToJson(kernels[k].work)}});
   json offsets = json::array();
   for (const auto &[value, offset] : plan.offsets)
-    offsets.push_back({value->id, ir::exprToJson(offset)});
+    offsets.push_back({value->id, ir::exprToJson(offset), plan.late.count(value) != 0});
   json header = {{"format", 1}, {"target", info.target}, {"arch", info.arch}, {"vector_isa", info.vectorIsa},
                  {"graph", ir::toJson(g)}, {"kernels", std::move(table)},
-                 {"arena", {{"bytes", ir::exprToJson(plan.bytes)}, {"offsets", std::move(offsets)}}}};
+                 {"arena", {{"bytes", ir::exprToJson(plan.bytes)}, {"late_bytes", ir::exprToJson(plan.lateBytes)},
+                            {"offsets", std::move(offsets)}}}};
   std::string text = header.dump();
   std::string out(kMagic, sizeof kMagic);
   putU64(out, text.size());
@@ -141,11 +142,18 @@ std::unique_ptr<Executable> loadArtifact(const std::string &path, ArtifactInfo *
     graph = ir::fromJson(j.at("graph"));
     const json &arena = j.at("arena");
     plan.bytes = ir::exprFromJson(arena.at("bytes"));
+    plan.lateBytes = ir::exprFromJson(arena.at("late_bytes"));
     for (const json &entry : arena.at("offsets")) {
       int64_t id = entry.at(0).get<int64_t>();
       if (id < 0 || id >= static_cast<int64_t>(graph->values().size()))
         throw DataError(fmt::format("'{}' plans a value it does not have", path));
-      plan.offsets[graph->values()[static_cast<size_t>(id)].get()] = ir::exprFromJson(entry.at(1));
+      const ir::Value *v = graph->values()[static_cast<size_t>(id)].get();
+      plan.offsets[v] = ir::exprFromJson(entry.at(1));
+      if (entry.at(2).get<bool>()) {
+        if (!plan.lateBytes)
+          throw DataError(fmt::format("'{}' plans a late value without a late arena", path));
+        plan.late.insert(v);
+      }
     }
   } catch (const json::exception &e) {
     throw DataError(fmt::format("'{}' has a malformed header: {}", path, e.what()));

@@ -108,13 +108,29 @@ bool Executable::runOp(const ir::Op &op, const std::vector<const Tensor *> &in, 
       out.push_back(Tensor::zeros(r->type.dtype, shape));
       continue;
     }
+    bool late = plan_.late.count(r) != 0;
+    if (late && lateArenaBytes_ < 0) {
+      // The first late value whose binding knows every dim of the late arena sizes it;
+      // late values made before that (other sync points still ahead) get memory of their
+      // own, which cannot overlap the arena.
+      auto bytes = sym::evaluate(plan_.lateBytes, b);
+      if (!bytes) {
+        out.push_back(Tensor::zeros(r->type.dtype, shape));
+        continue;
+      }
+      lateArenaBytes_ = *bytes;
+      if (lateArena_.size() < static_cast<size_t>(lateArenaBytes_))
+        lateArena_.resize(static_cast<size_t>(lateArenaBytes_));
+    }
+    std::vector<uint8_t> &arena = late ? lateArena_ : arena_;
+    int64_t limit = late ? lateArenaBytes_ : arenaBytes_;
     int64_t offset = eval(planned->second), size = static_cast<int64_t>(dtypeBytes(r->type.dtype));
     for (int64_t d : shape)
       size *= d;
-    if (offset < 0 || offset + size > arenaBytes_)
+    if (offset < 0 || offset + size > limit)
       throw InternalError(fmt::format("{}: the plan puts {} at [{}, {}) outside the {}-byte arena", info.name,
-                                      r->type.str(), offset, offset + size, arenaBytes_));
-    out.push_back(Tensor::view(r->type.dtype, std::move(shape), arena_.data() + offset));
+                                      r->type.str(), offset, offset + size, limit));
+    out.push_back(Tensor::view(r->type.dtype, std::move(shape), arena.data() + offset));
   }
   std::vector<int64_t> dims;
   for (const std::string &n : info.dims)
@@ -127,6 +143,7 @@ bool Executable::runOp(const ir::Op &op, const std::vector<const Tensor *> &in, 
 std::vector<Tensor> Executable::run(const std::vector<Tensor> &inputs, const std::map<std::string, Tensor> &params,
                                     const interp::Binding &preset) {
   arenaBytes_ = 0;
+  lateArenaBytes_ = -1;
   if (plan_.bytes) {
     std::vector<const Tensor *> given;
     for (const Tensor &t : inputs)

@@ -8,6 +8,7 @@
 #include "runtime/Tensor.h"
 
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,9 +35,13 @@ public:
 
 // Where planned intermediates live: one arena of `bytes`, each value at its offset (all
 // dim expressions over the model's input dims; see ir/transforms/MemoryPlan.h).
+// Values in `late` live in a second arena of `lateBytes`, sized when the first of them is
+// made (their sizes need dims an EDO sync point binds).
 struct ArenaPlan {
   sym::ExprRef bytes = nullptr;
   std::map<const ir::Value *, sym::ExprRef> offsets;
+  sym::ExprRef lateBytes = nullptr;
+  std::set<const ir::Value *> late;
 };
 
 // Whether `op` takes whole rows of a param at leading point indices (`w[l]`, `w[l, 0]`):
@@ -61,8 +66,10 @@ public:
   // when it is big enough), and runs the model.
   std::vector<Tensor> run(const std::vector<Tensor> &inputs, const std::map<std::string, Tensor> &params,
                           const interp::Binding &preset = {});
-  // The arena bytes the last call used (0 without a plan).
+  // The arena bytes the last call used (0 without a plan), and those of the late arena
+  // (-1 when the call made no late value).
   int64_t arenaBytes() const { return arenaBytes_; }
+  int64_t lateArenaBytes() const { return lateArenaBytes_; }
   size_t kernelsLaunched() const { return launched_; } // over every run so far
 
 private:
@@ -76,8 +83,8 @@ private:
   interp::Interpreter interpreter_;
   size_t launched_ = 0;
   ArenaPlan plan_;
-  std::vector<uint8_t> arena_;
-  int64_t arenaBytes_ = 0;
+  std::vector<uint8_t> arena_, lateArena_;
+  int64_t arenaBytes_ = 0, lateArenaBytes_ = -1;
 };
 
 } // namespace dnnc::rt

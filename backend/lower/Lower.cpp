@@ -803,8 +803,12 @@ rt::ArenaPlan arenaPlan(const ir::Graph &g, const LoweredGraph &lowered) {
   ir::MemoryPlan plan = ir::planMemory(g, [&](const ir::Op &op) { return kernels.count(&op) != 0; });
   rt::ArenaPlan out;
   out.bytes = plan.arena;
-  for (const ir::PlannedBuffer &b : plan.buffers)
+  for (const ir::PlannedBuffer &b : plan.buffers) {
     out.offsets[b.value] = b.offset;
+    if (b.late)
+      out.late.insert(b.value);
+  }
+  out.lateBytes = plan.lateArena;
   return out;
 }
 

@@ -67,7 +67,9 @@ public:
     for (const Value *y : g_.body.yields)
       outputs_.insert(y);
     collect(g_.body);
-    place();
+    plan_.arena = place(false);
+    if (std::any_of(plan_.buffers.begin(), plan_.buffers.end(), [](const PlannedBuffer &b) { return b.late; }))
+      plan_.lateArena = place(true);
     return std::move(plan_);
   }
 
@@ -137,7 +139,10 @@ private:
         if (outputs_.count(v))
           continue;
         sym::ExprRef bytes = bytesOf(v);
-        if (!plannable || !knownAtStart(bytes)) {
+        // Sizes known only after a sync point (EDO dims) of the body go to the late arena,
+        // sized when the first of them is made; inside loops such dims change per iteration.
+        bool late = !knownAtStart(bytes);
+        if (!plannable || (late && &r != &g_.body)) {
           if (plannable)
             plan_.unplanned.push_back(v);
           continue;
@@ -145,6 +150,7 @@ private:
         PlannedBuffer b;
         b.value = v;
         b.bytes = bytes;
+        b.late = late;
         b.first = b.last = span_.at(op).begin;
         if (yields.count(v)) // a loop body's yield feeds the next iteration
           b.last = lastOfRegion(r);
@@ -248,10 +254,12 @@ private:
     return true;
   }
 
-  void place() {
-    std::vector<size_t> byBytes(plan_.buffers.size());
-    for (size_t k = 0; k < byBytes.size(); ++k)
-      byBytes[k] = k;
+  // Places the buffers whose `late` flag is `late` in their own arena; returns its size.
+  sym::ExprRef place(bool late) {
+    std::vector<size_t> byBytes;
+    for (size_t k = 0; k < plan_.buffers.size(); ++k)
+      if (plan_.buffers[k].late == late)
+        byBytes.push_back(k);
     std::stable_sort(byBytes.begin(), byBytes.end(), [&](size_t x, size_t y) {
       return atReference(plan_.buffers[x].bytes) > atReference(plan_.buffers[y].bytes);
     });
@@ -322,7 +330,7 @@ private:
         addCandidate(arena, end);
       placed.push_back(k);
     }
-    plan_.arena = maxExpr(arena);
+    return maxExpr(arena);
   }
 
   const Graph &g_;
@@ -344,13 +352,16 @@ MemoryPlan planMemory(const Graph &g, const std::function<bool(const Op &)> &pro
 }
 
 std::string print(const MemoryPlan &plan, const Graph &g) {
-  std::string out = fmt::format("memory plan for model {}: {} buffers in one arena\n", g.name, plan.buffers.size());
+  std::string out = fmt::format("memory plan for model {}: {} buffers\n", g.name, plan.buffers.size());
   out += fmt::format("arena bytes = {}\n", plan.arena->str());
+  if (plan.lateArena)
+    out += fmt::format("arena after sync points bytes = {}\n", plan.lateArena->str());
   for (const PlannedBuffer &b : plan.buffers) {
     const Value *v = b.value;
     std::string name = v->name.empty() ? fmt::format("%{}", v->id) : fmt::format("%{}.{}", v->name, v->id);
-    out += fmt::format("  {:<14} {:<22} live [{}, {}]  bytes {}  at {}{}  # {}\n", name, v->type.str(), b.first, b.last,
-                       b.bytes->str(), b.offset->str(), b.inPlace ? "  (in place)" : "", sourceLine(g, v->loc));
+    out += fmt::format("  {:<14} {:<22} live [{}, {}]  bytes {}  at {}{}{}  # {}\n", name, v->type.str(), b.first, b.last,
+                       b.bytes->str(), b.offset->str(), b.inPlace ? "  (in place)" : "", b.late ? "  (after sync point)" : "",
+                       sourceLine(g, v->loc));
   }
   for (const Value *v : plan.unplanned)
     out += fmt::format("  not planned: %{} {} (its size is known only while the model runs)\n", v->id, v->type.str());

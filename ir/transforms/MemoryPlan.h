@@ -5,9 +5,11 @@
 // Contract:
 // - Planned: results of ops that `producesBuffer` accepts, in the model's body and in
 //   the bodies of `for` loops, whose byte sizes depend only on the model's input dims
-//   (so they are known when a call starts). Not planned (the runtime allocates them as it
-//   goes): model outputs, values inside `if`/`while` regions, and sizes that depend on
-//   dims only known later (EDO results, loop-variant shapes).
+//   (so they are known when a call starts). Values of the body whose sizes depend on dims
+//   bound later (EDO results) are planned too, in a second, late arena that the runtime
+//   sizes when it makes the first of them, after the sync point. Not planned (the runtime
+//   allocates them as it goes): model outputs, values inside `if`/`while` regions, and
+//   loop-variant sizes inside loops.
 // - Lifetimes run over one linear order of the ops (nested bodies inside their loop's
 //   span); a value used inside a loop lives to the loop's end; a loop body's yields live
 //   to the end of the body.
@@ -37,11 +39,13 @@ struct PlannedBuffer {
   sym::ExprRef offset = nullptr; // in the arena
   int first = 0, last = 0;       // lifetime: positions in the plan's op order, inclusive
   bool inPlace = false;          // shares an operand's bytes (elementwise)
+  bool late = false;             // in the arena sized after the sync points (EDO dims)
 };
 
 struct MemoryPlan {
   std::vector<PlannedBuffer> buffers; // in op order
   sym::ExprRef arena = nullptr;       // bytes: max over buffers of offset + bytes
+  sym::ExprRef lateArena = nullptr;   // the same for late buffers; null when there are none
   std::vector<const Op *> order;      // the linear op order lifetimes refer to
   std::vector<const Value *> unplanned; // intermediates the runtime allocates as it goes
   const PlannedBuffer *find(const Value *v) const;

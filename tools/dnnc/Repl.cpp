@@ -235,6 +235,8 @@ private:
     const ir::MemoryPlan &p = plan();
     const ir::Graph &g = *model_->graph;
     out(fmt::format("arena: {} bytes", bytesText(p.arena)));
+    if (p.lateArena)
+      out(fmt::format("arena after sync points: {} bytes (sized when its EDO dims are known)", bytesText(p.lateArena)));
     std::vector<const ir::Value *> params;
     for (const ir::Op *op : g.body.ops)
       if (op->kind == ir::OpKind::Param)

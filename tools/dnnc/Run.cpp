@@ -85,9 +85,12 @@ int execute(const ir::Graph &g, rt::Executable *compiled, const RunOptions &o) {
         std::cout << fmt::format("device: {}\ndims: {}\nkernels compiled: {}\nkernels launched: {}\nhost ops: {}\n",
                                  compiled->device().name(), dims, o.artifact ? 0 : compiled->kernels().size(), launched,
                                  opsRun - launched);
-      if (compiled->arenaPlan().bytes)
+      if (compiled->arenaPlan().bytes) {
         std::cout << fmt::format("arena: {} bytes = {}\n", compiled->arenaBytes(), compiled->arenaPlan().bytes->str());
-      else
+        if (compiled->arenaPlan().lateBytes)
+          std::cout << fmt::format("arena after sync points: {} bytes = {}\n", std::max<int64_t>(compiled->lateArenaBytes(), 0),
+                                   compiled->arenaPlan().lateBytes->str());
+      } else
         std::cout << "arena: none (--no-memory-plan)\n";
       if (!times.empty()) {
         std::sort(times.begin(), times.end());
