@@ -424,7 +424,8 @@ private:
         b_.CreateStore(llvm::ConstantFP::get(f32, 0.0), acc);
         forLoop("k", b_.getInt64(0), index(g.depth), 1, [&](llvm::Value *k) {
           llvm::Value *a = b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, bufs_[g.a], b_.CreateAdd(aBase, b_.CreateAdd(b_.CreateMul(i, lda), k))));
-          llvm::Value *bv = b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, bufs_[g.b], b_.CreateAdd(bBase, b_.CreateAdd(b_.CreateMul(k, ldb), j))));
+          llvm::Value *col = g.bColStride ? b_.CreateMul(j, index(g.bColStride)) : j;
+          llvm::Value *bv = b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, bufs_[g.b], b_.CreateAdd(bBase, b_.CreateAdd(b_.CreateMul(k, ldb), col))));
           b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {f32}, {a, bv, b_.CreateLoad(f32, acc)}), acc);
         });
         b_.CreateStore(b_.CreateLoad(f32, acc), b_.CreateInBoundsGEP(f32, bufs_[g.c], b_.CreateAdd(cBase, b_.CreateAdd(b_.CreateMul(i, ldc), j))));
@@ -451,6 +452,7 @@ private:
     auto *vec = llvm::FixedVectorType::get(f32, vw);
     llvm::Value *aBase = index(g.aBase), *bBase = index(g.bBase), *cBase = index(g.cBase);
     llvm::Value *lda = index(g.lda), *ldb = index(g.ldb), *ldc = index(g.ldc), *n = index(g.n), *depth = index(g.depth);
+    llvm::Value *bColStride = g.bColStride ? index(g.bColStride) : nullptr;
     llvm::Value *row0 = index(g.row0), *rowEnd = b_.CreateAdd(row0, index(g.rows));
     llvm::Value *A = bufs_[g.a], *B = bufs_[g.b], *C = bufs_[g.c];
     llvm::AllocaInst *panel = entryAlloca(llvm::ArrayType::get(f32, kDepthBlock * 2 * vw), "panel");
@@ -489,11 +491,23 @@ private:
           // Packs B[k0:kEnd, j0:j0 + 2 vectors] contiguously, zero-padding the column tail:
           // the micro-kernel then streams it from L1 with no cache-set conflicts.
           forLoop("kp", k0, kEnd, 1, [&](llvm::Value *k) {
-            llvm::Value *bRow = b_.CreateAdd(bBase, b_.CreateAdd(b_.CreateMul(k, ldb), j0));
             llvm::Value *packedRow = b_.CreateMul(b_.CreateSub(k, k0), b_.getInt64(2 * vw));
-            for (unsigned h = 0; h < 2; ++h)
-              b_.CreateAlignedStore(loadVec(b_.CreateInBoundsGEP(f32, B, b_.CreateAdd(bRow, b_.getInt64(h * vw))), h),
-                                    b_.CreateInBoundsGEP(f32, panel, b_.CreateAdd(packedRow, b_.getInt64(h * vw))), llvm::Align(64));
+            if (!bColStride) {
+              llvm::Value *bRow = b_.CreateAdd(bBase, b_.CreateAdd(b_.CreateMul(k, ldb), j0));
+              for (unsigned h = 0; h < 2; ++h)
+                b_.CreateAlignedStore(loadVec(b_.CreateInBoundsGEP(f32, B, b_.CreateAdd(bRow, b_.getInt64(h * vw))), h),
+                                      b_.CreateInBoundsGEP(f32, panel, b_.CreateAdd(packedRow, b_.getInt64(h * vw))), llvm::Align(64));
+              return;
+            }
+            // B read transposed: gather each column's element; columns past n pack zeros.
+            llvm::Value *kOffset = b_.CreateAdd(bBase, b_.CreateMul(k, ldb));
+            for (unsigned l = 0; l < 2 * vw; ++l) {
+              llvm::Value *col = b_.CreateAdd(j0, b_.getInt64(l));
+              llvm::Value *inside = b_.CreateICmpSLT(col, n);
+              llvm::Value *at = b_.CreateSelect(inside, b_.CreateAdd(kOffset, b_.CreateMul(col, bColStride)), bBase);
+              llvm::Value *v = b_.CreateSelect(inside, b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, B, at)), llvm::ConstantFP::get(f32, 0.0));
+              b_.CreateStore(v, b_.CreateInBoundsGEP(f32, panel, b_.CreateAdd(packedRow, b_.getInt64(l))));
+            }
           });
           forLoop("i0", row0, rowEnd, rowsPerTile, [&](llvm::Value *i0) {
             llvm::Value *lastRow = b_.CreateSub(rowEnd, b_.getInt64(1));

@@ -394,7 +394,14 @@ StmtPtr Lowering::softmax() {
 
 StmtPtr Lowering::matmul(const ir::Op &mm) {
   Dims a = mm.operands[0]->type.dims, b = mm.operands[1]->type.dims, o = mm.results[0]->type.dims;
-  int aBuf = bufferOf(mm.operands[0]), bBuf = bufferOf(mm.operands[1]);
+  // B made by a fused transpose of its last two axes is read in place, column by column.
+  const ir::Value *bSource = mm.operands[1];
+  bool transposedB = outer_.kind == OpKind::Fused && bSource->def && bSource->def->kind == OpKind::Transpose &&
+                     std::find(outer_.regions[0]->ops.begin(), outer_.regions[0]->ops.end(), bSource->def) !=
+                         outer_.regions[0]->ops.end();
+  if (transposedB)
+    bSource = bSource->def->operands[0];
+  int aBuf = bufferOf(mm.operands[0]), bBuf = bufferOf(bSource);
   DType aType = mm.operands[0]->type.dtype, bType = mm.operands[1]->type.dtype;
   // In a fused group the matmul's result is the group's output, where the epilogue (the
   // group's elementwise ops) then rewrites each row block while it is still in cache.
@@ -441,9 +448,11 @@ StmtPtr Lowering::matmul(const ir::Op &mm) {
     kir::Gemm g;
     g.a = aBuf, g.b = bBuf, g.c = out();
     g.aBase = operandIndex(a, full, c(0), c(0));
-    g.bBase = operandIndex(b, full, c(0), c(0));
+    g.bBase = operandIndex(transposedB ? bSource->type.dims : b, full, c(0), c(0));
     g.cBase = outIndex(full, c(0), c(0));
-    g.lda = depth, g.ldb = n, g.ldc = vecB ? c(1) : n;
+    g.lda = depth, g.ldb = transposedB ? c(1) : n, g.ldc = vecB ? c(1) : n;
+    if (transposedB) // B(k, j) is the source's (j, k)
+      g.bColStride = depth;
     g.row0 = row0, g.rows = sym::min(c(kRowBlock), sym::sub(m, row0)), g.n = n, g.depth = depth;
     std::vector<StmtPtr> task;
     task.push_back(kir::gemm(g));
@@ -457,8 +466,8 @@ StmtPtr Lowering::matmul(const ir::Op &mm) {
     }
     return kir::loop(p->asVar()->name, tasks, std::move(task), Stmt::Schedule::Parallel);
   }
-  if (epilogue)
-    throw InternalError("only f32 matmuls take fused epilogues");
+  if (epilogue || transposedB)
+    throw InternalError("only f32 matmuls take fused epilogues or transposed operands");
   // Other dtypes: one dot product per output element, accumulated in f32.
   Dims oIdx = vars(batch + 2); // batch..., i, j
   ExprRef kVar = sym::var(kir::loopVar(next_++));

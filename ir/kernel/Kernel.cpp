@@ -154,7 +154,7 @@ void collectDims(const Stmt &s, std::set<std::string> &out) {
   collectDims(s.value, out);
   if (s.kind == Stmt::Kind::Gemm)
     for (sym::ExprRef e : {s.gemm.aBase, s.gemm.bBase, s.gemm.cBase, s.gemm.lda, s.gemm.ldb, s.gemm.ldc, s.gemm.row0,
-                           s.gemm.rows, s.gemm.n, s.gemm.depth})
+                           s.gemm.rows, s.gemm.n, s.gemm.depth, s.gemm.bColStride})
       collectDims(e, out);
   for (const StmtPtr &b : s.body)
     collectDims(*b, out);
@@ -189,8 +189,9 @@ void printStmt(const Kernel &k, const Stmt &s, int depth, std::string &out) {
     const Gemm &g = s.gemm;
     out += fmt::format("{}gemm tiled rows [{}, {} + {}) cols {} depth {}:\n", pad, g.row0->str(), g.row0->str(),
                        g.rows->str(), g.n->str(), g.depth->str());
-    out += fmt::format("{}  b{}[{} + i*{} + j] = sum_k b{}[{} + i*{} + k] * b{}[{} + k*{} + j]\n", pad, g.c, g.cBase->str(),
-                       g.ldc->str(), g.a, g.aBase->str(), g.lda->str(), g.b, g.bBase->str(), g.ldb->str());
+    out += fmt::format("{}  b{}[{} + i*{} + j] = sum_k b{}[{} + i*{} + k] * b{}[{} + k*{} + j{}]\n", pad, g.c, g.cBase->str(),
+                       g.ldc->str(), g.a, g.aBase->str(), g.lda->str(), g.b, g.bBase->str(), g.ldb->str(),
+                       g.bColStride ? "*" + g.bColStride->str() : "");
     break;
   }
   }

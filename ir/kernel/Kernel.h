@@ -37,11 +37,13 @@ ValuePtr cast(ValuePtr a, DType t);
 
 // A register- and cache-tiled f32 matrix product over one block of rows, which each back
 // end emits with its own schedule (vector FMA micro-kernels on the CPU):
-//   C[c + i*ldc + j] = sum_k A[a + i*lda + k] * B[b + k*ldb + j]
-// for i in [row0, row0 + rows), j in [0, n), k in [0, depth).
+//   C[c + i*ldc + j] = sum_k A[a + i*lda + k] * B[b + k*ldb + j*bColStride]
+// for i in [row0, row0 + rows), j in [0, n), k in [0, depth). A bColStride other than 1
+// reads B transposed in place (packing gathers its columns).
 struct Gemm {
   int a = -1, b = -1, c = -1; // buffers
   sym::ExprRef aBase, bBase, cBase, lda, ldb, ldc, row0, rows, n, depth;
+  sym::ExprRef bColStride = nullptr; // null: 1
 };
 
 struct Stmt;

@@ -66,11 +66,37 @@ private:
       ++uses_[y];
   }
 
+  // The transpose that makes a matmul's B by swapping its last two axes, when the GEMM
+  // can read it in place instead (f32, used only there, injective fusion on).
+  Op *transposedB(const Op &mm) {
+    if (!injective_ || mm.kind != OpKind::Matmul || mm.operands[1]->type.rank() < 2)
+      return nullptr;
+    Op *t = mm.operands[1]->def;
+    if (!t || t->kind != OpKind::Transpose || taken_.count(t) || uses_[mm.operands[1]] != 1)
+      return nullptr;
+    for (const Value *v : {mm.operands[0], mm.operands[1], mm.results[0]})
+      if (v->type.dtype != DType::F32 || v->type.rank() < 2)
+        return nullptr;
+    size_t rank = t->operands[0]->type.rank();
+    if (t->has("perm")) {
+      const auto &perm = t->get<DimList>("perm");
+      for (size_t k = 0; k < rank; ++k) {
+        int64_t p = *perm[k]->asConst();
+        int64_t want = k + 2 < rank ? static_cast<int64_t>(k) : static_cast<int64_t>(k + 2 == rank ? rank - 1 : rank - 2);
+        if (p != want && p != want - static_cast<int64_t>(rank))
+          return nullptr;
+      }
+    }
+    return t;
+  }
+
   bool isRoot(const Op &op) const {
     if (isElementwise(op.kind))
       return elementwise_ || injective_;
     if (isInjective(op))
       return injective_;
+    if (op.kind == OpKind::Matmul)
+      return injective_; // with a transposed B, if it has one
     return reduction_ && isReduction(op.kind);
   }
   // A matmul joins an elementwise root as its GEMM's epilogue: f32 matrices (not
@@ -101,8 +127,13 @@ private:
       std::vector<Op *> group{root};
       bool hasGemm = false;
       std::vector<const Value *> frontier;
-      for (const Value *v : root->operands)
-        frontier.push_back(v);
+      if (root->kind == OpKind::Matmul) { // a GEMM root takes only a transposed B
+        if (Op *t = transposedB(*root))
+          group.push_back(t);
+      } else {
+        for (const Value *v : root->operands)
+          frontier.push_back(v);
+      }
       while (!frontier.empty()) {
         const Value *v = frontier.back();
         frontier.pop_back();
@@ -114,8 +145,10 @@ private:
         if (!gemm && !mayJoin(*root, *p))
           continue;
         group.push_back(p);
-        if (gemm) { // the GEMM reads its operands from memory: they stay buffers
+        if (gemm) { // the GEMM reads its operands from memory: they stay buffers (B may be read transposed)
           hasGemm = true;
+          if (Op *t = transposedB(*p))
+            group.push_back(t);
           continue;
         }
         for (const Value *operand : p->operands)

@@ -142,9 +142,15 @@ GEMM_MODELS = {
     "vector_lhs": ("a: f32[K], b: f32[K, N]", "f32[N]", lambda m, k, n: ((k,), (k, n))),
     "f16": ("a: f16[M, K], b: f16[K, N]", "f16[M, N]", lambda m, k, n: ((m, k), (k, n))),
     "epilogue": ("a: f32[M, K], b: f32[K, N]", "f32[M, N]", lambda m, k, n: ((m, k), (k, n))),
+    "transposed_b": ("a: f32[M, K], b: f32[N, K]", "f32[M, N]", lambda m, k, n: ((m, k), (n, k))),
+    "transposed_b_batched": ("a: f32[2, M, K], b: f32[2, N, K]", "f32[2, M, N]", lambda m, k, n: ((2, m, k), (2, n, k))),
+    "transposed_b_epilogue": ("a: f32[M, K], b: f32[N, K]", "f32[M, N]", lambda m, k, n: ((m, k), (n, k))),
 }
 # The expression each GEMM model returns (the epilogue one fuses into the GEMM's kernel).
-GEMM_EXPRESSIONS = {"epilogue": ("relu(a @ b) * 2.0 - 1.0", lambda p: np.maximum(p, 0) * 2 - 1)}
+GEMM_EXPRESSIONS = {"epilogue": ("relu(a @ b) * 2.0 - 1.0", lambda a, b: np.maximum(a @ b, 0) * 2 - 1),
+                    "transposed_b": ("a @ transpose(b)", lambda a, b: a @ b.T),
+                    "transposed_b_batched": ("a @ transpose(b, [0, 2, 1])", lambda a, b: a @ b.transpose(0, 2, 1)),
+                    "transposed_b_epilogue": ("tanh(a @ transpose(b)) + 1.0", lambda a, b: np.tanh(a @ b.T) + 1)}
 
 
 def make_gemm_test(name, args, result, shapes):
@@ -153,7 +159,7 @@ def make_gemm_test(name, args, result, shapes):
         with tempfile.TemporaryDirectory() as d:
             model = os.path.join(d, f"gemm_{name}.dnn")
             with open(model, "w") as f:
-                expr, post = GEMM_EXPRESSIONS.get(name, ("a @ b", lambda p: p))
+                expr, ref = GEMM_EXPRESSIONS.get(name, ("a @ b", np.matmul))
                 f.write(f"dim M; dim K; dim N;\nmodel main({args}) -> {result} {{\n  return {expr};\n}}\n")
             for m, k, n in GEMM_SHAPES:
                 dtype = np.float16 if name == "f16" else np.float32
@@ -161,7 +167,7 @@ def make_gemm_test(name, args, result, shapes):
                 a, b = rng.standard_normal(sa).astype(dtype), rng.standard_normal(sb).astype(dtype)
                 outs, p = self.dnnc.run(model, None, {"a": a, "b": b})
                 self.assertEqual(p.returncode, 0, p.stderr)
-                want = post(np.matmul(a.astype(np.float64), b.astype(np.float64)))
+                want = ref(a.astype(np.float64), b.astype(np.float64))
                 tol = 2e-3 * math.sqrt(k) if name == "f16" else 1e-4
                 assert_matches(outs[0].astype(np.float64), want, tol, tol, f"M={m}, K={k}, N={n}")
     return test
