@@ -66,12 +66,7 @@ std::string linkSharedObject(const std::string &object, const fs::path &dir) {
 void buildArtifact(const ir::Graph &g, const std::string &target, const std::string &arch, const std::string &path,
                    bool memoryPlan) {
   lower::LoweredGraph lowered = lower::lowerGraph(g);
-  std::vector<const kir::Kernel *> kernels;
-  std::vector<rt::KernelInfo> infos;
-  for (const kir::Kernel &k : lowered.kernels) {
-    kernels.push_back(&k);
-    infos.push_back(lower::kernelInfo(k));
-  }
+  std::vector<const kir::Kernel *> kernels = lowered.kernelPointers();
   rt::ArtifactInfo info;
   info.target = target;
   std::string payload;
@@ -85,7 +80,7 @@ void buildArtifact(const ir::Graph &g, const std::string &target, const std::str
     ScratchDir scratch;
     payload = linkSharedObject(compileHostObject(kernels), scratch.path);
   }
-  rt::writeArtifact(path, g, lowered.kernelOf(), infos, memoryPlan ? lower::arenaPlan(g, lowered) : rt::ArenaPlan{}, info,
+  rt::writeArtifact(path, g, lowered.kernelOf(), lowered.kernelInfos(), memoryPlan ? lower::arenaPlan(g, lowered) : rt::ArenaPlan{}, info,
                     payload);
 }
 

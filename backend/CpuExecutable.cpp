@@ -8,18 +8,13 @@ namespace dnnc::backend {
 
 CpuExecutable::CpuExecutable(const ir::Graph &g, bool memoryPlan) {
   lower::LoweredGraph lowered = lower::lowerGraph(g);
-  std::vector<const kir::Kernel *> all;
-  std::vector<rt::KernelInfo> infos;
+  module_ = CpuModule::compile(lowered.kernelPointers());
+  std::vector<rt::KernelFn> fns;
   for (const kir::Kernel &k : lowered.kernels) {
-    all.push_back(&k);
-    infos.push_back(lower::kernelInfo(k));
+    fns.push_back(module_->lookup(k.name));
     kernelsText_ += kir::print(k);
   }
-  module_ = CpuModule::compile(all);
-  std::vector<rt::KernelFn> fns;
-  for (const kir::Kernel &k : lowered.kernels)
-    fns.push_back(module_->lookup(k.name));
-  exe_ = std::make_unique<rt::Executable>(g, lowered.kernelOf(), std::move(infos),
+  exe_ = std::make_unique<rt::Executable>(g, lowered.kernelOf(), lowered.kernelInfos(),
                                           std::make_unique<rt::CpuDevice>(std::move(fns), module_));
   if (memoryPlan)
     exe_->setArenaPlan(lower::arenaPlan(g, lowered));

@@ -21,13 +21,8 @@ std::string archFor(const rt::CudaProbe &probe) {
 
 std::unique_ptr<rt::Executable> compileForCuda(const ir::Graph &g, const std::string &arch, bool memoryPlan) {
   lower::LoweredGraph lowered = lower::lowerGraph(g);
-  std::vector<const kir::Kernel *> kernels;
-  std::vector<rt::KernelInfo> infos;
-  for (const kir::Kernel &k : lowered.kernels) {
-    kernels.push_back(&k);
-    infos.push_back(lower::kernelInfo(k));
-  }
-  PtxModule ptx = compilePtx(kernels, arch);
+  std::vector<rt::KernelInfo> infos = lowered.kernelInfos();
+  PtxModule ptx = compilePtx(lowered.kernelPointers(), arch);
   auto device = std::make_unique<rt::CudaDevice>(ptx.ptx, infos);
   auto exe = std::make_unique<rt::Executable>(g, lowered.kernelOf(), std::move(infos), std::move(device));
   if (memoryPlan)

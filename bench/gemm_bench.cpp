@@ -95,10 +95,8 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < b.numel(); ++i)
       b.set(i, normal(rng));
     std::vector<rt::Tensor> out{rt::Tensor::zeros(DType::F32, {m, n})};
-    std::vector<int64_t> dims;
-    for (const std::string &d : info.dims) // K, M, N
-      dims.push_back(d == "M" ? m : d == "K" ? k : n);
-    auto launch = [&] { device.launch(0, info, {&a, &b}, out, dims); };
+    rt::Launch shape = rt::launchFor(info, {{"M", m}, {"K", k}, {"N", n}});
+    auto launch = [&] { device.launch(0, info, {&a, &b}, out, shape); };
     launch(); // warm up
     int reps = 0;
     auto start = Clock::now();

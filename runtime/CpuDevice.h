@@ -15,7 +15,7 @@ public:
       : fns_(std::move(fns)), owner_(std::move(owner)), pool_(pool) {}
   std::string name() const override;
   void launch(size_t kernel, const KernelInfo &info, const std::vector<const Tensor *> &in, std::vector<Tensor> &out,
-              const std::vector<int64_t> &dims) override;
+              const Launch &launch) override;
 
 private:
   std::vector<KernelFn> fns_;

@@ -156,7 +156,7 @@ CudaDevice::~CudaDevice() {
 std::string CudaDevice::name() const { return fmt::format("cuda: {} ({})", impl_->probe.name, impl_->probe.arch()); }
 
 void CudaDevice::launch(size_t kernel, const KernelInfo &info, const std::vector<const Tensor *> &in, std::vector<Tensor> &out,
-                        const std::vector<int64_t> &dims) {
+                        const Launch &launch) {
   const Driver &d = driver();
   check(d.ctxSetCurrent(impl_->ctx), "cuCtxSetCurrent");
   std::vector<CUdeviceptr> buffers;
@@ -184,17 +184,13 @@ void CudaDevice::launch(size_t kernel, const KernelInfo &info, const std::vector
   std::vector<void *> params;
   for (CUdeviceptr &p : buffers)
     params.push_back(&p);
-  std::vector<int64_t> dimValues(dims);
+  std::vector<int64_t> dimValues(launch.dims);
   for (int64_t &v : dimValues)
     params.push_back(&v);
   unsigned threads = 256, blocks = 1;
   if (info.parallelExtent) {
-    std::map<std::string, int64_t> b;
-    for (size_t k = 0; k < dims.size(); ++k)
-      b[info.dims[k]] = dims[k];
-    int64_t extent = sym::evaluate(info.parallelExtent, b).value_or(1);
     // The kernels loop over the grid, so a bounded grid covers any extent.
-    blocks = static_cast<unsigned>(std::clamp<int64_t>((extent + threads - 1) / threads, 1, 65535));
+    blocks = static_cast<unsigned>(std::clamp<int64_t>((launch.extent + threads - 1) / threads, 1, 65535));
   } else {
     threads = 32; // thread 0 does the work
   }
@@ -219,7 +215,7 @@ CudaDevice::CudaDevice(const std::string &, const std::vector<KernelInfo> &) { t
 CudaDevice::~CudaDevice() = default;
 std::string CudaDevice::name() const { return "cuda (unavailable)"; }
 void CudaDevice::launch(size_t, const KernelInfo &, const std::vector<const Tensor *> &, std::vector<Tensor> &,
-                        const std::vector<int64_t> &) {}
+                        const Launch &) {}
 
 #endif
 

@@ -31,7 +31,7 @@ public:
   ~CudaDevice() override;
   std::string name() const override;
   void launch(size_t kernel, const KernelInfo &info, const std::vector<const Tensor *> &in, std::vector<Tensor> &out,
-              const std::vector<int64_t> &dims) override;
+              const Launch &launch) override;
 
 private:
   struct Impl;

@@ -45,6 +45,23 @@ void checkIndices(const ir::Op &op, const std::vector<const Tensor *> &in, const
 }
 } // namespace
 
+Launch launchFor(const KernelInfo &info, const interp::Binding &b) {
+  auto eval = [&](sym::ExprRef e) {
+    auto v = sym::evaluate(e, b);
+    if (!v)
+      throw InternalError(fmt::format("{}: dim {} is unbound at launch", info.name, e->str()));
+    return *v;
+  };
+  Launch l;
+  for (const std::string &n : info.dims)
+    l.dims.push_back(eval(sym::var(n)));
+  if (info.parallelExtent)
+    l.extent = eval(info.parallelExtent);
+  if (info.work) // an estimate: inner extents that vary per iteration leave it at 1
+    l.work = sym::evaluate(info.work, b).value_or(1);
+  return l;
+}
+
 bool isParamView(const ir::Op &op) {
   if (op.kind != ir::OpKind::Index || !op.operands[0]->def || op.operands[0]->def->kind != ir::OpKind::Param)
     return false;
@@ -124,18 +141,13 @@ bool Executable::runOp(const ir::Op &op, const std::vector<const Tensor *> &in, 
     }
     std::vector<uint8_t> &arena = late ? lateArena_ : arena_;
     int64_t limit = late ? lateArenaBytes_ : arenaBytes_;
-    int64_t offset = eval(planned->second), size = static_cast<int64_t>(dtypeBytes(r->type.dtype));
-    for (int64_t d : shape)
-      size *= d;
+    int64_t offset = eval(planned->second), size = eval(r->type.bytes());
     if (offset < 0 || offset + size > limit)
       throw InternalError(fmt::format("{}: the plan puts {} at [{}, {}) outside the {}-byte arena", info.name,
                                       r->type.str(), offset, offset + size, limit));
     out.push_back(Tensor::view(r->type.dtype, std::move(shape), arena.data() + offset));
   }
-  std::vector<int64_t> dims;
-  for (const std::string &n : info.dims)
-    dims.push_back(eval(sym::var(n)));
-  device_->launch(it->second, info, in, out, dims);
+  device_->launch(it->second, info, in, out, launchFor(info, b));
   ++launched_;
   return true;
 }

@@ -23,14 +23,22 @@ struct KernelInfo {
   sym::ExprRef work = nullptr;            // rough cost of one parallel iteration (inner trip counts)
 };
 
+// One launch of a kernel, evaluated from the binding once, by the runtime.
+struct Launch {
+  std::vector<int64_t> dims; // the values of KernelInfo::dims
+  int64_t extent = 0;        // the parallel loop's trip count (0 without one)
+  int64_t work = 1;          // rough cost of one of its iterations
+};
+Launch launchFor(const KernelInfo &info, const interp::Binding &b);
+
 // Where kernels run. `in` are the op's operands and `out` its results, allocated with
-// their shapes; `dims` are the values of info.dims.
+// their shapes.
 class Device {
 public:
   virtual ~Device() = default;
   virtual std::string name() const = 0;
   virtual void launch(size_t kernel, const KernelInfo &info, const std::vector<const Tensor *> &in, std::vector<Tensor> &out,
-                      const std::vector<int64_t> &dims) = 0;
+                      const Launch &launch) = 0;
 };
 
 // Where planned intermediates live: one arena of `bytes`, each value at its offset (all

@@ -173,14 +173,6 @@ public:
   std::optional<kir::Kernel> run();
 
 private:
-  bool isReductionRoot() const {
-    switch (op_.kind) {
-    case OpKind::Sum: case OpKind::Mean: case OpKind::Max: case OpKind::Min: case OpKind::Prod: case OpKind::Argmax:
-    case OpKind::Argmin: case OpKind::Logsumexp: case OpKind::Softmax: case OpKind::LogSoftmax:
-      return true;
-    default: return false;
-    }
-  }
   StmtPtr elementwise();
   StmtPtr reduction();
   StmtPtr softmax();
@@ -720,7 +712,7 @@ std::optional<kir::Kernel> Lowering::run() {
         k_.body = matmul(*member);
         return std::move(k_);
       }
-  if (outer_.kind == OpKind::Fused && !isReductionRoot() && ir::opInfo(op_.kind).shapeRule != ir::opInfo(OpKind::Add).shapeRule) {
+  if (outer_.kind == OpKind::Fused && !ir::isReduction(op_.kind) && !ir::isElementwise(op_.kind)) {
     // An injective root (transpose, reshape, ...) computes each output element through
     // its own index map, like any member.
     const Dims &o = dims(out());
@@ -781,7 +773,7 @@ std::optional<kir::Kernel> Lowering::run() {
   default:
     if (info.shapeRule == nullptr)
       return std::nullopt;
-    body = (info.shapeRule == ir::opInfo(OpKind::Add).shapeRule) ? elementwise() : reduction();
+    body = ir::isElementwise(op_.kind) ? elementwise() : reduction();
   }
   if (!body)
     return std::nullopt;
@@ -807,9 +799,27 @@ LoweredGraph lowerGraph(const ir::Graph &g) {
   return out;
 }
 
+std::vector<const kir::Kernel *> LoweredGraph::kernelPointers() const {
+  std::vector<const kir::Kernel *> out;
+  for (const kir::Kernel &k : kernels)
+    out.push_back(&k);
+  return out;
+}
+
+std::vector<rt::KernelInfo> LoweredGraph::kernelInfos() const {
+  std::vector<rt::KernelInfo> out;
+  for (const kir::Kernel &k : kernels)
+    out.push_back(kernelInfo(k));
+  return out;
+}
+
+ir::MemoryPlan LoweredGraph::memoryPlan(const ir::Graph &g) const {
+  auto made = kernelOf();
+  return ir::planMemory(g, [&](const ir::Op &op) { return made.count(&op) != 0; });
+}
+
 rt::ArenaPlan arenaPlan(const ir::Graph &g, const LoweredGraph &lowered) {
-  auto kernels = lowered.kernelOf();
-  ir::MemoryPlan plan = ir::planMemory(g, [&](const ir::Op &op) { return kernels.count(&op) != 0; });
+  ir::MemoryPlan plan = lowered.memoryPlan(g);
   rt::ArenaPlan out;
   out.bytes = plan.arena;
   for (const ir::PlannedBuffer &b : plan.buffers) {

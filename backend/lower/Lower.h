@@ -12,6 +12,7 @@
 #include "ir/graph/Graph.h"
 #include "ir/kernel/Kernel.h"
 
+#include "ir/transforms/MemoryPlan.h"
 #include "runtime/Executable.h"
 
 #include <optional>
@@ -25,6 +26,10 @@ struct LoweredGraph {
   std::vector<const ir::Op *> ops;
   std::vector<kir::Kernel> kernels;
   std::map<const ir::Op *, size_t> kernelOf() const;
+  std::vector<const kir::Kernel *> kernelPointers() const; // what the back ends compile
+  std::vector<rt::KernelInfo> kernelInfos() const;         // what the runtime launches
+  // The memory plan of the graph these kernels came from: their results are planned.
+  ir::MemoryPlan memoryPlan(const ir::Graph &g) const;
 };
 LoweredGraph lowerGraph(const ir::Graph &g);
 // The memory plan of `g` for the kernels in `lowered` (ir/transforms/MemoryPlan.h), in

@@ -554,6 +554,17 @@ void RuleContext::requireEqual(sym::ExprRef a, sym::ExprRef b, const std::string
 const std::vector<OpInfo> &allOps() { return table(); }
 const OpInfo &opInfo(OpKind k) { return table().at(static_cast<size_t>(k)); }
 
+bool isElementwise(OpKind k) { return opInfo(k).shapeRule && opInfo(k).shapeRule == opInfo(OpKind::Add).shapeRule; }
+
+bool isReduction(OpKind k) {
+  switch (k) {
+  case OpKind::Sum: case OpKind::Mean: case OpKind::Max: case OpKind::Min: case OpKind::Prod: case OpKind::Argmax:
+  case OpKind::Argmin: case OpKind::Logsumexp: case OpKind::Softmax: case OpKind::LogSoftmax:
+    return true;
+  default: return false;
+  }
+}
+
 const OpInfo *findBuiltin(const std::string &spelling) {
   for (const OpInfo &i : table())
     if (i.callable() && spelling == i.spelling)

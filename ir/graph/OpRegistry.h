@@ -64,6 +64,10 @@ struct OpInfo {
 };
 
 const OpInfo &opInfo(OpKind k);
+// Elementwise: result element i depends only on element i of each (broadcast) operand.
+bool isElementwise(OpKind k);
+// Reductions over axes, softmax and log_softmax included.
+bool isReduction(OpKind k);
 const OpInfo *findBuiltin(const std::string &spelling);
 const std::vector<OpInfo> &allOps();
 // What the error message says the op failed to do ("add", "multiply", ...).

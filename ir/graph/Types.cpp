@@ -20,6 +20,13 @@ std::string dimText(sym::ExprRef d, const std::map<std::string, int64_t> *bindin
   return d->str();
 }
 
+sym::ExprRef TensorType::bytes() const {
+  sym::ExprRef n = sym::constant(static_cast<int64_t>(dtypeBytes(dtype)));
+  for (sym::ExprRef d : dims)
+    n = sym::mul(n, d);
+  return n;
+}
+
 std::string TensorType::str(const std::map<std::string, int64_t> *binding) const {
   std::string out = std::string(dtypeName(dtype)) + "[";
   for (size_t i = 0; i < dims.size(); ++i)

@@ -23,6 +23,8 @@ struct TensorType {
   std::vector<sym::ExprRef> dims;
   size_t rank() const { return dims.size(); }
   bool operator==(const TensorType &o) const { return dtype == o.dtype && dims == o.dims; }
+  // Its size in bytes, a dim expression.
+  sym::ExprRef bytes() const;
   // `f32[B, T + 1, 256]`; with a binding, bound dims print as numbers.
   std::string str(const std::map<std::string, int64_t> *binding = nullptr) const;
 };

@@ -13,10 +13,7 @@ namespace {
 
 class Orderer {
 public:
-  explicit Orderer(const Graph &g) {
-    for (const auto &[name, r] : g.dimRanges)
-      reference_[name] = r.second < sym::Interval::kInf ? r.second : kUnboundedDim;
-  }
+  explicit Orderer(const Graph &g) : reference_(referenceBinding(g)) {}
 
   void region(Region &r, OrderStats &stats) {
     for (Op *op : r.ops)
@@ -80,12 +77,7 @@ private:
     }
   }
 
-  int64_t bytes(const Value *v) const {
-    int64_t n = static_cast<int64_t>(dtypeBytes(v->type.dtype));
-    for (sym::ExprRef d : v->type.dims)
-      n *= sym::evaluate(d, reference_).value_or(1);
-    return n;
-  }
+  int64_t bytes(const Value *v) const { return sym::evaluate(v->type.bytes(), reference_).value_or(0); }
 
   // Bytes live at once over `order`: results live from their op to their last reader.
   int64_t peak(const Region &r, const std::vector<size_t> &order, const std::vector<std::vector<const Value *>> &reads,

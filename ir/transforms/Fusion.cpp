@@ -11,8 +11,6 @@
 namespace dnnc::ir {
 namespace {
 
-bool isElementwise(OpKind k) { return opInfo(k).shapeRule == opInfo(OpKind::Add).shapeRule && opInfo(k).shapeRule; }
-
 bool isInjective(const Op &op) {
   switch (op.kind) {
   case OpKind::Transpose: case OpKind::Reshape: case OpKind::Unsqueeze: case OpKind::Squeeze: case OpKind::Flatten:
@@ -32,15 +30,6 @@ bool isInjective(const Op &op) {
 }
 
 bool isFill(OpKind k) { return k == OpKind::Zeros || k == OpKind::Ones || k == OpKind::Full || k == OpKind::Arange; }
-
-bool isReduction(OpKind k) {
-  switch (k) {
-  case OpKind::Sum: case OpKind::Mean: case OpKind::Max: case OpKind::Min: case OpKind::Prod: case OpKind::Argmax:
-  case OpKind::Argmin: case OpKind::Logsumexp: case OpKind::Softmax: case OpKind::LogSoftmax:
-    return true;
-  default: return false;
-  }
-}
 
 class Fuser {
 public:

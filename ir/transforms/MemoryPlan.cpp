@@ -36,6 +36,13 @@ int64_t MemoryPlan::liveLowerBound(const std::map<std::string, int64_t> &binding
   return best;
 }
 
+std::map<std::string, int64_t> referenceBinding(const Graph &g) {
+  std::map<std::string, int64_t> out;
+  for (const auto &[name, r] : g.dimRanges)
+    out[name] = r.second < sym::Interval::kInf ? r.second : kUnboundedDim;
+  return out;
+}
+
 sym::Analyzer analyzerFor(const Graph &g) {
   sym::Analyzer a;
   for (const auto &[name, r] : g.dimRanges)
@@ -53,13 +60,11 @@ struct Span {
 class Planner {
 public:
   Planner(const Graph &g, const std::function<bool(const Op &)> &producesBuffer)
-      : g_(g), produces_(producesBuffer), analyzer_(analyzerFor(g)) {
+      : g_(g), produces_(producesBuffer), analyzer_(analyzerFor(g)), reference_(referenceBinding(g)) {
     for (const Value *a : g.body.args)
       for (sym::ExprRef d : a->type.dims)
         for (const std::string &n : sym::freeVars(d))
           inputDims_.insert(n);
-    for (const auto &[name, r] : g.dimRanges)
-      reference_[name] = r.second < sym::Interval::kInf ? r.second : kUnboundedDim;
   }
 
   MemoryPlan run() {
@@ -88,7 +93,6 @@ private:
           linearize(*sub, isLoop ? op : loop);
       s.end = static_cast<int>(plan_.order.size()) - 1;
       span_[op] = s;
-      regionOf_[op] = &r;
     }
   }
 
@@ -111,12 +115,6 @@ private:
     return end;
   }
 
-  sym::ExprRef bytesOf(const Value *v) const {
-    sym::ExprRef n = sym::constant(static_cast<int64_t>(dtypeBytes(v->type.dtype)));
-    for (sym::ExprRef d : v->type.dims)
-      n = sym::mul(n, d);
-    return analyzer_.simplify(n);
-  }
 
   bool knownAtStart(sym::ExprRef e) const {
     for (const std::string &n : sym::freeVars(e))
@@ -138,7 +136,7 @@ private:
       for (const Value *v : op->results) {
         if (outputs_.count(v))
           continue;
-        sym::ExprRef bytes = bytesOf(v);
+        sym::ExprRef bytes = analyzer_.simplify(v->type.bytes());
         // Sizes known only after a sync point (EDO dims) of the body go to the late arena,
         // sized when the first of them is made; inside loops such dims change per iteration.
         bool late = !knownAtStart(bytes);
@@ -204,7 +202,7 @@ private:
     if (at == op->operands.end())
       return false;
     if (op->kind != OpKind::Fused)
-      return isElementwise(*op);
+      return isElementwise(op->kind);
     const Region &body = *op->regions[0];
     // A fused GEMM writes the whole output block before its epilogue reads anything.
     if (std::any_of(body.ops.begin(), body.ops.end(), [](const Op *m) { return m->kind == OpKind::Matmul; }))
@@ -215,14 +213,13 @@ private:
       frontier.pop_back();
       for (const Op *user : body.ops)
         if (std::find(user->operands.begin(), user->operands.end(), v) != user->operands.end()) {
-          if (!isElementwise(*user) || user->results[0]->type.dims != result.value->type.dims)
+          if (!isElementwise(user->kind) || user->results[0]->type.dims != result.value->type.dims)
             return false;
           frontier.push_back(user->results[0]);
         }
     }
     return true;
   }
-  static bool isElementwise(const Op &op) { return opInfo(op.kind).shapeRule == opInfo(OpKind::Add).shapeRule; }
 
   static bool conflict(const PlannedBuffer &a, const PlannedBuffer &b) { return !(a.last < b.first || b.last < a.first); }
 
@@ -340,7 +337,6 @@ private:
   std::map<std::string, int64_t> reference_;
   std::set<const Value *> outputs_;
   std::map<const Op *, Span> span_;
-  std::map<const Op *, const Region *> regionOf_;
   std::map<const Value *, size_t> index_;
   MemoryPlan plan_;
 };

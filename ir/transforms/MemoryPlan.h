@@ -58,6 +58,9 @@ struct MemoryPlan {
 
 // The size a dim without an upper bound takes when the planner compares sizes.
 constexpr int64_t kUnboundedDim = 64;
+// The binding the planners compare sizes at: each dim at its range's upper bound, or
+// kUnboundedDim without one.
+std::map<std::string, int64_t> referenceBinding(const Graph &g);
 
 sym::Analyzer analyzerFor(const Graph &g);
 MemoryPlan planMemory(const Graph &g, const std::function<bool(const Op &)> &producesBuffer);

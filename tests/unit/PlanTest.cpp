@@ -75,9 +75,7 @@ TEST_CASE("planned buffers never overlap while both are live", "[plan]") {
       ir::OrderStats order = ir::planExecutionOrder(g);
       CHECK(order.peakAfter <= order.peakBefore);
     }
-    lower::LoweredGraph lowered = lower::lowerGraph(g);
-    auto kernels = lowered.kernelOf();
-    ir::MemoryPlan plan = ir::planMemory(g, [&](const ir::Op &op) { return kernels.count(&op) != 0; });
+    ir::MemoryPlan plan = lower::lowerGraph(g).memoryPlan(g);
     if (plan.buffers.empty()) // everything fused into the output
       continue;
     // Every use lies inside the lifetime of what it uses.

@@ -202,9 +202,7 @@ private:
       Planned p;
       p.graph = ir::cloneGraph(*model_->graph);
       ir::optimize(*p.graph);
-      lower::LoweredGraph lowered = lower::lowerGraph(*p.graph);
-      auto kernels = lowered.kernelOf();
-      p.plan = ir::planMemory(*p.graph, [&](const ir::Op &op) { return kernels.count(&op) != 0; });
+      p.plan = lower::lowerGraph(*p.graph).memoryPlan(*p.graph);
       it = plans_.emplace(model_, std::move(p)).first;
     }
     return it->second.plan;
@@ -222,12 +220,8 @@ private:
 
   template <class Values> static sym::ExprRef totalBytes(const Values &values) {
     sym::ExprRef sum = sym::constant(0);
-    for (const ir::Value *v : values) {
-      sym::ExprRef n = sym::constant(static_cast<int64_t>(dtypeBytes(v->type.dtype)));
-      for (sym::ExprRef d : v->type.dims)
-        n = sym::mul(n, d);
-      sum = sym::add(sum, n);
-    }
+    for (const ir::Value *v : values)
+      sum = sym::add(sum, v->type.bytes());
     return sum;
   }
 
@@ -247,9 +241,8 @@ private:
       out(fmt::format("naive sum of intermediates: {} bytes; most live at once: {} bytes", p.naiveBytes(binding_),
                       p.liveLowerBound(binding_)));
     // Largest first at the binding, unbound dims at their reference sizes.
-    std::map<std::string, int64_t> at = binding_;
-    for (auto &[name, r] : g.dimRanges)
-      at.emplace(name, r.second < sym::Interval::kInf ? r.second : ir::kUnboundedDim);
+    std::map<std::string, int64_t> at = binding_, reference = ir::referenceBinding(g);
+    at.insert(reference.begin(), reference.end());
     std::vector<const ir::PlannedBuffer *> largest;
     for (const ir::PlannedBuffer &b : p.buffers)
       largest.push_back(&b);

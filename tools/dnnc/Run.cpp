@@ -7,7 +7,6 @@
 #include "runtime/Artifact.h"
 #include "runtime/ModelIO.h"
 #include "runtime/TensorIO.h"
-#include "runtime/ThreadPool.h"
 #include "tools/dnnc/Driver.h"
 
 #include <fmt/format.h>
@@ -23,8 +22,6 @@ using rt::DataError;
 using rt::Tensor;
 
 namespace {
-
-bool knownDevice(const std::string &d) { return d == "auto" || d == "ref" || d == "cpu" || d == "cuda"; }
 
 // Runs `g` on `compiled` (null: the reference interpreter): reads or makes the inputs and
 // weights, runs, and writes the outputs only once everything has succeeded.
@@ -108,10 +105,6 @@ int execute(const ir::Graph &g, rt::Executable *compiled, const RunOptions &o) {
 } // namespace
 
 int runModel(Program &p, const RunOptions &o) {
-  if (!knownDevice(o.device)) {
-    std::cerr << "dnnc: error: unknown device '" << o.device << "' (devices: auto, cpu, cuda, ref)\n";
-    return kUsage;
-  }
   std::string err;
   ModelInfo *m = selectModel(p, o.model, err);
   if (!m || !(err = checkBinding(*m, o.binding)).empty()) {
@@ -120,8 +113,6 @@ int runModel(Program &p, const RunOptions &o) {
   }
   ir::optimize(*m->graph, {o.fuse, true});
   const ir::Graph &g = *m->graph;
-  if (o.threads > 0)
-    rt::ThreadPool::setGlobalThreads(static_cast<unsigned>(o.threads));
   // Compiled devices run every statically shaped op as a kernel; auto takes the GPU when
   // one works.
   std::unique_ptr<backend::CpuExecutable> cpu;
@@ -150,12 +141,6 @@ int runModel(Program &p, const RunOptions &o) {
 }
 
 int runArtifact(const std::string &path, const RunOptions &o) {
-  if (!knownDevice(o.device)) {
-    std::cerr << "dnnc: error: unknown device '" << o.device << "' (devices: auto, cpu, cuda, ref)\n";
-    return kUsage;
-  }
-  if (o.threads > 0)
-    rt::ThreadPool::setGlobalThreads(static_cast<unsigned>(o.threads));
   std::unique_ptr<rt::Executable> exe;
   try {
     rt::ArtifactInfo info;

@@ -4,6 +4,7 @@
 #include "backend/CpuExecutable.h"
 #include "runtime/Artifact.h"
 #include "runtime/TensorIO.h"
+#include "runtime/ThreadPool.h"
 #include "backend/llvm/NvptxBackend.h"
 #include "backend/lower/Lower.h"
 #include "ir/transforms/Pipeline.h"
@@ -77,6 +78,14 @@ int parseOptions(int argc, char **argv, const po::options_description &desc, con
     return kUsage;
   }
   return -1;
+}
+
+// --target: cpu or cuda; false (with the error printed) otherwise.
+bool knownTarget(const std::string &target) {
+  if (target == "cpu" || target == "cuda")
+    return true;
+  std::cerr << "dnnc: error: unknown target '" << target << "' (targets: cpu, cuda)\n";
+  return false;
 }
 
 bool loadProgram(Program &p, const CommonOptions &c, DiagnosticEngine &diags) {
@@ -160,10 +169,8 @@ int cmdEmit(int argc, char **argv) {
     std::cerr << "dnnc: error: unknown stage '" << stage << "' for --emit (this build emits: ast, ir, opt, kernels, llvm, ptx, plan)\n";
     return kUsage;
   }
-  if (target != "cpu" && target != "cuda") {
-    std::cerr << "dnnc: error: unknown target '" << target << "' (targets: cpu, cuda)\n";
+  if (!knownTarget(target))
     return kUsage;
-  }
   Program p;
   DiagnosticEngine diags(p.sources());
   if (!loadProgram(p, c, diags))
@@ -187,15 +194,12 @@ int cmdEmit(int argc, char **argv) {
           continue;
         }
         lower::LoweredGraph lowered = lower::lowerGraph(*m.graph);
-        std::vector<const kir::Kernel *> kernels;
-        for (const kir::Kernel &k : lowered.kernels) {
-          kernels.push_back(&k);
-          if (stage == "kernels")
-            text += kir::print(k);
-        }
+        std::vector<const kir::Kernel *> kernels = lowered.kernelPointers();
+        if (stage == "kernels")
+          for (const kir::Kernel *k : kernels)
+            text += kir::print(*k);
         if (stage == "plan") {
-          auto kernelOf = lowered.kernelOf();
-          text += ir::print(ir::planMemory(*m.graph, [&](const ir::Op &op) { return kernelOf.count(&op) != 0; }), *m.graph);
+          text += ir::print(lowered.memoryPlan(*m.graph), *m.graph);
         } else if (stage == "ptx" || (stage == "llvm" && target == "cuda")) {
           backend::PtxModule ptx = backend::compilePtx(kernels, arch);
           text += stage == "ptx" ? ptx.ptx : ptx.llvmIR;
@@ -256,6 +260,12 @@ int cmdRun(int argc, char **argv) {
     }
     o.inputs.emplace_back(in.substr(0, eq), in.substr(eq + 1));
   }
+  if (o.device != "auto" && o.device != "ref" && o.device != "cpu" && o.device != "cuda") {
+    std::cerr << "dnnc: error: unknown device '" << o.device << "' (devices: auto, cpu, cuda, ref)\n";
+    return kUsage;
+  }
+  if (o.threads > 0)
+    rt::ThreadPool::setGlobalThreads(static_cast<unsigned>(o.threads));
   if (rt::isArtifact(c.file))
     return runArtifact(c.file, o);
   Program p;
@@ -278,10 +288,8 @@ int cmdBuild(int argc, char **argv) {
   const char *usage = "usage: dnnc build FILE -o OUT [--target cpu|cuda] [--arch sm_90] [--model M]\n";
   if (int rc = parseOptions(argc, argv, desc, usage, true, c, vm); rc >= 0)
     return rc;
-  if (target != "cpu" && target != "cuda") {
-    std::cerr << "dnnc: error: unknown target '" << target << "' (targets: cpu, cuda)\n";
+  if (!knownTarget(target))
     return kUsage;
-  }
   Program p;
   DiagnosticEngine diags(p.sources());
   if (!loadProgram(p, c, diags))
