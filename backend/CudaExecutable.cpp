@@ -1,8 +1,10 @@
-// Compiling a model for the CUDA device (see CudaExecutable.h).
+// Compiling a model for the CUDA device and its simulator (see CudaExecutable.h).
 #include "backend/CudaExecutable.h"
 
+#include "backend/llvm/CpuBackend.h"
 #include "backend/llvm/NvptxBackend.h"
 #include "backend/lower/Lower.h"
+#include "runtime/GpuSimulator.h"
 
 #include <fmt/format.h>
 
@@ -25,6 +27,19 @@ std::unique_ptr<rt::Executable> compileForCuda(const ir::Graph &g, const std::st
   PtxModule ptx = compilePtx(lowered.kernelPointers(), arch);
   auto device = std::make_unique<rt::CudaDevice>(ptx.ptx, infos);
   auto exe = std::make_unique<rt::Executable>(g, lowered.kernelOf(), std::move(infos), std::move(device));
+  if (memoryPlan)
+    exe->setArenaPlan(lower::arenaPlan(g, lowered));
+  return exe;
+}
+
+std::unique_ptr<rt::Executable> compileForSimulatedGpu(const ir::Graph &g, bool memoryPlan) {
+  lower::LoweredGraph lowered = lower::lowerGraph(g);
+  std::shared_ptr<CpuModule> module = CpuModule::compile(lowered.kernelPointers(), true);
+  std::vector<rt::KernelFn> fns;
+  for (const kir::Kernel &k : lowered.kernels)
+    fns.push_back(module->lookup(k.name));
+  auto exe = std::make_unique<rt::Executable>(g, lowered.kernelOf(), lowered.kernelInfos(),
+                                              std::make_unique<rt::SimulatedGpuDevice>(std::move(fns), module));
   if (memoryPlan)
     exe->setArenaPlan(lower::arenaPlan(g, lowered));
   return exe;

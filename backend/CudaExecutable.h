@@ -15,5 +15,7 @@ namespace dnnc::backend {
 std::string archFor(const rt::CudaProbe &probe);
 // Compiles `g` for `arch` and loads it on GPU 0. Throws rt::DataError without a usable GPU.
 std::unique_ptr<rt::Executable> compileForCuda(const ir::Graph &g, const std::string &arch, bool memoryPlan = true);
+// Compiles `g` with the GPU's work mapping for rt::SimulatedGpuDevice (`--device cuda-sim`).
+std::unique_ptr<rt::Executable> compileForSimulatedGpu(const ir::Graph &g, bool memoryPlan = true);
 
 } // namespace dnnc::backend

@@ -23,6 +23,7 @@ using nlohmann::json;
 
 constexpr char kMagic[8] = {'D', 'N', 'N', 'C', 'A', 'R', 'T', '1'};
 constexpr size_t kPrefix = sizeof kMagic + 3 * sizeof(uint64_t);
+constexpr int kFormat = 2; // 2: kernels carry their GPU grid
 
 uint64_t fnv1a(const char *data, size_t n, uint64_t h = 1469598103934665603ull) {
   for (size_t k = 0; k < n; ++k)
@@ -86,11 +87,13 @@ void writeArtifact(const std::string &path, const ir::Graph &g, const std::map<c
   json table = json::array();
   for (size_t k = 0; k < kernels.size(); ++k)
     table.push_back({{"name", kernels[k].name}, {"op", opOf[k]}, {"dims", kernels[k].dims},
-                     {"parallel_extent", ir::exprToJson(kernels[k].parallelExtent)}, {"work", ir::exprToJson(kernels[k].work)}});
+                     {"parallel_extent", ir::exprToJson(kernels[k].parallelExtent)}, {"work", ir::exprToJson(kernels[k].work)},
+                     {"grid", {ir::exprToJson(kernels[k].gridX), ir::exprToJson(kernels[k].gridY)}},
+                     {"block_threads", kernels[k].blockThreads}});
   json offsets = json::array();
   for (const auto &[value, offset] : plan.offsets)
     offsets.push_back({value->id, ir::exprToJson(offset), plan.late.count(value) != 0});
-  json header = {{"format", 1}, {"target", info.target}, {"arch", info.arch}, {"vector_isa", info.vectorIsa},
+  json header = {{"format", kFormat}, {"target", info.target}, {"arch", info.arch}, {"vector_isa", info.vectorIsa},
                  {"graph", ir::toJson(g)}, {"kernels", std::move(table)},
                  {"arena", {{"bytes", ir::exprToJson(plan.bytes)}, {"late_bytes", ir::exprToJson(plan.lateBytes)},
                             {"offsets", std::move(offsets)}}}};
@@ -129,14 +132,19 @@ std::unique_ptr<Executable> loadArtifact(const std::string &path, ArtifactInfo *
   std::shared_ptr<const ir::Graph> graph;
   ArenaPlan plan;
   try {
-    if (j.value("format", 0) != 1)
-      throw DataError(fmt::format("'{}' has artifact format {}, this runtime reads format 1", path, j.value("format", 0)));
+    if (j.value("format", 0) != kFormat)
+      throw DataError(fmt::format("'{}' has artifact format {}, this runtime reads format {} (rebuild it with this dnnc)", path,
+                                  j.value("format", 0), kFormat));
     info.target = j.at("target").get<std::string>();
     info.arch = j.at("arch").get<std::string>();
     info.vectorIsa = j.value("vector_isa", "");
     for (const json &k : j.at("kernels")) {
       kernels.push_back({k.at("name").get<std::string>(), k.at("dims").get<std::vector<std::string>>(),
-                         ir::exprFromJson(k.at("parallel_extent")), ir::exprFromJson(k.at("work"))});
+                         ir::exprFromJson(k.at("parallel_extent")), ir::exprFromJson(k.at("work")),
+                         ir::exprFromJson(k.at("grid").at(0)), ir::exprFromJson(k.at("grid").at(1)),
+                         k.at("block_threads").get<int64_t>()});
+      if (kernels.back().blockThreads < 1 || kernels.back().blockThreads > 1024)
+        throw DataError(fmt::format("'{}' has a kernel with {} threads per block", path, kernels.back().blockThreads));
       opIndex.push_back(k.at("op").get<int64_t>());
     }
     graph = ir::fromJson(j.at("graph"));

@@ -187,14 +187,10 @@ void CudaDevice::launch(size_t kernel, const KernelInfo &info, const std::vector
   std::vector<int64_t> dimValues(launch.dims);
   for (int64_t &v : dimValues)
     params.push_back(&v);
-  unsigned threads = 256, blocks = 1;
-  if (info.parallelExtent) {
-    // The kernels loop over the grid, so a bounded grid covers any extent.
-    blocks = static_cast<unsigned>(std::clamp<int64_t>((launch.extent + threads - 1) / threads, 1, 65535));
-  } else {
-    threads = 32; // thread 0 does the work
-  }
-  check(d.launchKernel(impl_->fns.at(kernel), blocks, 1, 1, threads, 1, 1, 0, impl_->stream, params.data(), nullptr),
+  // The kernels loop over the grid, so a bounded grid covers any extent.
+  auto blocks = [](int64_t wanted) { return static_cast<unsigned>(std::clamp<int64_t>(wanted, 1, 65535)); };
+  check(d.launchKernel(impl_->fns.at(kernel), blocks(launch.gridX), blocks(launch.gridY), 1,
+                       static_cast<unsigned>(info.blockThreads), 1, 1, 0, impl_->stream, params.data(), nullptr),
         fmt::format("launching {}", info.name).c_str());
   size_t base = in.size();
   for (size_t k = 0; k < out.size(); ++k)

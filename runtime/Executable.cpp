@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace dnnc::rt {
 
 Executable::Executable(const ir::Graph &graph, std::map<const ir::Op *, size_t> kernelOf, std::vector<KernelInfo> kernels,
@@ -59,6 +61,10 @@ Launch launchFor(const KernelInfo &info, const interp::Binding &b) {
     l.extent = eval(info.parallelExtent);
   if (info.work) // an estimate: inner extents that vary per iteration leave it at 1
     l.work = sym::evaluate(info.work, b).value_or(1);
+  if (info.gridX)
+    l.gridX = std::max<int64_t>(1, eval(info.gridX));
+  if (info.gridY)
+    l.gridY = std::max<int64_t>(1, eval(info.gridY));
   return l;
 }
 

@@ -21,6 +21,10 @@ struct KernelInfo {
   std::vector<std::string> dims;          // the dims passed to it, in order
   sym::ExprRef parallelExtent = nullptr;  // its parallel loop's trip count, if it has one
   sym::ExprRef work = nullptr;            // rough cost of one parallel iteration (inner trip counts)
+  // Its GPU grid: blocks along x and y (the kernels loop over the grid, so a device may
+  // launch fewer) and threads per block.
+  sym::ExprRef gridX = nullptr, gridY = nullptr;
+  int64_t blockThreads = 256;
 };
 
 // One launch of a kernel, evaluated from the binding once, by the runtime.
@@ -28,6 +32,7 @@ struct Launch {
   std::vector<int64_t> dims; // the values of KernelInfo::dims
   int64_t extent = 0;        // the parallel loop's trip count (0 without one)
   int64_t work = 1;          // rough cost of one of its iterations
+  int64_t gridX = 1, gridY = 1; // GPU blocks wanted along x and y
 };
 Launch launchFor(const KernelInfo &info, const interp::Binding &b);
 

@@ -2,6 +2,8 @@
 // and in-process compilation with ORC LLJIT.
 #include "backend/llvm/CpuBackend.h"
 
+#include "runtime/GpuSimulator.h"
+
 #include "backend/llvm/KernelEmitter.h"
 #include "frontend/Diagnostics.h"
 
@@ -59,13 +61,13 @@ llvm::orc::JITTargetMachineBuilder hostTarget(bool pic) {
 
 // Every kernel in one module, optimized for the host.
 std::unique_ptr<llvm::Module> hostModule(const std::vector<const kir::Kernel *> &kernels, llvm::LLVMContext &ctx,
-                                         llvm::TargetMachine &tm) {
+                                         llvm::TargetMachine &tm, Target::Kind kind = Target::Kind::Host) {
   // Optimization remarks ("loop not vectorized") are not the user's business.
   ctx.setDiagnosticHandlerCallBack([](const llvm::DiagnosticInfo *, void *) {});
   auto module = std::make_unique<llvm::Module>("dnnc", ctx);
   module->setDataLayout(tm.createDataLayout());
   module->setTargetTriple(tm.getTargetTriple().str());
-  Target host{false, hostVectorWidth()};
+  Target host{kind, hostVectorWidth()};
   for (const kir::Kernel *k : kernels)
     emitKernel(*module, *k, host);
   optimize(*module, tm);
@@ -74,13 +76,13 @@ std::unique_ptr<llvm::Module> hostModule(const std::vector<const kir::Kernel *> 
 
 } // namespace
 
-std::unique_ptr<CpuModule> CpuModule::compile(const std::vector<const kir::Kernel *> &kernels) {
+std::unique_ptr<CpuModule> CpuModule::compile(const std::vector<const kir::Kernel *> &kernels, bool simulatedGpu) {
   llvm::orc::JITTargetMachineBuilder jtmb = hostTarget(false);
   auto tm = jtmb.createTargetMachine();
   if (!tm)
     throw InternalError("LLVM has no target machine for this host: " + errorText(tm.takeError()));
   auto ctx = std::make_unique<llvm::LLVMContext>();
-  auto module = hostModule(kernels, *ctx, **tm);
+  auto module = hostModule(kernels, *ctx, **tm, simulatedGpu ? Target::Kind::SimulatedGpu : Target::Kind::Host);
   auto impl = std::make_unique<Impl>();
   llvm::raw_string_ostream os(impl->ir);
   module->print(os, nullptr);
@@ -97,6 +99,13 @@ std::unique_ptr<CpuModule> CpuModule::compile(const std::vector<const kir::Kerne
   if (!process)
     throw InternalError("cannot resolve libm for the JIT: " + errorText(process.takeError()));
   dylib.addGenerator(std::move(*process));
+  if (simulatedGpu) { // the simulator's hooks, by address: the executable need not export them
+    llvm::orc::SymbolMap hooks;
+    for (const auto &[name, address] : rt::simulatorHooks())
+      hooks[impl->jit->mangleAndIntern(name)] = {llvm::orc::ExecutorAddr::fromPtr(address), llvm::JITSymbolFlags::Exported};
+    if (auto err = dylib.define(llvm::orc::absoluteSymbols(std::move(hooks))))
+      throw InternalError("cannot give the JIT the GPU simulator's hooks: " + errorText(std::move(err)));
+  }
   if (auto err = impl->jit->addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(ctx))))
     throw InternalError("the JIT rejected the module: " + errorText(std::move(err)));
   return std::unique_ptr<CpuModule>(new CpuModule(std::move(impl)));

@@ -17,7 +17,8 @@ using rt::KernelFn; // runtime/KernelAbi.h: the calling convention
 class CpuModule {
 public:
   // Compiles every kernel into one module. Throws InternalError if LLVM rejects it.
-  static std::unique_ptr<CpuModule> compile(const std::vector<const kir::Kernel *> &kernels);
+  // simulatedGpu: with the GPU's work mapping, for rt::SimulatedGpuDevice.
+  static std::unique_ptr<CpuModule> compile(const std::vector<const kir::Kernel *> &kernels, bool simulatedGpu = false);
   ~CpuModule();
   KernelFn lookup(const std::string &name) const;
   // The optimized LLVM IR, as text (`dnnc emit --emit=llvm`).

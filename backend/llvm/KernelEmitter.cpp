@@ -4,6 +4,7 @@
 
 #include "frontend/Diagnostics.h"
 #include "ir/graph/OpRegistry.h"
+#include "runtime/KernelAbi.h"
 
 #include <llvm/Analysis/TargetLibraryInfo.h>
 #include <llvm/IR/IRBuilder.h>
@@ -37,8 +38,9 @@ public:
     auto *ptr = llvm::PointerType::get(ctx_, 0);
     auto *i64 = b_.getInt64Ty();
     auto names = k_.dims();
+    bool nvptx = target_.kind == Target::Kind::Nvptx;
     std::vector<llvm::Type *> params;
-    if (target_.gpu) {
+    if (nvptx) {
       params.assign(k_.buffers.size(), ptr);
       params.insert(params.end(), names.size(), i64);
     } else {
@@ -49,7 +51,7 @@ public:
     fn_->addFnAttr(llvm::Attribute::NoUnwind);
     entry_ = llvm::BasicBlock::Create(ctx_, "entry", fn_);
     b_.SetInsertPoint(entry_);
-    if (target_.gpu) {
+    if (nvptx) {
       fn_->setCallingConv(llvm::CallingConv::PTX_Kernel);
       for (size_t i = 0; i < k_.buffers.size(); ++i) {
         fn_->getArg(static_cast<unsigned>(i))->setName(k_.buffers[i].name);
@@ -57,30 +59,19 @@ public:
       }
       for (size_t i = 0; i < names.size(); ++i)
         vars_[names[i]] = fn_->getArg(static_cast<unsigned>(k_.buffers.size() + i));
-      // Grid-stride: thread t of the grid runs iterations t, t + threads, ...
-      auto sreg = [&](llvm::Intrinsic::ID id) { return b_.CreateZExt(b_.CreateIntrinsic(id, {}, {}), i64); };
-      llvm::Value *block = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x), *width = sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x);
-      begin_ = b_.CreateAdd(b_.CreateMul(block, width), sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x));
-      step_ = b_.CreateMul(width, sreg(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x));
-      if (!k_.parallelLoop()) { // one thread does all of it
-        auto *work = llvm::BasicBlock::Create(ctx_, "thread0", fn_), *done = llvm::BasicBlock::Create(ctx_, "done", fn_);
-        b_.CreateCondBr(b_.CreateICmpEQ(begin_, b_.getInt64(0)), work, done);
-        b_.SetInsertPoint(work);
-        stmt(*k_.body);
-        b_.CreateBr(done);
-        b_.SetInsertPoint(done);
-      } else {
-        stmt(*k_.body);
-      }
     } else {
-      // Without this, targets that prefer 256-bit vectors split the GEMM's 512-bit ones.
-      fn_->addFnAttr("min-legal-vector-width", std::to_string(vectorWidth_ * 32));
-      begin_ = fn_->getArg(2), end_ = fn_->getArg(3), step_ = b_.getInt64(1);
       llvm::Value *buffers = fn_->getArg(0), *dims = fn_->getArg(1);
       for (size_t i = 0; i < k_.buffers.size(); ++i)
         bufs_.push_back(b_.CreateLoad(ptr, b_.CreateConstGEP1_64(ptr, buffers, i), k_.buffers[i].name));
       for (size_t i = 0; i < names.size(); ++i)
         vars_[names[i]] = b_.CreateLoad(i64, b_.CreateConstGEP1_64(i64, dims, i), names[i]);
+    }
+    if (target_.gpuMapping()) {
+      gpuBody();
+    } else {
+      // Without this, targets that prefer 256-bit vectors split the GEMM's 512-bit ones.
+      fn_->addFnAttr("min-legal-vector-width", std::to_string(vectorWidth_ * 32));
+      begin_ = fn_->getArg(2), end_ = fn_->getArg(3), step_ = b_.getInt64(1);
       stmt(*k_.body);
     }
     b_.CreateRetVoid();
@@ -114,10 +105,11 @@ private:
   // A math function: the LLVM intrinsic or libm on the host, libdevice's __nv_ form on the GPU
   // (NVPTX has no lowering for exp, log, sin, ...).
   llvm::Value *math(const char *libmName, llvm::Intrinsic::ID id, std::vector<llvm::Value *> args) {
-    if (!target_.gpu && id != llvm::Intrinsic::not_intrinsic)
+    bool nvptx = target_.kind == Target::Kind::Nvptx;
+    if (!nvptx && id != llvm::Intrinsic::not_intrinsic)
       return call(id, args);
     std::vector<llvm::Type *> types(args.size(), args[0]->getType());
-    llvm::FunctionCallee f = m_.getOrInsertFunction(target_.gpu ? std::string("__nv_") + libmName : libmName,
+    llvm::FunctionCallee f = m_.getOrInsertFunction(nvptx ? std::string("__nv_") + libmName : libmName,
                                                     llvm::FunctionType::get(args[0]->getType(), types, false));
     return b_.CreateCall(f, args);
   }
@@ -343,7 +335,10 @@ private:
       for (const auto &c : s.body)
         stmt(*c);
       return;
-    case kir::Stmt::Kind::Store: return storeValue(s.buffer, s.index, value(*s.value), s.value->dtype);
+    case kir::Stmt::Kind::Store:
+      if (mapping_ == kir::GpuMapping::Warps && !laneSplit_) // every lane holds the value: lane 0 stores it
+        return onlyIf(b_.CreateICmpEQ(lane_, b_.getInt64(0)), [&] { storeValue(s.buffer, s.index, value(*s.value), s.value->dtype); });
+      return storeValue(s.buffer, s.index, value(*s.value), s.value->dtype);
     case kir::Stmt::Kind::Let: {
       llvm::AllocaInst *slot = entryAlloca(computeType(s.value->dtype), s.var);
       locals_[s.var] = slot;
@@ -351,30 +346,41 @@ private:
       return;
     }
     case kir::Stmt::Kind::Assign: b_.CreateStore(value(*s.value), locals_.at(s.var)); return;
-    case kir::Stmt::Kind::If: {
-      llvm::Value *cond = convert(value(*s.value), s.value->dtype, DType::Bool);
-      auto *then = llvm::BasicBlock::Create(ctx_, "then", fn_), *done = llvm::BasicBlock::Create(ctx_, "endif", fn_);
-      b_.CreateCondBr(cond, then, done);
-      b_.SetInsertPoint(then);
-      for (const auto &c : s.body)
-        stmt(*c);
-      b_.CreateBr(done);
-      b_.SetInsertPoint(done);
-      return;
-    }
-    case kir::Stmt::Kind::Gemm: return gemm(s.gemm);
+    case kir::Stmt::Kind::If:
+      return onlyIf(convert(value(*s.value), s.value->dtype, DType::Bool), [&] {
+        for (const auto &c : s.body)
+          stmt(*c);
+      });
+    case kir::Stmt::Kind::Gemm:
+      if (mapping_ == kir::GpuMapping::Blocks)
+        return tiledGemm(s.gemm);
+      if (mapping_ == kir::GpuMapping::Warps)
+        throw InternalError("kernel " + k_.name + " has a GEMM among reductions");
+      return target_.gpuMapping() ? gemmLoops(s.gemm) : gemm(s.gemm);
     case kir::Stmt::Kind::For: {
-      // The parallel loop runs the chunk [begin, end) the runtime hands this call.
+      // The parallel loop runs the chunk [begin, end) the runtime hands this call (on the
+      // GPU: this thread's, warp's or block's share of the grid).
       bool chunked = &s == k_.parallelLoop();
       llvm::Value *start = chunked ? begin_ : b_.getInt64(0);
-      llvm::Value *extent = chunked && !target_.gpu ? end_ : index(s.extent);
-      llvm::BranchInst *latch = forLoop(s.var, start, extent, chunked ? step_ : b_.getInt64(1), [&](llvm::Value *i) {
+      llvm::Value *extent = chunked && !target_.gpuMapping() ? end_ : index(s.extent);
+      llvm::Value *step = chunked ? step_ : b_.getInt64(1);
+      // A warp's lanes split its reductions and its independent (vectorizable) loops.
+      bool splitLanes = mapping_ == kir::GpuMapping::Warps && !laneSplit_ && !chunked &&
+                        (s.schedule == kir::Stmt::Schedule::Reduce || s.schedule == kir::Stmt::Schedule::Vectorize);
+      if (splitLanes)
+        start = lane_, step = b_.getInt64(32), laneSplit_ = true;
+      llvm::BranchInst *latch = forLoop(s.var, start, extent, step, [&](llvm::Value *i) {
         llvm::Value *saved = vars_.count(s.var) ? vars_[s.var] : nullptr;
         vars_[s.var] = i;
         for (const auto &c : s.body)
           stmt(*c);
         vars_[s.var] = saved;
       });
+      if (splitLanes) {
+        laneSplit_ = false;
+        for (const kir::Reduction &r : s.reductions)
+          combineAcrossLanes(r);
+      }
       if (s.schedule == kir::Stmt::Schedule::Vectorize) {
         llvm::Metadata *enable[] = {llvm::MDString::get(ctx_, "llvm.loop.vectorize.enable"),
                                     llvm::ConstantAsMetadata::get(b_.getTrue())};
@@ -431,6 +437,8 @@ private:
         b_.CreateStore(b_.CreateLoad(f32, acc), b_.CreateInBoundsGEP(f32, bufs_[g.c], b_.CreateAdd(cBase, b_.CreateAdd(b_.CreateMul(i, ldc), j))));
       });
     });
+    if (g.epilogue)
+      stmt(*g.epilogue);
   }
 
   llvm::AllocaInst *entryAlloca(llvm::Type *t, const std::string &name) {
@@ -444,8 +452,6 @@ private:
   // Column tails use masked loads and stores; row tails compute on a repeated valid row
   // and skip its stores.
   void gemm(const kir::Gemm &g) {
-    if (target_.gpu)
-      return gemmLoops(g);
     const int64_t kDepthBlock = 256;
     const unsigned vw = vectorWidth_, rowsPerTile = vw >= 16 ? 8 : 6;
     llvm::Type *f32 = b_.getFloatTy();
@@ -557,6 +563,190 @@ private:
         b_.SetInsertPoint(joinBB);
       });
     });
+    if (g.epilogue)
+      stmt(*g.epilogue);
+  }
+
+  // ---- GPU mapping (NVPTX and the simulator) ----
+  llvm::Value *sreg(rt::SimRegister r) {
+    static const llvm::Intrinsic::ID ids[] = {
+        llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x,   llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x,
+        llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x, llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x,
+        llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_y, llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_y};
+    llvm::Value *v = target_.kind == Target::Kind::Nvptx ? b_.CreateIntrinsic(ids[r], {}, {})
+                                                           : b_.CreateCall(simHook("dnnc_sim_sreg", b_.getInt32Ty(), {b_.getInt32Ty()}),
+                                                                           {b_.getInt32(r)});
+    return b_.CreateZExt(v, b_.getInt64Ty());
+  }
+  llvm::FunctionCallee simHook(const char *name, llvm::Type *ret, std::vector<llvm::Type *> args) {
+    llvm::FunctionCallee f = m_.getOrInsertFunction(name, llvm::FunctionType::get(ret, args, false));
+    if (auto *fn = llvm::dyn_cast<llvm::Function>(f.getCallee()))
+      fn->addFnAttr(llvm::Attribute::Convergent);
+    return f;
+  }
+  void barrier() {
+    if (target_.kind == Target::Kind::Nvptx)
+      b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+    else
+      b_.CreateCall(simHook("dnnc_sim_barrier", b_.getVoidTy(), {}));
+  }
+  // __shfl_xor_sync over the full warp, for any scalar the kernels compute in.
+  llvm::Value *shuffleXor(llvm::Value *v, unsigned laneMask) {
+    llvm::Type *i32 = b_.getInt32Ty(), *t = v->getType();
+    auto word = [&](llvm::Value *x) -> llvm::Value * {
+      if (target_.kind == Target::Kind::Nvptx)
+        return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_shfl_sync_bfly_i32, {},
+                                  {b_.getInt32(0xffffffffu), x, b_.getInt32(laneMask), b_.getInt32(31)});
+      return b_.CreateCall(simHook("dnnc_sim_shfl_bfly", i32, {i32, i32}), {x, b_.getInt32(laneMask)});
+    };
+    if (t->isFloatTy())
+      return b_.CreateBitCast(word(b_.CreateBitCast(v, i32)), t);
+    if (t->isIntegerTy(64)) {
+      llvm::Value *lo = word(b_.CreateTrunc(v, i32)), *hi = word(b_.CreateTrunc(b_.CreateLShr(v, 32), i32));
+      return b_.CreateOr(b_.CreateZExt(lo, t), b_.CreateShl(b_.CreateZExt(hi, t), 32));
+    }
+    return b_.CreateTrunc(word(b_.CreateZExt(v, i32)), t);
+  }
+  // After a loop split across lanes: a butterfly of shuffles leaves every lane with the
+  // combination of all 32 partials.
+  void combineAcrossLanes(const kir::Reduction &r) {
+    llvm::AllocaInst *slot = locals_.at(r.local), *atSlot = r.argLocal.empty() ? nullptr : locals_.at(r.argLocal);
+    bool fp = slot->getAllocatedType()->isFloatTy();
+    for (unsigned mask = 16; mask >= 1; mask /= 2) {
+      llvm::Value *mine = b_.CreateLoad(slot->getAllocatedType(), slot), *theirs = shuffleXor(mine, mask);
+      if (!atSlot) {
+        b_.CreateStore(binaryOp(r.combine, mine, theirs, fp), slot);
+        continue;
+      }
+      llvm::Value *myAt = b_.CreateLoad(b_.getInt64Ty(), atSlot), *theirAt = shuffleXor(myAt, mask);
+      llvm::Value *tie = b_.CreateAnd(binaryOp(ir::OpKind::Eq, theirs, mine, fp), b_.CreateICmpSLT(theirAt, myAt));
+      llvm::Value *take = b_.CreateOr(binaryOp(r.combine, theirs, mine, fp), tie);
+      b_.CreateStore(b_.CreateSelect(take, theirs, mine), slot);
+      b_.CreateStore(b_.CreateSelect(take, theirAt, myAt), atSlot);
+    }
+  }
+  template <class Body> void onlyIf(llvm::Value *cond, Body body) {
+    auto *then = llvm::BasicBlock::Create(ctx_, "then", fn_), *done = llvm::BasicBlock::Create(ctx_, "endif", fn_);
+    b_.CreateCondBr(cond, then, done);
+    b_.SetInsertPoint(then);
+    body();
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+  }
+
+  // Sets up the kernel's share of the grid (see kir::GpuMapping) and emits its body.
+  void gpuBody() {
+    mapping_ = kir::gpuMapping(k_);
+    llvm::Value *tid = sreg(rt::kSimTidX), *width = sreg(rt::kSimNtidX);
+    llvm::Value *block = sreg(rt::kSimCtaidX), *blocks = sreg(rt::kSimNctaidX);
+    llvm::Value *thread = b_.CreateAdd(b_.CreateMul(block, width), tid), *threads = b_.CreateMul(width, blocks);
+    switch (mapping_) {
+    case kir::GpuMapping::Threads: begin_ = thread, step_ = threads; break;
+    case kir::GpuMapping::Warps:
+      lane_ = b_.CreateAnd(tid, b_.getInt64(31));
+      begin_ = b_.CreateLShr(thread, 5), step_ = b_.CreateLShr(threads, 5);
+      break;
+    case kir::GpuMapping::Blocks: begin_ = block, step_ = blocks; break;
+    }
+    if (!k_.parallelLoop()) // the first thread (or warp) does all of it
+      onlyIf(b_.CreateICmpEQ(begin_, b_.getInt64(0)), [&] { stmt(*k_.body); });
+    else
+      stmt(*k_.body);
+  }
+
+  // A zero-filled float array in the block's shared memory (a plain global for the
+  // simulator, which runs one block at a time).
+  llvm::Value *sharedArray(const std::string &name, int64_t elements) {
+    unsigned space = target_.kind == Target::Kind::Nvptx ? 3 : 0;
+    auto *type = llvm::ArrayType::get(b_.getFloatTy(), static_cast<uint64_t>(elements));
+    llvm::Constant *init = space == 3 ? llvm::UndefValue::get(type) : llvm::Constant::getNullValue(type);
+    auto *g = new llvm::GlobalVariable(m_, type, false, llvm::GlobalValue::InternalLinkage, init, k_.name + "." + name, nullptr,
+                                       llvm::GlobalValue::NotThreadLocal, space);
+    g->setAlignment(llvm::Align(16));
+    return g;
+  }
+
+  // The GEMM by one thread block: output tiles of kGpuGemmTile x kGpuGemmTile (the block's
+  // rows, columns strided over the grid's y), each thread accumulating 4 x 4 of them in
+  // registers from kGpuGemmDepth-deep stages of A and B staged in shared memory. Rows of a
+  // stage are padded by one float so that neither the staging stores nor the reads conflict
+  // on banks. Out-of-range elements stage as zeros; out-of-range outputs are not stored.
+  void tiledGemm(const kir::Gemm &g) {
+    constexpr int64_t tile = kir::kGpuGemmTile, depthStage = kir::kGpuGemmDepth, pitch = tile + 1;
+    constexpr int64_t threads = kir::kGpuBlockThreads, perThread = tile / 16; // a 16 x 16 grid of threads
+    static_assert(threads == 256 && tile * depthStage % threads == 0);
+    llvm::Type *f32 = b_.getFloatTy();
+    llvm::Value *zero = llvm::ConstantFP::get(f32, 0.0);
+    llvm::Value *tid = sreg(rt::kSimTidX), *tx = b_.CreateAnd(tid, b_.getInt64(15)), *ty = b_.CreateLShr(tid, 4);
+    llvm::Value *aBase = index(g.aBase), *bBase = index(g.bBase), *cBase = index(g.cBase);
+    llvm::Value *lda = index(g.lda), *ldb = index(g.ldb), *ldc = index(g.ldc), *n = index(g.n), *depth = index(g.depth);
+    llvm::Value *row0 = index(g.row0), *rows = index(g.rows);
+    llvm::Value *bColStride = g.bColStride ? index(g.bColStride) : b_.getInt64(1);
+    llvm::Value *sharedA = sharedArray("a" + std::to_string(gemms_), depthStage * pitch);
+    llvm::Value *sharedB = sharedArray("b" + std::to_string(gemms_++), depthStage * pitch);
+    auto at = [&](llvm::Value *base, llvm::Value *i) { return b_.CreateInBoundsGEP(f32, base, i); };
+    std::vector<llvm::AllocaInst *> acc;
+    for (int64_t k = 0; k < perThread * perThread; ++k)
+      acc.push_back(entryAlloca(f32, "acc"));
+    llvm::Value *colStart = b_.CreateMul(sreg(rt::kSimCtaidY), b_.getInt64(tile));
+    llvm::Value *colStep = b_.CreateMul(sreg(rt::kSimNctaidY), b_.getInt64(tile));
+    forLoop("j0", colStart, n, colStep, [&](llvm::Value *j0) {
+      for (llvm::AllocaInst *slot : acc)
+        b_.CreateStore(zero, slot);
+      forLoop("k0", b_.getInt64(0), depth, depthStage, [&](llvm::Value *k0) {
+        for (int64_t q = 0; q < tile * depthStage / threads; ++q) {
+          llvm::Value *e = b_.CreateAdd(tid, b_.getInt64(q * threads));
+          // A: consecutive threads read consecutive k of one row.
+          llvm::Value *r = b_.CreateLShr(e, 4), *kk = b_.CreateAnd(e, b_.getInt64(depthStage - 1));
+          llvm::Value *k = b_.CreateAdd(k0, kk);
+          llvm::Value *inside = b_.CreateAnd(b_.CreateICmpSLT(r, rows), b_.CreateICmpSLT(k, depth));
+          llvm::Value *from = b_.CreateSelect(inside, b_.CreateAdd(aBase, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(row0, r), lda), k)), aBase);
+          b_.CreateStore(b_.CreateSelect(inside, b_.CreateLoad(f32, at(bufs_[g.a], from)), zero),
+                         at(sharedA, b_.CreateAdd(b_.CreateMul(kk, b_.getInt64(pitch)), r)));
+          // B: consecutive threads read along B's contiguous axis (k when it is transposed).
+          llvm::Value *col;
+          if (g.bColStride)
+            col = b_.CreateLShr(e, 4), kk = b_.CreateAnd(e, b_.getInt64(depthStage - 1));
+          else
+            col = b_.CreateAnd(e, b_.getInt64(tile - 1)), kk = b_.CreateLShr(e, 6);
+          k = b_.CreateAdd(k0, kk);
+          llvm::Value *j = b_.CreateAdd(j0, col);
+          inside = b_.CreateAnd(b_.CreateICmpSLT(k, depth), b_.CreateICmpSLT(j, n));
+          from = b_.CreateSelect(inside, b_.CreateAdd(bBase, b_.CreateAdd(b_.CreateMul(k, ldb), b_.CreateMul(j, bColStride))), bBase);
+          b_.CreateStore(b_.CreateSelect(inside, b_.CreateLoad(f32, at(bufs_[g.b], from)), zero),
+                         at(sharedB, b_.CreateAdd(b_.CreateMul(kk, b_.getInt64(pitch)), col)));
+        }
+        barrier();
+        forLoop("k", b_.getInt64(0), b_.getInt64(depthStage), 1, [&](llvm::Value *k) {
+          llvm::Value *stageRow = b_.CreateMul(k, b_.getInt64(pitch));
+          std::vector<llvm::Value *> av, bv;
+          for (int64_t t = 0; t < perThread; ++t) {
+            av.push_back(b_.CreateLoad(f32, at(sharedA, b_.CreateAdd(stageRow, b_.CreateAdd(ty, b_.getInt64(16 * t))))));
+            bv.push_back(b_.CreateLoad(f32, at(sharedB, b_.CreateAdd(stageRow, b_.CreateAdd(tx, b_.getInt64(16 * t))))));
+          }
+          for (int64_t i = 0; i < perThread; ++i)
+            for (int64_t j = 0; j < perThread; ++j) {
+              llvm::AllocaInst *slot = acc[i * perThread + j];
+              b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {f32}, {av[i], bv[j], b_.CreateLoad(f32, slot)}), slot);
+            }
+        });
+        barrier(); // the next stage overwrites what this one read
+      });
+      const kir::Stmt *epilogue = g.epilogue ? g.epilogue->body[0]->body[0].get() : nullptr;
+      for (int64_t i = 0; i < perThread; ++i)
+        for (int64_t j = 0; j < perThread; ++j) {
+          llvm::Value *r = b_.CreateAdd(ty, b_.getInt64(16 * i)), *col = b_.CreateAdd(b_.CreateAdd(j0, tx), b_.getInt64(16 * j));
+          onlyIf(b_.CreateAnd(b_.CreateICmpSLT(r, rows), b_.CreateICmpSLT(col, n)), [&] {
+            llvm::Value *to = b_.CreateAdd(cBase, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(row0, r), ldc), col));
+            b_.CreateStore(b_.CreateLoad(f32, acc[i * perThread + j]), at(bufs_[g.c], to));
+            if (epilogue) { // this thread's own element: no barrier needed
+              vars_[g.epilogue->var] = r, vars_[g.epilogue->body[0]->var] = col;
+              stmt(*epilogue);
+              vars_.erase(g.epilogue->var), vars_.erase(g.epilogue->body[0]->var);
+            }
+          });
+        }
+    });
   }
 
   llvm::Module &m_;
@@ -568,6 +758,10 @@ private:
   llvm::Function *fn_ = nullptr;
   llvm::Value *begin_ = nullptr, *end_ = nullptr, *step_ = nullptr; // the parallel loop's range
   llvm::BasicBlock *entry_ = nullptr;
+  kir::GpuMapping mapping_ = kir::GpuMapping::Threads; // on GPU targets
+  llvm::Value *lane_ = nullptr; // Warps: the thread's lane
+  bool laneSplit_ = false;      // Warps: inside a loop whose iterations the lanes split
+  int gemms_ = 0;               // Blocks: GEMMs emitted (names their shared arrays)
   std::vector<llvm::Value *> bufs_;
   std::map<std::string, llvm::Value *> vars_;
   std::map<std::string, llvm::AllocaInst *> locals_;

@@ -3,8 +3,11 @@
 //
 // Contract: emitKernel adds one function named after the kernel to `m`, verified. On the
 // host its signature is rt::KernelFn (runtime/KernelAbi.h). On the GPU it is a PTX kernel
-// taking each buffer pointer, then each dim (i64), by value; its parallel loop becomes a
-// grid-stride loop over the whole grid, and a kernel without one runs on thread 0 only.
+// taking each buffer pointer, then each dim (i64), by value, whose work maps onto the grid
+// as kir::gpuMapping says (grid-stride threads, warps with shuffle reductions, or blocks
+// with shared-memory GEMM tiles); it must be launched with kir::gpuGrid's block size. The
+// simulated GPU gets the GPU's mapping behind rt::KernelFn's signature, with the
+// simulator's hooks in place of special registers, barriers and shuffles.
 #pragma once
 
 #include "ir/kernel/Kernel.h"
@@ -20,8 +23,10 @@ class Error;
 namespace dnnc::backend {
 
 struct Target {
-  bool gpu = false;
+  enum class Kind { Host, Nvptx, SimulatedGpu };
+  Kind kind = Kind::Host;
   unsigned vectorWidth = 4; // f32 lanes of the widest vector register (the CPU GEMM's tiles)
+  bool gpuMapping() const { return kind != Kind::Host; }
 };
 
 void emitKernel(llvm::Module &m, const kir::Kernel &k, const Target &target);

@@ -88,7 +88,7 @@ PtxModule compilePtx(const std::vector<const kir::Kernel *> &kernels, const std:
   auto module = std::make_unique<llvm::Module>("dnnc", ctx);
   module->setTargetTriple(triple);
   module->setDataLayout(tm->createDataLayout());
-  Target gpu{true, 1};
+  Target gpu{Target::Kind::Nvptx, 1};
   for (const kir::Kernel *k : kernels)
     emitKernel(*module, *k, gpu);
   auto buffer = llvm::MemoryBuffer::getFile(libdevice);

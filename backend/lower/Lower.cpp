@@ -294,13 +294,12 @@ StmtPtr Lowering::reduction() {
   OpKind kind = op_.kind;
   ExprRef outFlat = kir::flatIndex(keptShape, keptIdx); // keepdims only inserts 1s: same flat index
   std::vector<StmtPtr> body;
-  auto accumulate = [&](StmtPtr update) {
-    std::vector<StmtPtr> inner;
-    inner.push_back(std::move(update));
-    // The reduced loops stay serial: the accumulator is a scalar.
-    StmtPtr s = kir::block(std::move(inner));
+  // The reduced loops fold into scalar locals; the outermost is the one a GPU warp splits.
+  auto accumulate = [&](StmtPtr update, std::vector<kir::Reduction> reductions) {
+    StmtPtr s = kir::block(one(std::move(update)));
     for (size_t k = redShape.size(); k-- > 0;)
-      s = kir::loop(redIdx[k]->asVar()->name, redShape[k], one(std::move(s)));
+      s = k == 0 ? kir::reduceLoop(redIdx[k]->asVar()->name, redShape[k], one(std::move(s)), std::move(reductions))
+                 : kir::loop(redIdx[k]->asVar()->name, redShape[k], one(std::move(s)));
     return s;
   };
   ExprRef count = c(1);
@@ -313,7 +312,8 @@ StmtPtr Lowering::reduction() {
     bool prod = kind == OpKind::Prod;
     body.push_back(kir::let("acc", kir::constant(prod ? 1 : 0, acc)));
     body.push_back(accumulate(kir::assign("acc", kir::binary(prod ? OpKind::Mul : OpKind::Add, kir::local("acc", acc),
-                                                             kir::cast(x, acc), acc))));
+                                                             kir::cast(x, acc), acc)),
+                                 {{"acc", prod ? OpKind::Mul : OpKind::Add, ""}}));
     ValuePtr r = kir::local("acc", acc);
     if (kind == OpKind::Mean)
       r = kir::binary(OpKind::Div, r, kir::cast(kir::indexValue(count), acc), acc);
@@ -335,17 +335,19 @@ StmtPtr Lowering::reduction() {
     std::vector<StmtPtr> update;
     update.push_back(kir::assign("best", kir::cast(x, acc)));
     update.push_back(kir::assign("at", kir::indexValue(along)));
-    body.push_back(accumulate(kir::when(better, std::move(update))));
+    body.push_back(accumulate(kir::when(better, std::move(update)), {{"best", wantMax ? OpKind::Gt : OpKind::Lt, "at"}}));
     bool arg = kind == OpKind::Argmax || kind == OpKind::Argmin;
     body.push_back(kir::store(out(), outFlat, kir::cast(arg ? kir::local("at", DType::I64) : kir::local("best", acc), t)));
     break;
   }
   case OpKind::Logsumexp: {
     body.push_back(kir::let("best", kir::constant(-INFINITY, DType::F32)));
-    body.push_back(accumulate(kir::assign("best", kir::binary(OpKind::Maximum, kir::local("best", DType::F32), x, DType::F32))));
+    body.push_back(accumulate(kir::assign("best", kir::binary(OpKind::Maximum, kir::local("best", DType::F32), x, DType::F32)),
+                              {{"best", OpKind::Maximum, ""}}));
     body.push_back(kir::let("acc", kir::constant(0, DType::F32)));
     ValuePtr e = kir::unary(OpKind::Exp, kir::binary(OpKind::Sub, x, kir::local("best", DType::F32), DType::F32), DType::F32);
-    body.push_back(accumulate(kir::assign("acc", kir::binary(OpKind::Add, kir::local("acc", DType::F32), e, DType::F32))));
+    body.push_back(accumulate(kir::assign("acc", kir::binary(OpKind::Add, kir::local("acc", DType::F32), e, DType::F32)),
+                              {{"acc", OpKind::Add, ""}}));
     body.push_back(kir::store(out(), outFlat,
                               kir::cast(kir::binary(OpKind::Add, kir::local("best", DType::F32),
                                                     kir::unary(OpKind::Log, kir::local("acc", DType::F32), DType::F32), DType::F32),
@@ -374,9 +376,12 @@ StmtPtr Lowering::softmax() {
   ValuePtr shifted = kir::binary(OpKind::Sub, x, best, DType::F32);
   std::vector<StmtPtr> body;
   body.push_back(kir::let("best", kir::constant(-INFINITY, DType::F32)));
-  body.push_back(kir::loop(j, in[a], one(kir::assign("best", kir::binary(OpKind::Maximum, best, x, DType::F32)))));
+  body.push_back(kir::reduceLoop(j, in[a], one(kir::assign("best", kir::binary(OpKind::Maximum, best, x, DType::F32))),
+                                 {{"best", OpKind::Maximum, ""}}));
   body.push_back(kir::let("sum", kir::constant(0, DType::F32)));
-  body.push_back(kir::loop(j, in[a], one(kir::assign("sum", kir::binary(OpKind::Add, sum, kir::unary(OpKind::Exp, shifted, DType::F32), DType::F32)))));
+  body.push_back(kir::reduceLoop(j, in[a],
+                                 one(kir::assign("sum", kir::binary(OpKind::Add, sum, kir::unary(OpKind::Exp, shifted, DType::F32), DType::F32))),
+                                 {{"sum", OpKind::Add, ""}}));
   ValuePtr v = op_.kind == OpKind::Softmax
                    ? kir::binary(OpKind::Div, kir::unary(OpKind::Exp, shifted, DType::F32), sum, DType::F32)
                    : kir::binary(OpKind::Sub, shifted, kir::unary(OpKind::Log, sum, DType::F32), DType::F32);
@@ -446,17 +451,15 @@ StmtPtr Lowering::matmul(const ir::Op &mm) {
     if (transposedB) // B(k, j) is the source's (j, k)
       g.bColStride = depth;
     g.row0 = row0, g.rows = sym::min(c(kRowBlock), sym::sub(m, row0)), g.n = n, g.depth = depth;
-    std::vector<StmtPtr> task;
-    task.push_back(kir::gemm(g));
     if (epilogue) {
       Dims rc = vars(2), idx(full);
       idx.push_back(sym::add(row0, rc[0]));
       idx.push_back(rc[1]);
       StmtPtr rows = kir::loop(rc[1]->asVar()->name, n, one(kir::store(out(), kir::flatIndex(o, idx), readValue(op_.results[0], idx))),
                                Stmt::Schedule::Vectorize);
-      task.push_back(kir::loop(rc[0]->asVar()->name, g.rows, one(std::move(rows))));
+      g.epilogue = kir::loop(rc[0]->asVar()->name, g.rows, one(std::move(rows)));
     }
-    return kir::loop(p->asVar()->name, tasks, std::move(task), Stmt::Schedule::Parallel);
+    return kir::loop(p->asVar()->name, tasks, one(kir::gemm(std::move(g))), Stmt::Schedule::Parallel);
   }
   if (epilogue || transposedB)
     throw InternalError("only f32 matmuls take fused epilogues or transposed operands");
@@ -842,7 +845,10 @@ namespace {
 // The trip count of everything inside `s`, roughly: loops multiply, sequences add.
 ExprRef workOf(const Stmt &s) {
   switch (s.kind) {
-  case Stmt::Kind::Gemm: return sym::mul(sym::mul(s.gemm.rows, s.gemm.n), s.gemm.depth);
+  case Stmt::Kind::Gemm: {
+    ExprRef w = sym::mul(sym::mul(s.gemm.rows, s.gemm.n), s.gemm.depth);
+    return s.gemm.epilogue ? sym::add(w, workOf(*s.gemm.epilogue)) : w;
+  }
   case Stmt::Kind::For:
   case Stmt::Kind::Block:
   case Stmt::Kind::If: {
@@ -868,6 +874,8 @@ rt::KernelInfo kernelInfo(const kir::Kernel &k) {
     // Estimated at the first iteration (a GEMM's row block is full there).
     info.work = sym::substitute(w, {{p->var, c(0)}});
   }
+  kir::GpuGrid grid = kir::gpuGrid(k);
+  info.gridX = grid.x, info.gridY = grid.y, info.blockThreads = grid.threads;
   return info;
 }
 

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <set>
 
 namespace dnnc::kir {
@@ -118,7 +119,13 @@ StmtPtr when(ValuePtr cond, std::vector<StmtPtr> body) {
 
 StmtPtr gemm(Gemm g) {
   auto st = makeStmt(Stmt::Kind::Gemm);
-  st->gemm = g;
+  st->gemm = std::move(g);
+  return st;
+}
+
+StmtPtr reduceLoop(const std::string &var, sym::ExprRef extent, std::vector<StmtPtr> body, std::vector<Reduction> reductions) {
+  StmtPtr st = loop(var, extent, std::move(body), Stmt::Schedule::Reduce);
+  st->reductions = std::move(reductions);
   return st;
 }
 
@@ -156,20 +163,28 @@ void collectDims(const Stmt &s, std::set<std::string> &out) {
     for (sym::ExprRef e : {s.gemm.aBase, s.gemm.bBase, s.gemm.cBase, s.gemm.lda, s.gemm.ldb, s.gemm.ldc, s.gemm.row0,
                            s.gemm.rows, s.gemm.n, s.gemm.depth, s.gemm.bColStride})
       collectDims(e, out);
+  if (s.gemm.epilogue)
+    collectDims(*s.gemm.epilogue, out);
   for (const StmtPtr &b : s.body)
     collectDims(*b, out);
 }
 
 void printStmt(const Kernel &k, const Stmt &s, int depth, std::string &out) {
   std::string pad(depth * 2, ' ');
-  const char *sched[] = {"", " parallel", " vectorize"};
+  const char *sched[] = {"", " parallel", " vectorize", " reduce"};
   switch (s.kind) {
-  case Stmt::Kind::For:
-    out += fmt::format("{}for {} in 0..{}{} {{\n", pad, s.var, s.extent->str(), sched[static_cast<int>(s.schedule)]);
+  case Stmt::Kind::For: {
+    std::string combines;
+    for (const Reduction &r : s.reductions)
+      combines += fmt::format("{}{} by {}{}", combines.empty() ? "(" : ", ", r.local, ir::opInfo(r.combine).spelling,
+                              r.argLocal.empty() ? "" : " at " + r.argLocal);
+    out += fmt::format("{}for {} in 0..{}{}{} {{\n", pad, s.var, s.extent->str(), sched[static_cast<int>(s.schedule)],
+                       combines.empty() ? "" : combines + ")");
     for (const StmtPtr &b : s.body)
       printStmt(k, *b, depth + 1, out);
     out += pad + "}\n";
     break;
+  }
   case Stmt::Kind::Store:
     out += fmt::format("{}b{}[{}] = {}\n", pad, s.buffer, s.index->str(), print(*s.value));
     break;
@@ -192,6 +207,10 @@ void printStmt(const Kernel &k, const Stmt &s, int depth, std::string &out) {
     out += fmt::format("{}  b{}[{} + i*{} + j] = sum_k b{}[{} + i*{} + k] * b{}[{} + k*{} + j{}]\n", pad, g.c, g.cBase->str(),
                        g.ldc->str(), g.a, g.aBase->str(), g.lda->str(), g.b, g.bBase->str(), g.ldb->str(),
                        g.bColStride ? "*" + g.bColStride->str() : "");
+    if (g.epilogue) {
+      out += pad + "  then:\n";
+      printStmt(k, *g.epilogue, depth + 2, out);
+    }
     break;
   }
   }
@@ -200,6 +219,44 @@ void printStmt(const Kernel &k, const Stmt &s, int depth, std::string &out) {
 
 const Stmt *Kernel::parallelLoop() const {
   return body->kind == Stmt::Kind::For && body->schedule == Stmt::Schedule::Parallel ? body.get() : nullptr;
+}
+
+namespace {
+bool hasReduceLoop(const Stmt &s) {
+  if (s.kind == Stmt::Kind::For && s.schedule == Stmt::Schedule::Reduce)
+    return true;
+  return std::any_of(s.body.begin(), s.body.end(), [](const StmtPtr &b) { return hasReduceLoop(*b); });
+}
+} // namespace
+
+GpuMapping gpuMapping(const Kernel &k) {
+  const Stmt *p = k.parallelLoop();
+  if (p && !p->body.empty() &&
+      std::all_of(p->body.begin(), p->body.end(), [](const StmtPtr &b) { return b->kind == Stmt::Kind::Gemm; }))
+    return GpuMapping::Blocks;
+  return hasReduceLoop(*k.body) ? GpuMapping::Warps : GpuMapping::Threads;
+}
+
+GpuGrid gpuGrid(const Kernel &k) {
+  GpuGrid g;
+  g.y = sym::constant(1);
+  const Stmt *p = k.parallelLoop();
+  if (!p) { // one thread (or one warp) runs the body
+    g.x = sym::constant(1);
+    g.threads = 32;
+    return g;
+  }
+  auto ceilDiv = [](sym::ExprRef a, int64_t b) { return sym::floorDiv(sym::add(a, sym::constant(b - 1)), sym::constant(b)); };
+  switch (gpuMapping(k)) {
+  case GpuMapping::Threads: g.x = ceilDiv(p->extent, kGpuBlockThreads); break;
+  case GpuMapping::Warps: g.x = ceilDiv(p->extent, kGpuBlockThreads / 32); break;
+  case GpuMapping::Blocks:
+    g.x = p->extent;
+    for (const StmtPtr &b : p->body)
+      g.y = sym::max(g.y, ceilDiv(b->gemm.n, kGpuGemmTile));
+    break;
+  }
+  return g;
 }
 
 std::vector<std::string> Kernel::dims() const {

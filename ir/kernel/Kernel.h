@@ -40,17 +40,35 @@ ValuePtr cast(ValuePtr a, DType t);
 //   C[c + i*ldc + j] = sum_k A[a + i*lda + k] * B[b + k*ldb + j*bColStride]
 // for i in [row0, row0 + rows), j in [0, n), k in [0, depth). A bColStride other than 1
 // reads B transposed in place (packing gathers its columns).
+struct Stmt;
 struct Gemm {
   int a = -1, b = -1, c = -1; // buffers
   sym::ExprRef aBase, bBase, cBase, lda, ldb, ldc, row0, rows, n, depth;
   sym::ExprRef bColStride = nullptr; // null: 1
+  // Optional, applied once the block's products are stored: a loop nest
+  //   for r in 0..rows { for j in 0..n { <one Store> } }
+  // rewriting element (row0 + r, j) (fused bias, activation, residual). The CPU runs the
+  // nest over its row block; the GPU runs the Store per element, in the thread that
+  // computed it, with r and j bound.
+  std::shared_ptr<const Stmt> epilogue;
 };
 
-struct Stmt;
+// A combine of a reduction loop: after the loop, partial values of `local` kept by
+// separate workers merge with `combine` (Add, Mul, Maximum, Minimum). With an `argLocal`,
+// `combine` is the comparison (Gt, Lt) that picked a better `local`, and `argLocal` the
+// index it was found at; ties keep the smaller index (the serial scan's first).
+struct Reduction {
+  std::string local;
+  ir::OpKind combine{};
+  std::string argLocal;
+};
+
 using StmtPtr = std::unique_ptr<Stmt>;
 struct Stmt {
   enum class Kind { For, Store, Block, Let, Assign, If, Gemm };
-  enum class Schedule { Serial, Parallel, Vectorize };
+  // Reduce: a loop whose iterations only fold values into `reductions`' locals, in any
+  // order (serial on the CPU; split across a warp's lanes on the GPU).
+  enum class Schedule { Serial, Parallel, Vectorize, Reduce };
   Kind kind = Kind::Block;
   std::string var;              // For: the loop variable; Let/Assign: the local
   sym::ExprRef extent = nullptr; // For: runs var = 0 .. extent-1
@@ -60,6 +78,7 @@ struct Stmt {
   ValuePtr value;            // Store/Let/Assign value; If condition
   std::vector<StmtPtr> body; // For/Block/If
   Gemm gemm;                 // Gemm
+  std::vector<Reduction> reductions; // For with Schedule::Reduce
 };
 
 StmtPtr loop(const std::string &var, sym::ExprRef extent, std::vector<StmtPtr> body,
@@ -70,6 +89,7 @@ StmtPtr let(const std::string &name, ValuePtr v);
 StmtPtr assign(const std::string &name, ValuePtr v);
 StmtPtr when(ValuePtr cond, std::vector<StmtPtr> body);
 StmtPtr gemm(Gemm g);
+StmtPtr reduceLoop(const std::string &var, sym::ExprRef extent, std::vector<StmtPtr> body, std::vector<Reduction> reductions);
 
 struct Buffer {
   std::string name;
@@ -87,6 +107,25 @@ struct Kernel {
   // (CPU) or maps it onto the grid (GPU). Null when the kernel runs as one piece.
   const Stmt *parallelLoop() const;
 };
+
+// How a kernel's work maps onto a GPU grid (the host ignores this):
+//  Threads: one parallel iteration per thread, grid-stride; without a parallel loop thread
+//           0 runs the body.
+//  Warps:   one parallel iteration per warp (kernels with a Reduce loop): the lanes split
+//           Reduce and Vectorize loops and combine partials with warp shuffles.
+//  Blocks:  one parallel iteration per thread block, whose threads compute each Gemm of
+//           the body cooperatively in shared-memory tiles; the grid's y dimension splits
+//           the Gemm's columns into tiles of kGpuGemmTile.
+enum class GpuMapping { Threads, Warps, Blocks };
+GpuMapping gpuMapping(const Kernel &k);
+constexpr int64_t kGpuGemmTile = 64;    // rows and columns of a block's output tile
+constexpr int64_t kGpuGemmDepth = 16;   // depth of one shared-memory stage
+constexpr int64_t kGpuBlockThreads = 256;
+struct GpuGrid {
+  sym::ExprRef x, y; // blocks wanted (the kernels loop over the grid, so fewer are correct)
+  int64_t threads = kGpuBlockThreads;
+};
+GpuGrid gpuGrid(const Kernel &k);
 
 std::string print(const Kernel &k);
 std::string print(const Value &v);

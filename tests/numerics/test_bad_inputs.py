@@ -140,6 +140,7 @@ class BadArtifacts(unittest.TestCase):
 
     def test_wrong_device(self):
         self.fails(self.good, ["--device", "cuda"], "was built for cpu, not for --device cuda")
+        self.fails(self.good, ["--device", "cuda-sim"], "--device cuda-sim compiles the model for the simulator: give it the .dnn file")
 
     def test_unknown_dim(self):
         self.fails(self.good, ["--bind", "Q=3"], "model 'main' has no dim 'Q'")

@@ -245,6 +245,50 @@ class Windows(unittest.TestCase):
                                        f"{kind}_pool2d k={k} on {n}x{h}x{wd}")
 
 
+# Reductions along rows of widths around a GPU warp (32 lanes split each row and combine
+# partials with shuffles): 1, primes on either side of 32 and 64, and long rows. x holds
+# few distinct values, so argmax/argmin meet ties and must keep the first index.
+REDUCTION_SHAPES = [(1, 1), (3, 31), (2, 33), (4, 65), (1, 1000), (37, 7)]  # (R, L)
+REDUCTIONS = {
+    "sum": ("sum(x, axis = 1)", "f32[R]", lambda x, i: x.sum(1)),
+    "mean_leading": ("mean(x, axis = 0)", "f32[L]", lambda x, i: x.mean(0)),
+    "max": ("max(x, axis = 1)", "f32[R]", lambda x, i: x.max(1)),
+    "min_all": ("min(x)", "f32[]", lambda x, i: x.min()),
+    "prod": ("prod(x * 0.01 + 1.0, axis = 1)", "f32[R]", lambda x, i: (x * 0.01 + 1).prod(1)),
+    "argmax": ("argmax(x, axis = 1)", "i64[R]", lambda x, i: x.argmax(1)),
+    "argmin_leading": ("argmin(x, axis = 0)", "i64[L]", lambda x, i: x.argmin(0)),
+    "int_max": ("max(i, axis = 1)", "i32[R]", lambda x, i: i.max(1)),
+    "int_argmax": ("argmax(i, axis = 1)", "i64[R]", lambda x, i: i.argmax(1)),
+    "logsumexp": ("logsumexp(x, axis = 1)", "f32[R]", lambda x, i: np.log(np.exp(x).sum(1))),
+    "softmax": ("softmax(x)", "f32[R, L]", lambda x, i: sm(x)),
+    "log_softmax_leading": ("log_softmax(x, axis = 0)", "f32[R, L]", lambda x, i: np.log(sm(x, 0))),
+    "layer_norm": ("nn.layer_norm(x, ones([L]), zeros([L]))", "f32[R, L]",
+                   lambda x, i: (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-5)),
+}
+
+
+def make_reduction_test(name, expr, result, ref):
+    def test(self):
+        rng = np.random.default_rng(11)
+        with tempfile.TemporaryDirectory() as d:
+            model = os.path.join(d, f"reduce_{name}.dnn")
+            with open(model, "w") as f:
+                f.write(f"import nn;\ndim R; dim L;\nmodel main(x: f32[R, L], i: i32[R, L]) -> {result} {{\n"
+                        f"  return {expr};\n}}\n")
+            for r, l in REDUCTION_SHAPES:
+                x = (np.round(rng.standard_normal((r, l)) * 2) / 2).astype(np.float32)
+                i = rng.integers(-5, 5, (r, l)).astype(np.int32)
+                outs, p = self.dnnc.run(model, None, {"x": x, "i": i})
+                self.assertEqual(p.returncode, 0, p.stderr)
+                want = np.asarray(ref(x.astype(np.float64), i))
+                self.assertEqual(outs[0].shape, want.shape, f"R={r}, L={l}")
+                assert_matches(outs[0], want, 1e-5, 1e-5, f"R={r}, L={l}")
+    return test
+
+
+for _name, (_expr, _result, _ref) in REDUCTIONS.items():
+    setattr(Ops, f"test_reduce_{_name}", make_reduction_test(_name, _expr, _result, _ref))
+
 for _name, (_args, _result, _shapes) in GEMM_MODELS.items():
     setattr(Ops, f"test_gemm_{_name}", make_gemm_test(_name, _args, _result, _shapes))
 

@@ -119,7 +119,10 @@ int runModel(Program &p, const RunOptions &o) {
   std::unique_ptr<rt::Executable> gpu;
   rt::Executable *compiled = nullptr;
   try {
-    if (o.device != "ref") {
+    if (o.device == "cuda-sim") {
+      gpu = backend::compileForSimulatedGpu(g, o.memoryPlan);
+      compiled = gpu.get();
+    } else if (o.device != "ref") {
       rt::CudaProbe probe;
       if (o.device != "cpu")
         probe = rt::probeCuda();
@@ -144,6 +147,8 @@ int runArtifact(const std::string &path, const RunOptions &o) {
   std::unique_ptr<rt::Executable> exe;
   try {
     rt::ArtifactInfo info;
+    if (o.device == "cuda-sim")
+      throw DataError("--device cuda-sim compiles the model for the simulator: give it the .dnn file, not an artifact");
     exe = rt::loadArtifact(path, &info);
     if (o.device != "auto" && o.device != info.target)
       throw DataError(fmt::format("'{}' was built for {}, not for --device {} (rebuild it with --target {})", path,

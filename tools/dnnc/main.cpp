@@ -226,7 +226,7 @@ int cmdRun(int argc, char **argv) {
       "input", po::value(&inputs)->composing(), "NAME=FILE.npy for an input (repeatable); others are random")(
       "bind", po::value(&bind), "bind dims, e.g. B=2,T=8 (sizes for random inputs)")(
       "out", po::value(&o.outDir), "where out0.npy, out1.npy, ... go (default: out)")(
-      "device", po::value(&o.device), "auto (the GPU if one works, else the CPU), cpu, cuda, or ref (the reference interpreter)")(
+      "device", po::value(&o.device), "auto (the GPU if one works, else the CPU), cpu, cuda, ref (the reference interpreter), or cuda-sim (the GPU kernels on a CPU simulator, for testing)")(
       "seed", po::value(&o.seed), "seed for random weights and inputs (default 0)")(
       "threads", po::value(&o.threads), "CPU threads (default: DNNC_NUM_THREADS, else one per core)")(
       "repeat", po::value(&o.repeat), "run N more times and report the median time with --stats")(
@@ -260,8 +260,8 @@ int cmdRun(int argc, char **argv) {
     }
     o.inputs.emplace_back(in.substr(0, eq), in.substr(eq + 1));
   }
-  if (o.device != "auto" && o.device != "ref" && o.device != "cpu" && o.device != "cuda") {
-    std::cerr << "dnnc: error: unknown device '" << o.device << "' (devices: auto, cpu, cuda, ref)\n";
+  if (o.device != "auto" && o.device != "ref" && o.device != "cpu" && o.device != "cuda" && o.device != "cuda-sim") {
+    std::cerr << "dnnc: error: unknown device '" << o.device << "' (devices: auto, cpu, cuda, ref, cuda-sim)\n";
     return kUsage;
   }
   if (o.threads > 0)

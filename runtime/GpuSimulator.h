@@ -1,0 +1,39 @@
+// A simulated GPU: runs kernels compiled with the GPU's work mapping (`--device cuda-sim`)
+// on the CPU under the CUDA execution model, so the GPU schedules (grid-stride loops, warp
+// shuffles, shared-memory tiles and barriers) are tested where there is no GPU. Like
+// Numba's CUDA simulator or Triton's interpreter, it is for correctness, not speed.
+//
+// Each block runs alone, its threads as coroutines on one OS thread: a thread runs until
+// it reaches a barrier or a shuffle, and the simulator resumes the waiting threads once
+// every thread of the block (for a barrier) or every lane of the warp (for a shuffle) is
+// there. Divergent barriers or shuffles, which are undefined behaviour on a GPU, stop the
+// launch with an error instead of hanging. Grids are capped at a few blocks per dimension:
+// the kernels loop over the grid, so that is still correct, and it exercises the loops.
+#pragma once
+
+#include "runtime/Executable.h"
+#include "runtime/KernelAbi.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace dnnc::rt {
+
+class SimulatedGpuDevice : public Device {
+public:
+  // fns[i] is kernel i, compiled for the simulator; `owner` keeps their code alive.
+  SimulatedGpuDevice(std::vector<KernelFn> fns, std::shared_ptr<void> owner) : fns_(std::move(fns)), owner_(std::move(owner)) {}
+  std::string name() const override { return "cuda-sim (the GPU schedules, simulated on the CPU)"; }
+  void launch(size_t kernel, const KernelInfo &info, const std::vector<const Tensor *> &in, std::vector<Tensor> &out,
+              const Launch &launch) override;
+
+private:
+  std::vector<KernelFn> fns_;
+  std::shared_ptr<void> owner_;
+};
+
+// The hooks simulated kernels call (runtime/KernelAbi.h), by symbol name, for the JIT.
+std::vector<std::pair<std::string, void *>> simulatorHooks();
+
+} // namespace dnnc::rt
