@@ -361,6 +361,8 @@ private:
       // The parallel loop runs the chunk [begin, end) the runtime hands this call (on the
       // GPU: this thread's, warp's or block's share of the grid).
       bool chunked = &s == k_.parallelLoop();
+      if (chunked && target_.gpuMapping() && mapping_ != kir::GpuMapping::Blocks)
+        return collapsedParallelLoop(s);
       llvm::Value *start = chunked ? begin_ : b_.getInt64(0);
       llvm::Value *extent = chunked && !target_.gpuMapping() ? end_ : index(s.extent);
       llvm::Value *step = chunked ? step_ : b_.getInt64(1);
@@ -652,6 +654,33 @@ private:
       onlyIf(b_.CreateICmpEQ(begin_, b_.getInt64(0)), [&] { stmt(*k_.body); });
     else
       stmt(*k_.body);
+  }
+
+  // kir::gpuLoopNest as one grid-stride loop over the product of its extents.
+  void collapsedParallelLoop(const kir::Stmt &s) {
+    std::vector<const kir::Stmt *> chain = kir::gpuLoopNest(k_);
+    std::vector<llvm::Value *> extents;
+    llvm::Value *total = b_.getInt64(1);
+    for (const kir::Stmt *loop : chain) {
+      extents.push_back(index(loop->extent));
+      total = b_.CreateMul(total, extents.back());
+    }
+    forLoop(s.var + ".flat", begin_, total, step_, [&](llvm::Value *flat) {
+      std::map<std::string, llvm::Value *> saved;
+      for (size_t k = chain.size(); k-- > 0;) { // the innermost varies fastest
+        llvm::Value *i = flat;
+        if (k > 0) {
+          i = b_.CreateURem(flat, extents[k]);
+          flat = b_.CreateUDiv(flat, extents[k]);
+        }
+        saved[chain[k]->var] = vars_.count(chain[k]->var) ? vars_[chain[k]->var] : nullptr;
+        vars_[chain[k]->var] = i;
+      }
+      for (const auto &c : chain.back()->body)
+        stmt(*c);
+      for (auto &[name, value] : saved)
+        vars_[name] = value;
+    });
   }
 
   // A zero-filled float array in the block's shared memory (a plain global for the

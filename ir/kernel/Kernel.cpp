@@ -237,6 +237,29 @@ GpuMapping gpuMapping(const Kernel &k) {
   return hasReduceLoop(*k.body) ? GpuMapping::Warps : GpuMapping::Threads;
 }
 
+std::vector<const Stmt *> gpuLoopNest(const Kernel &k) {
+  const Stmt *p = k.parallelLoop();
+  GpuMapping mapping = gpuMapping(k);
+  if (!p || mapping == GpuMapping::Blocks)
+    return {};
+  std::vector<const Stmt *> chain{p};
+  std::set<std::string> chainVars{p->var};
+  for (;;) {
+    const Stmt &last = *chain.back();
+    if (last.body.size() != 1 || last.body[0]->kind != Stmt::Kind::For)
+      break;
+    const Stmt &inner = *last.body[0];
+    bool laneLoop = mapping == GpuMapping::Warps && inner.schedule == Stmt::Schedule::Vectorize;
+    auto uses = sym::freeVars(inner.extent);
+    bool dependent = std::any_of(uses.begin(), uses.end(), [&](const std::string &v) { return chainVars.count(v) != 0; });
+    if (inner.schedule == Stmt::Schedule::Reduce || laneLoop || dependent)
+      break;
+    chain.push_back(&inner);
+    chainVars.insert(inner.var);
+  }
+  return chain;
+}
+
 GpuGrid gpuGrid(const Kernel &k) {
   GpuGrid g;
   g.y = sym::constant(1);
@@ -247,9 +270,12 @@ GpuGrid gpuGrid(const Kernel &k) {
     return g;
   }
   auto ceilDiv = [](sym::ExprRef a, int64_t b) { return sym::floorDiv(sym::add(a, sym::constant(b - 1)), sym::constant(b)); };
+  sym::ExprRef iterations = sym::constant(1);
+  for (const Stmt *loop : gpuLoopNest(k))
+    iterations = sym::mul(iterations, loop->extent);
   switch (gpuMapping(k)) {
-  case GpuMapping::Threads: g.x = ceilDiv(p->extent, kGpuBlockThreads); break;
-  case GpuMapping::Warps: g.x = ceilDiv(p->extent, kGpuBlockThreads / 32); break;
+  case GpuMapping::Threads: g.x = ceilDiv(iterations, kGpuBlockThreads); break;
+  case GpuMapping::Warps: g.x = ceilDiv(iterations, kGpuBlockThreads / 32); break;
   case GpuMapping::Blocks:
     g.x = p->extent;
     for (const StmtPtr &b : p->body)

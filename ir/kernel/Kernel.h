@@ -118,6 +118,11 @@ struct Kernel {
 //           the Gemm's columns into tiles of kGpuGemmTile.
 enum class GpuMapping { Threads, Warps, Blocks };
 GpuMapping gpuMapping(const Kernel &k);
+// Threads and Warps: the parallel loop and the loops perfectly nested in it whose
+// iterations a GPU spreads over its threads (or warps) as one flat range, outermost
+// first: every independent iteration gets a thread, not only the outermost loop's. A
+// warp's nest stops before the loops its lanes split. Empty without a parallel loop.
+std::vector<const Stmt *> gpuLoopNest(const Kernel &k);
 constexpr int64_t kGpuGemmTile = 64;    // rows and columns of a block's output tile
 constexpr int64_t kGpuGemmDepth = 16;   // depth of one shared-memory stage
 constexpr int64_t kGpuBlockThreads = 256;
