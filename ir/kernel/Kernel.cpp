@@ -285,6 +285,14 @@ GpuGrid gpuGrid(const Kernel &k) {
   return g;
 }
 
+std::string describeGpuLaunch(const Kernel &k) {
+  static const char *names[] = {"threads (grid-stride)", "warps (lanes split reductions, shuffles combine)",
+                                "blocks (shared-memory GEMM tiles)"};
+  GpuGrid g = gpuGrid(k);
+  return fmt::format("gpu: {} by {}, grid [{}, {}] x {} threads", k.name, names[static_cast<int>(gpuMapping(k))], g.x->str(),
+                     g.y->str(), g.threads);
+}
+
 std::vector<std::string> Kernel::dims() const {
   std::set<std::string> out;
   for (const Buffer &b : buffers)

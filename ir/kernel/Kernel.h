@@ -131,6 +131,8 @@ struct GpuGrid {
   int64_t threads = kGpuBlockThreads;
 };
 GpuGrid gpuGrid(const Kernel &k);
+// One line saying how `k` maps onto a GPU ("gpu: warps, grid [..., 1] x 256 threads").
+std::string describeGpuLaunch(const Kernel &k);
 
 std::string print(const Kernel &k);
 std::string print(const Value &v);

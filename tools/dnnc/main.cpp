@@ -196,8 +196,8 @@ int cmdEmit(int argc, char **argv) {
         lower::LoweredGraph lowered = lower::lowerGraph(*m.graph);
         std::vector<const kir::Kernel *> kernels = lowered.kernelPointers();
         if (stage == "kernels")
-          for (const kir::Kernel *k : kernels)
-            text += kir::print(*k);
+          for (const kir::Kernel *k : kernels) // on the GPU, each with how it maps onto the grid
+            text += (target == "cuda" ? "// " + kir::describeGpuLaunch(*k) + "\n" : "") + kir::print(*k);
         if (stage == "plan") {
           text += ir::print(lowered.memoryPlan(*m.graph), *m.graph);
         } else if (stage == "ptx" || (stage == "llvm" && target == "cuda")) {
