@@ -6,6 +6,8 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <bit>
+#include <map>
 #include <mutex>
 
 #ifdef DNNC_HAVE_CUDA_H
@@ -128,6 +130,10 @@ struct CudaDevice::Impl {
   CUstream stream = nullptr;
   CUmodule module = nullptr;
   std::vector<CUfunction> fns;
+  // Device buffers of finished launches, by size class (powers of two from 256 bytes):
+  // cuMemAlloc and cuMemFree (which synchronizes) would otherwise cost more than most
+  // kernels. Freed with the device.
+  std::multimap<size_t, CUdeviceptr> pool;
 };
 
 CudaDevice::CudaDevice(const std::string &ptx, const std::vector<KernelInfo> &kernels) : impl_(std::make_unique<Impl>()) {
@@ -149,6 +155,8 @@ CudaDevice::CudaDevice(const std::string &ptx, const std::vector<KernelInfo> &ke
 }
 
 CudaDevice::~CudaDevice() {
+  for (auto &[bytes, p] : impl_->pool)
+    driver().memFree(p);
   if (impl_->module)
     driver().moduleUnload(impl_->module);
 }
@@ -159,19 +167,31 @@ void CudaDevice::launch(size_t kernel, const KernelInfo &info, const std::vector
                         const Launch &launch) {
   const Driver &d = driver();
   check(d.ctxSetCurrent(impl_->ctx), "cuCtxSetCurrent");
-  std::vector<CUdeviceptr> buffers;
-  // Device buffers live for this launch; freed on every path out.
-  struct Free {
-    std::vector<CUdeviceptr> &b;
-    ~Free() {
-      for (CUdeviceptr p : b)
-        driver().memFree(p);
+  std::vector<std::pair<size_t, CUdeviceptr>> buffers; // (size class, buffer)
+  // Device buffers live for this launch: back to the pool once it has finished, freed
+  // when it fails (a kernel may still be running on them).
+  struct Release {
+    Impl &impl;
+    std::vector<std::pair<size_t, CUdeviceptr>> &b;
+    bool finished = false;
+    ~Release() {
+      for (auto [bytes, p] : b)
+        if (finished)
+          impl.pool.emplace(bytes, p);
+        else
+          driver().memFree(p);
     }
-  } release{buffers};
+  } release{*impl_, buffers};
   auto alloc = [&](size_t bytes) {
+    size_t sizeClass = std::max<size_t>(std::bit_ceil(bytes), 256);
     CUdeviceptr p = 0;
-    check(d.memAlloc(&p, std::max<size_t>(bytes, 4)), "cuMemAlloc");
-    buffers.push_back(p);
+    if (auto it = impl_->pool.find(sizeClass); it != impl_->pool.end()) {
+      p = it->second;
+      impl_->pool.erase(it);
+    } else {
+      check(d.memAlloc(&p, sizeClass), "cuMemAlloc");
+    }
+    buffers.emplace_back(sizeClass, p);
     return p;
   };
   for (const Tensor *t : in) {
@@ -182,7 +202,7 @@ void CudaDevice::launch(size_t kernel, const KernelInfo &info, const std::vector
   for (const Tensor &t : out)
     alloc(t.byteSize());
   std::vector<void *> params;
-  for (CUdeviceptr &p : buffers)
+  for (auto &[bytes, p] : buffers)
     params.push_back(&p);
   std::vector<int64_t> dimValues(launch.dims);
   for (int64_t &v : dimValues)
@@ -195,8 +215,9 @@ void CudaDevice::launch(size_t kernel, const KernelInfo &info, const std::vector
   size_t base = in.size();
   for (size_t k = 0; k < out.size(); ++k)
     if (out[k].byteSize())
-      check(d.memcpyDtoH(out[k].data(), buffers[base + k], out[k].byteSize(), impl_->stream), "copying a result back");
+      check(d.memcpyDtoH(out[k].data(), buffers[base + k].second, out[k].byteSize(), impl_->stream), "copying a result back");
   check(d.streamSynchronize(impl_->stream), fmt::format("running {}", info.name).c_str());
+  release.finished = true;
 }
 
 #else // built without cuda.h
