@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -303,7 +304,10 @@ private:
     case kir::Value::Kind::Const:
       if (isFloat(v.dtype))
         return llvm::ConstantFP::get(b_.getFloatTy(), v.number);
-      return v.dtype == DType::Bool ? b_.getInt1(v.number != 0) : b_.getInt64(static_cast<int64_t>(v.number));
+      if (v.dtype == DType::Bool)
+        return b_.getInt1(v.number != 0);
+      // Saturated: the largest i64 (a min reduction's start) is 2^63 as a double, one past it.
+      return b_.getInt64(v.number >= 0x1p63 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(v.number));
     case kir::Value::Kind::Load: return loadValue(v);
     case kir::Value::Kind::Index: return index(v.index);
     case kir::Value::Kind::Local: return b_.CreateLoad(computeType(v.dtype), locals_.at(v.local));
@@ -383,7 +387,8 @@ private:
         for (const kir::Reduction &r : s.reductions)
           combineAcrossLanes(r);
       }
-      if (s.schedule == kir::Stmt::Schedule::Vectorize) {
+      bool straight = std::none_of(s.body.begin(), s.body.end(), [](const kir::StmtPtr &c) { return c->kind == kir::Stmt::Kind::For; });
+      if (s.schedule == kir::Stmt::Schedule::Vectorize || (s.schedule == kir::Stmt::Schedule::Parallel && straight)) {
         llvm::Metadata *enable[] = {llvm::MDString::get(ctx_, "llvm.loop.vectorize.enable"),
                                     llvm::ConstantAsMetadata::get(b_.getTrue())};
         llvm::Metadata *ops[] = {nullptr, llvm::MDNode::get(ctx_, enable)};
@@ -650,15 +655,18 @@ private:
       break;
     case kir::GpuMapping::Blocks: begin_ = block, step_ = blocks; break;
     }
-    if (!k_.parallelLoop()) // the first thread (or warp) does all of it
-      onlyIf(b_.CreateICmpEQ(begin_, b_.getInt64(0)), [&] { stmt(*k_.body); });
-    else
+    if (k_.parallelLoop())
       stmt(*k_.body);
+    else if (std::vector<const kir::Stmt *> loops = kir::gpuGridLoops(k_); !loops.empty())
+      for (const kir::Stmt *loop : loops) // independent: no barrier between them
+        collapsedParallelLoop(*loop);
+    else // the first thread (or warp) does all of it
+      onlyIf(b_.CreateICmpEQ(begin_, b_.getInt64(0)), [&] { stmt(*k_.body); });
   }
 
-  // kir::gpuLoopNest as one grid-stride loop over the product of its extents.
+  // kir::gpuLoopNest of grid loop `s` as one grid-stride loop over the product of its extents.
   void collapsedParallelLoop(const kir::Stmt &s) {
-    std::vector<const kir::Stmt *> chain = kir::gpuLoopNest(k_);
+    std::vector<const kir::Stmt *> chain = kir::gpuLoopNest(s, mapping_);
     std::vector<llvm::Value *> extents;
     llvm::Value *total = b_.getInt64(1);
     for (const kir::Stmt *loop : chain) {

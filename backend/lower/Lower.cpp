@@ -82,9 +82,10 @@ public:
     bool straight = std::none_of(inner.begin(), inner.end(), [](const StmtPtr &s) { return s->kind == Stmt::Kind::For; });
     StmtPtr s;
     for (size_t k = shape.size(); k-- > 0;) {
-      Stmt::Schedule sched = (k == shape.size() - 1 && straight) ? Stmt::Schedule::Vectorize
-                             : (k == 0 && parallel) ? Stmt::Schedule::Parallel
-                                                    : Stmt::Schedule::Serial;
+      // A single loop stays parallel (the CPU back end still vectorizes its straight body).
+      Stmt::Schedule sched = (k == 0 && parallel)                  ? Stmt::Schedule::Parallel
+                             : (k == shape.size() - 1 && straight) ? Stmt::Schedule::Vectorize
+                                                                   : Stmt::Schedule::Serial;
       std::vector<StmtPtr> body;
       if (s)
         body.push_back(std::move(s));
@@ -757,9 +758,12 @@ std::optional<kir::Kernel> Lowering::run() {
     body = nest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), read(0, broadcastIdx(in(0), idx)))));
     break;
   }
-  case OpKind::Concat: body = concat(false); break;
-  case OpKind::Stack: body = concat(true); break;
-  case OpKind::Split: body = split(); break;
+  case OpKind::Concat:
+  case OpKind::Stack:
+  case OpKind::Split: // one loop nest per operand (per result): each reads inputs only
+    body = op_.kind == OpKind::Split ? split() : concat(op_.kind == OpKind::Stack);
+    k_.independentLoops = true;
+    break;
   case OpKind::Pad: body = pad(); break;
   case OpKind::Take: body = take(axis(intAttr("axis"), dims(0).size())); break;
   case OpKind::Embedding: body = take(0); break;

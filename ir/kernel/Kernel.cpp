@@ -237,13 +237,22 @@ GpuMapping gpuMapping(const Kernel &k) {
   return hasReduceLoop(*k.body) ? GpuMapping::Warps : GpuMapping::Threads;
 }
 
-std::vector<const Stmt *> gpuLoopNest(const Kernel &k) {
-  const Stmt *p = k.parallelLoop();
-  GpuMapping mapping = gpuMapping(k);
-  if (!p || mapping == GpuMapping::Blocks)
+std::vector<const Stmt *> gpuGridLoops(const Kernel &k) {
+  if (gpuMapping(k) == GpuMapping::Blocks)
     return {};
-  std::vector<const Stmt *> chain{p};
-  std::set<std::string> chainVars{p->var};
+  if (const Stmt *p = k.parallelLoop())
+    return {p};
+  std::vector<const Stmt *> loops;
+  if (k.independentLoops && k.body->kind == Stmt::Kind::Block)
+    for (const StmtPtr &b : k.body->body)
+      if (b->kind == Stmt::Kind::For)
+        loops.push_back(b.get());
+  return loops.size() == k.body->body.size() ? loops : std::vector<const Stmt *>{};
+}
+
+std::vector<const Stmt *> gpuLoopNest(const Stmt &root, GpuMapping mapping) {
+  std::vector<const Stmt *> chain{&root};
+  std::set<std::string> chainVars{root.var};
   for (;;) {
     const Stmt &last = *chain.back();
     if (last.body.size() != 1 || last.body[0]->kind != Stmt::Kind::For)
@@ -264,22 +273,31 @@ GpuGrid gpuGrid(const Kernel &k) {
   GpuGrid g;
   g.y = sym::constant(1);
   const Stmt *p = k.parallelLoop();
-  if (!p) { // one thread (or one warp) runs the body
+  std::vector<const Stmt *> gridLoops = gpuGridLoops(k);
+  GpuMapping mapping = gpuMapping(k);
+  if (gridLoops.empty() && mapping != GpuMapping::Blocks) { // one thread (or one warp) runs the body
     g.x = sym::constant(1);
     g.threads = 32;
     return g;
   }
   auto ceilDiv = [](sym::ExprRef a, int64_t b) { return sym::floorDiv(sym::add(a, sym::constant(b - 1)), sym::constant(b)); };
-  sym::ExprRef iterations = sym::constant(1);
-  for (const Stmt *loop : gpuLoopNest(k))
-    iterations = sym::mul(iterations, loop->extent);
-  switch (gpuMapping(k)) {
+  sym::ExprRef iterations = nullptr; // of the largest grid loop
+  for (const Stmt *root : gridLoops) {
+    sym::ExprRef n = sym::constant(1);
+    for (const Stmt *loop : gpuLoopNest(*root, mapping))
+      n = sym::mul(n, loop->extent);
+    iterations = iterations ? sym::max(iterations, n) : n;
+  }
+  switch (mapping) {
   case GpuMapping::Threads: g.x = ceilDiv(iterations, kGpuBlockThreads); break;
   case GpuMapping::Warps: g.x = ceilDiv(iterations, kGpuBlockThreads / 32); break;
   case GpuMapping::Blocks:
     g.x = p->extent;
-    for (const StmtPtr &b : p->body)
-      g.y = sym::max(g.y, ceilDiv(b->gemm.n, kGpuGemmTile));
+    g.y = nullptr;
+    for (const StmtPtr &b : p->body) {
+      sym::ExprRef tiles = ceilDiv(b->gemm.n, kGpuGemmTile);
+      g.y = g.y ? sym::max(g.y, tiles) : tiles;
+    }
     break;
   }
   return g;

@@ -102,6 +102,9 @@ struct Kernel {
   std::string name;
   std::vector<Buffer> buffers; // the op's operands, then its results
   StmtPtr body;
+  // The body is a block of loops that read none of the memory any of them writes (concat,
+  // split): a GPU runs each across the whole grid, one after another, without a barrier.
+  bool independentLoops = false;
   std::vector<std::string> dims() const; // every dim the kernel reads at run time, sorted
   // The outermost loop when it is parallel: the runtime splits its range across threads
   // (CPU) or maps it onto the grid (GPU). Null when the kernel runs as one piece.
@@ -118,11 +121,14 @@ struct Kernel {
 //           the Gemm's columns into tiles of kGpuGemmTile.
 enum class GpuMapping { Threads, Warps, Blocks };
 GpuMapping gpuMapping(const Kernel &k);
-// Threads and Warps: the parallel loop and the loops perfectly nested in it whose
+// The loops a GPU spreads over its whole grid, one after another: the parallel loop, or
+// each loop of an independentLoops body; none for Blocks or a kernel without them.
+std::vector<const Stmt *> gpuGridLoops(const Kernel &k);
+// Threads and Warps: `root` (a grid loop) and the loops perfectly nested in it whose
 // iterations a GPU spreads over its threads (or warps) as one flat range, outermost
 // first: every independent iteration gets a thread, not only the outermost loop's. A
-// warp's nest stops before the loops its lanes split. Empty without a parallel loop.
-std::vector<const Stmt *> gpuLoopNest(const Kernel &k);
+// warp's nest stops before the loops its lanes split.
+std::vector<const Stmt *> gpuLoopNest(const Stmt &root, GpuMapping mapping);
 constexpr int64_t kGpuGemmTile = 64;    // rows and columns of a block's output tile
 constexpr int64_t kGpuGemmDepth = 16;   // depth of one shared-memory stage
 constexpr int64_t kGpuBlockThreads = 256;

@@ -259,6 +259,8 @@ REDUCTIONS = {
     "argmin_leading": ("argmin(x, axis = 0)", "i64[L]", lambda x, i: x.argmin(0)),
     "int_max": ("max(i, axis = 1)", "i32[R]", lambda x, i: i.max(1)),
     "int_argmax": ("argmax(i, axis = 1)", "i64[R]", lambda x, i: i.argmax(1)),
+    "int_min": ("min(i, axis = 1)", "i32[R]", lambda x, i: i.min(1)),
+    "int_argmin_leading": ("argmin(i, axis = 0)", "i64[L]", lambda x, i: i.argmin(0)),
     "logsumexp": ("logsumexp(x, axis = 1)", "f32[R]", lambda x, i: np.log(np.exp(x).sum(1))),
     "softmax": ("softmax(x)", "f32[R, L]", lambda x, i: sm(x)),
     "log_softmax_leading": ("log_softmax(x, axis = 0)", "f32[R, L]", lambda x, i: np.log(sm(x, 0))),
