@@ -22,7 +22,7 @@ std::string archFor(const rt::CudaProbe &probe) {
 }
 
 std::unique_ptr<rt::Executable> compileForCuda(const ir::Graph &g, const std::string &arch, bool memoryPlan) {
-  lower::LoweredGraph lowered = lower::lowerGraph(g);
+  lower::LoweredGraph lowered = lower::lowerGraph(g, true);
   std::vector<rt::KernelInfo> infos = lowered.kernelInfos();
   PtxModule ptx = compilePtx(lowered.kernelPointers(), arch);
   auto device = std::make_unique<rt::CudaDevice>(ptx.ptx, infos);
@@ -33,7 +33,7 @@ std::unique_ptr<rt::Executable> compileForCuda(const ir::Graph &g, const std::st
 }
 
 std::unique_ptr<rt::Executable> compileForSimulatedGpu(const ir::Graph &g, bool memoryPlan) {
-  lower::LoweredGraph lowered = lower::lowerGraph(g);
+  lower::LoweredGraph lowered = lower::lowerGraph(g, true);
   std::shared_ptr<CpuModule> module = CpuModule::compile(lowered.kernelPointers(), true);
   std::vector<rt::KernelFn> fns;
   for (const kir::Kernel &k : lowered.kernels)

@@ -32,8 +32,8 @@ ExprRef c(int64_t v) { return sym::constant(v); }
 // (readValue), never stored.
 class Lowering {
 public:
-  Lowering(const ir::Op &op, const std::string &name)
-      : outer_(op), op_(op.kind == OpKind::Fused ? *op.regions[0]->yields[0]->def : op) {
+  Lowering(const ir::Op &op, const std::string &name, bool forGpu)
+      : outer_(op), op_(op.kind == OpKind::Fused ? *op.regions[0]->yields[0]->def : op), forGpu_(forGpu) {
     k_.name = name;
     for (const ir::Value *v : op.operands)
       k_.buffers.push_back({v->name.empty() ? fmt::format("v{}", v->id) : v->name, v->type.dtype, v->type.dims, false});
@@ -190,6 +190,7 @@ private:
 
   const ir::Op &outer_; // the op the kernel computes (a fused op, or op_ itself)
   const ir::Op &op_;    // the op whose semantics the loop nest follows
+  bool forGpu_;         // schedules for a GPU's grid
   kir::Kernel k_;
   int next_ = 0;
 };
@@ -747,7 +748,9 @@ std::optional<kir::Kernel> Lowering::run() {
   case OpKind::Softmax:
   case OpKind::LogSoftmax: body = softmax(); break;
   case OpKind::Matmul: body = matmul(op_); break;
-  case OpKind::Conv2d: body = dtype(0) == DType::F32 && dtype(out()) == DType::F32 ? convolution() : window(true); break;
+  case OpKind::Conv2d: // the CPU's schedule vectorizes rows per (image, channel); a GPU wants a thread per output
+    body = !forGpu_ && dtype(0) == DType::F32 && dtype(out()) == DType::F32 ? convolution() : window(true);
+    break;
   case OpKind::MaxPool2d:
   case OpKind::AvgPool2d: body = window(false); break;
   case OpKind::Reshape: case OpKind::Unsqueeze: case OpKind::Squeeze: case OpKind::Flatten: body = copyFlat(); break;
@@ -790,15 +793,17 @@ std::optional<kir::Kernel> Lowering::run() {
 
 } // namespace
 
-std::optional<kir::Kernel> lowerOp(const ir::Op &op, const std::string &name) { return Lowering(op, name).run(); }
+std::optional<kir::Kernel> lowerOp(const ir::Op &op, const std::string &name, bool forGpu) {
+  return Lowering(op, name, forGpu).run();
+}
 
-LoweredGraph lowerGraph(const ir::Graph &g) {
+LoweredGraph lowerGraph(const ir::Graph &g, bool forGpu) {
   LoweredGraph out;
   for (const ir::Op *op : ir::opsPostOrder(g)) {
     if (rt::isParamView(*op)) // the runtime passes these on as views: no kernel, no buffer
       continue;
     std::string name = fmt::format("k{}_{}", out.kernels.size(), ir::opInfo(op->kind).spelling);
-    if (auto k = lowerOp(*op, name)) {
+    if (auto k = lowerOp(*op, name, forGpu)) {
       out.ops.push_back(op);
       out.kernels.push_back(std::move(*k));
     }

@@ -19,7 +19,9 @@
 
 namespace dnnc::lower {
 
-std::optional<kir::Kernel> lowerOp(const ir::Op &op, const std::string &name);
+// forGpu: schedules chosen for a GPU's grid where the CPU's would leave it idle (a
+// convolution computes per output element instead of vectorizing rows per channel).
+std::optional<kir::Kernel> lowerOp(const ir::Op &op, const std::string &name, bool forGpu = false);
 
 // Every op of a graph (all regions, program order) that has a kernel, with its kernel.
 struct LoweredGraph {
@@ -31,7 +33,7 @@ struct LoweredGraph {
   // The memory plan of the graph these kernels came from: their results are planned.
   ir::MemoryPlan memoryPlan(const ir::Graph &g) const;
 };
-LoweredGraph lowerGraph(const ir::Graph &g);
+LoweredGraph lowerGraph(const ir::Graph &g, bool forGpu = false);
 // The memory plan of `g` for the kernels in `lowered` (ir/transforms/MemoryPlan.h), in
 // the runtime's terms.
 rt::ArenaPlan arenaPlan(const ir::Graph &g, const LoweredGraph &lowered);

@@ -193,7 +193,7 @@ int cmdEmit(int argc, char **argv) {
           text += ir::print(*m.graph);
           continue;
         }
-        lower::LoweredGraph lowered = lower::lowerGraph(*m.graph);
+        lower::LoweredGraph lowered = lower::lowerGraph(*m.graph, target == "cuda" || stage == "ptx");
         std::vector<const kir::Kernel *> kernels = lowered.kernelPointers();
         if (stage == "kernels")
           for (const kir::Kernel *k : kernels) // on the GPU, each with how it maps onto the grid
