@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU checks, as one script for a machine with an NVIDIA GPU: builds, runs the `gpu`
-# and `ptx` tests and the CUDA path of every example, and writes logs under $OUT (or
+# `ptx` and `cuda-sim` tests and the CUDA path of every example, and writes logs under $OUT (or
 # ./gpu-logs). Prints a summary line per step; exits non-zero if a GPU test failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +10,7 @@ nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || echo "no nvidia-smi" > "$out/nvidia-s
 ./scripts/install-deps.sh > "$out/install.log" 2>&1
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$out/cmake.log" 2>&1
 cmake --build build > "$out/build.log" 2>&1 || { echo "build failed"; tail -20 "$out/build.log"; exit 1; }
-(cd build && ctest -L "gpu|ptx" --output-on-failure) > "$out/ctest-gpu.log" 2>&1
+(cd build && ctest -L "gpu|ptx|cuda-sim" --output-on-failure -j8) > "$out/ctest-gpu.log" 2>&1
 status=$?
 tail -15 "$out/ctest-gpu.log"
 for m in mlp transformer lstm convnet; do
