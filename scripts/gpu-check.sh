@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks, as one script for a machine with an NVIDIA GPU: builds, runs the `gpu`
+# The GPU checks, as one script for a machine with an NVIDIA GPU: builds, runs the `gpu`,
 # `ptx` and `cuda-sim` tests and the CUDA path of every example, and writes logs under $OUT (or
 # ./gpu-logs). Prints a summary line per step; exits non-zero if a GPU test failed.
 set -uo pipefail

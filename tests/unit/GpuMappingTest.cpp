@@ -1,0 +1,64 @@
+// How kernels map onto a GPU grid (kir::gpuMapping, gpuGrid, gpuLoopNest): GEMMs by
+// blocks with column tiles on y, reductions by warps, everything else by threads over the
+// whole perfectly nested loop range; concat's loops each over the grid.
+#include "backend/lower/Lower.h"
+#include "frontend/Sema.h"
+#include "ir/transforms/Pipeline.h"
+
+#include <catch2/catch.hpp>
+
+using namespace dnnc;
+
+namespace {
+
+const char *kModel = R"(dim B; dim T;
+param w: f32[8, 100];
+model main(x: f32[B, T, 8], y: f32[B, T, 100]) -> f32[B, T, 200] {
+  let p = x @ w;                                  # a GEMM: blocks
+  let s = softmax(y, axis = -1);                  # a reduction: warps
+  return concat([p * 2.0, s], axis = -1);         # elementwise and concat: threads
+}
+)";
+
+const kir::Kernel &kernelOf(const lower::LoweredGraph &l, const std::string &suffix) {
+  for (const kir::Kernel &k : l.kernels)
+    if (k.name.size() >= suffix.size() && k.name.compare(k.name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return k;
+  FAIL("no kernel named *" << suffix);
+  throw 0;
+}
+
+TEST_CASE("kernels map onto the GPU grid by what they compute", "[gpu]") {
+  Program program;
+  DiagnosticEngine diags(program.sources());
+  REQUIRE(program.loadText("gpu.dnn", kModel, diags));
+  ir::Graph &g = *program.models().at(0).graph;
+  ir::optimize(g, {false, true});
+  lower::LoweredGraph lowered = lower::lowerGraph(g, true);
+
+  const kir::Kernel &gemm = kernelOf(lowered, "_matmul");
+  CHECK(kir::gpuMapping(gemm) == kir::GpuMapping::Blocks);
+  kir::GpuGrid grid = kir::gpuGrid(gemm);
+  CHECK(grid.x->str() == "((T + 63)/64)*B"); // one block per 64-row task
+  CHECK(grid.y->str() == "2");                // 100 columns: two tiles of 64
+  CHECK(grid.threads == kir::kGpuBlockThreads);
+
+  const kir::Kernel &softmax = kernelOf(lowered, "_softmax");
+  CHECK(kir::gpuMapping(softmax) == kir::GpuMapping::Warps);
+  // B and T both spread over warps (8 per block), the row's loops left to the lanes.
+  CHECK(kir::gpuLoopNest(*softmax.parallelLoop(), kir::GpuMapping::Warps).size() == 2);
+  CHECK(kir::gpuGrid(softmax).x->str() == "(B*T + 7)/8");
+
+  const kir::Kernel &scale = kernelOf(lowered, "_mul");
+  CHECK(kir::gpuMapping(scale) == kir::GpuMapping::Threads);
+  CHECK(kir::gpuLoopNest(*scale.parallelLoop(), kir::GpuMapping::Threads).size() == 3); // the whole nest
+  CHECK(kir::gpuGrid(scale).x->str() == "(100*B*T + 255)/256");                      // 100*B*T threads
+
+  const kir::Kernel &concat = kernelOf(lowered, "_concat");
+  CHECK(concat.independentLoops);
+  CHECK(concat.parallelLoop() == nullptr);
+  CHECK(kir::gpuGridLoops(concat).size() == 2);
+  CHECK(kir::gpuGrid(concat).threads == kir::kGpuBlockThreads);
+}
+
+} // namespace
