@@ -1,13 +1,13 @@
 // The CUDA device on the driver API, loaded with dlopen (see CudaDevice.h).
 #include "runtime/CudaDevice.h"
 
+#include "runtime/DeviceMirror.h"
+
 #include <fmt/format.h>
 
 #include <dlfcn.h>
 
 #include <algorithm>
-#include <bit>
-#include <map>
 #include <mutex>
 
 #ifdef DNNC_HAVE_CUDA_H
@@ -124,16 +124,33 @@ CudaProbe probeCuda() {
   return p;
 }
 
+// Device memory through the driver, copies on the device's stream. A download waits for
+// it: the host reads what it copied next.
+struct DriverMemory : DeviceMirror::Memory {
+  CUstream stream = nullptr;
+  uint64_t allocate(size_t bytes) override {
+    CUdeviceptr p = 0;
+    check(driver().memAlloc(&p, bytes), "cuMemAlloc");
+    return p;
+  }
+  void release(uint64_t address) override { driver().memFree(address); }
+  void upload(uint64_t to, const void *from, size_t bytes) override {
+    check(driver().memcpyHtoD(to, from, bytes, stream), "copying an operand to the GPU");
+  }
+  void download(void *to, uint64_t from, size_t bytes) override {
+    check(driver().memcpyDtoH(to, from, bytes, stream), "copying a result back");
+    check(driver().streamSynchronize(stream), "copying a result back");
+  }
+};
+
 struct CudaDevice::Impl {
   CudaProbe probe;
   CUcontext ctx = nullptr;
   CUstream stream = nullptr;
   CUmodule module = nullptr;
   std::vector<CUfunction> fns;
-  // Device buffers of finished launches, by size class (powers of two from 256 bytes):
-  // cuMemAlloc and cuMemFree (which synchronizes) would otherwise cost more than most
-  // kernels. Freed with the device.
-  std::multimap<size_t, CUdeviceptr> pool;
+  DriverMemory memory;
+  std::unique_ptr<DeviceMirror> mirror; // results stay on the GPU between launches
 };
 
 CudaDevice::CudaDevice(const std::string &ptx, const std::vector<KernelInfo> &kernels) : impl_(std::make_unique<Impl>()) {
@@ -146,6 +163,8 @@ CudaDevice::CudaDevice(const std::string &ptx, const std::vector<KernelInfo> &ke
   check(d.primaryCtxRetain(&impl_->ctx, dev), "cuDevicePrimaryCtxRetain");
   check(d.ctxSetCurrent(impl_->ctx), "cuCtxSetCurrent");
   check(d.streamCreate(&impl_->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  impl_->memory.stream = impl_->stream;
+  impl_->mirror = std::make_unique<DeviceMirror>(impl_->memory);
   check(d.moduleLoadData(&impl_->module, ptx.c_str()), "loading the PTX (cuModuleLoadData)");
   for (const KernelInfo &k : kernels) {
     CUfunction f;
@@ -155,54 +174,37 @@ CudaDevice::CudaDevice(const std::string &ptx, const std::vector<KernelInfo> &ke
 }
 
 CudaDevice::~CudaDevice() {
-  for (auto &[bytes, p] : impl_->pool)
-    driver().memFree(p);
+  driver().ctxSetCurrent(impl_->ctx);
+  impl_->mirror.reset(); // frees the device buffers
   if (impl_->module)
     driver().moduleUnload(impl_->module);
 }
 
 std::string CudaDevice::name() const { return fmt::format("cuda: {} ({})", impl_->probe.name, impl_->probe.arch()); }
 
+void CudaDevice::beginRun(const std::vector<const Tensor *> &params) {
+  check(driver().ctxSetCurrent(impl_->ctx), "cuCtxSetCurrent");
+  impl_->mirror->beginRun(params);
+}
+
+void CudaDevice::syncToHost() {
+  check(driver().ctxSetCurrent(impl_->ctx), "cuCtxSetCurrent");
+  impl_->mirror->syncToHost();
+}
+
 void CudaDevice::launch(size_t kernel, const KernelInfo &info, const std::vector<const Tensor *> &in, std::vector<Tensor> &out,
                         const Launch &launch) {
   const Driver &d = driver();
   check(d.ctxSetCurrent(impl_->ctx), "cuCtxSetCurrent");
-  std::vector<std::pair<size_t, CUdeviceptr>> buffers; // (size class, buffer)
-  // Device buffers live for this launch: back to the pool once it has finished, freed
-  // when it fails (a kernel may still be running on them).
-  struct Release {
-    Impl &impl;
-    std::vector<std::pair<size_t, CUdeviceptr>> &b;
-    bool finished = false;
-    ~Release() {
-      for (auto [bytes, p] : b)
-        if (finished)
-          impl.pool.emplace(bytes, p);
-        else
-          driver().memFree(p);
-    }
-  } release{*impl_, buffers};
-  auto alloc = [&](size_t bytes) {
-    size_t sizeClass = std::max<size_t>(std::bit_ceil(bytes), 256);
-    CUdeviceptr p = 0;
-    if (auto it = impl_->pool.find(sizeClass); it != impl_->pool.end()) {
-      p = it->second;
-      impl_->pool.erase(it);
-    } else {
-      check(d.memAlloc(&p, sizeClass), "cuMemAlloc");
-    }
-    buffers.emplace_back(sizeClass, p);
-    return p;
-  };
-  for (const Tensor *t : in) {
-    CUdeviceptr p = alloc(t->byteSize());
-    if (t->byteSize())
-      check(d.memcpyHtoD(p, t->data(), t->byteSize(), impl_->stream), "copying an operand to the GPU");
-  }
+  // Operands the GPU already holds (earlier results, params) are not copied again;
+  // results stay there until the host reads them (syncToHost).
+  std::vector<CUdeviceptr> buffers;
+  for (const Tensor *t : in)
+    buffers.push_back(impl_->mirror->input(*t));
   for (const Tensor &t : out)
-    alloc(t.byteSize());
+    buffers.push_back(impl_->mirror->output(t));
   std::vector<void *> params;
-  for (auto &[bytes, p] : buffers)
+  for (CUdeviceptr &p : buffers)
     params.push_back(&p);
   std::vector<int64_t> dimValues(launch.dims);
   for (int64_t &v : dimValues)
@@ -212,12 +214,9 @@ void CudaDevice::launch(size_t kernel, const KernelInfo &info, const std::vector
   check(d.launchKernel(impl_->fns.at(kernel), blocks(launch.gridX), blocks(launch.gridY), 1,
                        static_cast<unsigned>(info.blockThreads), 1, 1, 0, impl_->stream, params.data(), nullptr),
         fmt::format("launching {}", info.name).c_str());
-  size_t base = in.size();
-  for (size_t k = 0; k < out.size(); ++k)
-    if (out[k].byteSize())
-      check(d.memcpyDtoH(out[k].data(), buffers[base + k].second, out[k].byteSize(), impl_->stream), "copying a result back");
+  // Waiting here names the kernel that failed, and lets the next launch reuse buffers.
   check(d.streamSynchronize(impl_->stream), fmt::format("running {}", info.name).c_str());
-  release.finished = true;
+  impl_->mirror->launchDone();
 }
 
 #else // built without cuda.h
@@ -233,6 +232,8 @@ CudaDevice::~CudaDevice() = default;
 std::string CudaDevice::name() const { return "cuda (unavailable)"; }
 void CudaDevice::launch(size_t, const KernelInfo &, const std::vector<const Tensor *> &, std::vector<Tensor> &,
                         const Launch &) {}
+void CudaDevice::beginRun(const std::vector<const Tensor *> &) {}
+void CudaDevice::syncToHost() {}
 
 #endif
 

@@ -1,9 +1,9 @@
 // The CUDA device, on the driver API. libcuda.so.1 is opened at run time, so dnnc builds
 // and runs on machines without a GPU; there, opening the device fails with a clear
 // message instead of a crash. Kernels come as one PTX module (the driver JIT-compiles it
-// for the GPU at hand); each launch copies the operands to device buffers on the
-// device's stream, runs the kernel over a grid that covers its parallel loop, and copies
-// the results back.
+// for the GPU at hand); each launch runs a kernel over the grid its plan gives, on the
+// device's stream, with operands and results in device memory (rt::DeviceMirror: results
+// stay on the GPU until the host reads them, params are uploaded once per run).
 #pragma once
 
 #include "runtime/Executable.h"
@@ -32,6 +32,8 @@ public:
   std::string name() const override;
   void launch(size_t kernel, const KernelInfo &info, const std::vector<const Tensor *> &in, std::vector<Tensor> &out,
               const Launch &launch) override;
+  void beginRun(const std::vector<const Tensor *> &params) override;
+  void syncToHost() override;
 
 private:
   struct Impl;

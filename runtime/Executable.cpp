@@ -12,8 +12,12 @@ namespace dnnc::rt {
 Executable::Executable(const ir::Graph &graph, std::map<const ir::Op *, size_t> kernelOf, std::vector<KernelInfo> kernels,
                        std::unique_ptr<Device> device, std::shared_ptr<const ir::Graph> owned)
     : owned_(std::move(owned)), graph_(&graph), kernelOf_(std::move(kernelOf)), kernels_(std::move(kernels)), device_(std::move(device)),
-      interpreter_(*graph_, [this](const ir::Op &op, const std::vector<const Tensor *> &in, std::vector<Tensor> &out,
-                                   const interp::Binding &b) { return runOp(op, in, out, b); }) {}
+      interpreter_(
+          *graph_,
+          [this](const ir::Op &op, const std::vector<const Tensor *> &in, std::vector<Tensor> &out, const interp::Binding &b) {
+            return runOp(op, in, out, b);
+          },
+          [this] { device_->syncToHost(); }) {}
 
 namespace {
 // Data-dependent indices must lie inside their buffers: kernels trust them.
@@ -101,6 +105,9 @@ bool Executable::runOp(const ir::Op &op, const std::vector<const Tensor *> &in, 
       throw InternalError(fmt::format("{}: dim {} is unbound at launch", name, e->str()));
     return *v;
   };
+  bool readsIndices = op.kind == ir::OpKind::Take || op.kind == ir::OpKind::Embedding || (op.kind == ir::OpKind::Index && in.size() > 1);
+  if (readsIndices) // the host checks them (and a view's offset comes from them)
+    device_->syncToHost();
   checkIndices(op, in, eval);
   if (view) {
     const auto &starts = op.get<ir::DimList>("starts"), &points = op.get<ir::DimList>("points");
@@ -142,8 +149,10 @@ bool Executable::runOp(const ir::Op &op, const std::vector<const Tensor *> &in, 
         continue;
       }
       lateArenaBytes_ = *bytes;
-      if (lateArena_.size() < static_cast<size_t>(lateArenaBytes_))
+      if (lateArena_.size() < static_cast<size_t>(lateArenaBytes_)) {
+        device_->syncToHost(); // nothing may stay mirrored at the old late arena's addresses
         lateArena_.resize(static_cast<size_t>(lateArenaBytes_));
+      }
     }
     std::vector<uint8_t> &arena = late ? lateArena_ : arena_;
     int64_t limit = late ? lateArenaBytes_ : arenaBytes_;
@@ -174,7 +183,11 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor> &inputs, const std
     if (arena_.size() < static_cast<size_t>(arenaBytes_))
       arena_.resize(static_cast<size_t>(arenaBytes_));
   }
-  return interpreter_.run(inputs, params, preset);
+  std::vector<const Tensor *> paramTensors;
+  for (const auto &[name, t] : params)
+    paramTensors.push_back(&t);
+  device_->beginRun(paramTensors);
+  return interpreter_.run(inputs, params, preset); // which syncs before returning its results
 }
 
 } // namespace dnnc::rt

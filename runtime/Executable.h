@@ -44,6 +44,11 @@ public:
   virtual std::string name() const = 0;
   virtual void launch(size_t kernel, const KernelInfo &info, const std::vector<const Tensor *> &in, std::vector<Tensor> &out,
                       const Launch &launch) = 0;
+  // Devices with memory of their own (rt::DeviceMirror) keep results there between
+  // launches: a run begins with the params it reads, and the host's copies of results
+  // are brought up to date by syncToHost() before the host reads any tensor data.
+  virtual void beginRun(const std::vector<const Tensor *> &params) { (void)params; }
+  virtual void syncToHost() {}
 };
 
 // Where planned intermediates live: one arena of `bytes`, each value at its offset (all

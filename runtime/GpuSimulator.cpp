@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 
 namespace dnnc::rt {
@@ -134,15 +135,29 @@ void runBlock(Block &b, char *stacks, const std::string &kernel) {
   }
 }
 
+// The simulated GPU's memory: heap blocks, apart from the host's tensors.
+struct HeapMemory : DeviceMirror::Memory {
+  uint64_t allocate(size_t bytes) override { return reinterpret_cast<uint64_t>(::operator new(bytes)); }
+  void release(uint64_t address) override { ::operator delete(reinterpret_cast<void *>(address)); }
+  void upload(uint64_t to, const void *from, size_t bytes) override { std::memcpy(reinterpret_cast<void *>(to), from, bytes); }
+  void download(void *to, uint64_t from, size_t bytes) override { std::memcpy(to, reinterpret_cast<const void *>(from), bytes); }
+};
+
 } // namespace
+
+SimulatedGpuDevice::SimulatedGpuDevice(std::vector<KernelFn> fns, std::shared_ptr<void> owner)
+    : fns_(std::move(fns)), owner_(std::move(owner)), memory_(std::make_unique<HeapMemory>()),
+      mirror_(std::make_unique<DeviceMirror>(*memory_)) {}
+
+SimulatedGpuDevice::~SimulatedGpuDevice() = default;
 
 void SimulatedGpuDevice::launch(size_t kernel, const KernelInfo &info, const std::vector<const Tensor *> &in,
                                 std::vector<Tensor> &out, const Launch &launch) {
   std::vector<uint8_t *> buffers;
   for (const Tensor *t : in)
-    buffers.push_back(const_cast<uint8_t *>(t->data()));
+    buffers.push_back(reinterpret_cast<uint8_t *>(mirror_->input(*t)));
   for (Tensor &t : out)
-    buffers.push_back(t.data());
+    buffers.push_back(reinterpret_cast<uint8_t *>(mirror_->output(t)));
   Block b;
   b.fn = fns_.at(kernel);
   b.buffers = buffers.data();
@@ -164,6 +179,7 @@ void SimulatedGpuDevice::launch(size_t kernel, const KernelInfo &info, const std
       b.registers[kSimCtaidY] = static_cast<int32_t>(y);
       runBlock(b, stacks.get(), info.name);
     }
+  mirror_->launchDone();
 }
 
 } // namespace dnnc::rt

@@ -11,26 +11,37 @@
 // the kernels loop over the grid, so that is still correct, and it exercises the loops.
 #pragma once
 
+#include "runtime/DeviceMirror.h"
 #include "runtime/Executable.h"
 #include "runtime/KernelAbi.h"
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace dnnc::rt {
 
+// Like the CUDA device, it has memory of its own ("device" buffers on the heap, apart
+// from the host's tensors) behind a DeviceMirror, so the runtime's keeping results on
+// the device between launches is tested too.
 class SimulatedGpuDevice : public Device {
 public:
   // fns[i] is kernel i, compiled for the simulator; `owner` keeps their code alive.
-  SimulatedGpuDevice(std::vector<KernelFn> fns, std::shared_ptr<void> owner) : fns_(std::move(fns)), owner_(std::move(owner)) {}
+  SimulatedGpuDevice(std::vector<KernelFn> fns, std::shared_ptr<void> owner);
+  ~SimulatedGpuDevice() override;
   std::string name() const override { return "cuda-sim (the GPU schedules, simulated on the CPU)"; }
   void launch(size_t kernel, const KernelInfo &info, const std::vector<const Tensor *> &in, std::vector<Tensor> &out,
               const Launch &launch) override;
+  void beginRun(const std::vector<const Tensor *> &params) override { mirror_->beginRun(params); }
+  void syncToHost() override { mirror_->syncToHost(); }
+  const DeviceMirror &mirror() const { return *mirror_; }
 
 private:
   std::vector<KernelFn> fns_;
   std::shared_ptr<void> owner_;
+  std::unique_ptr<DeviceMirror::Memory> memory_;
+  std::unique_ptr<DeviceMirror> mirror_;
 };
 
 // The hooks simulated kernels call (runtime/KernelAbi.h), by symbol name, for the JIT.

@@ -55,8 +55,13 @@ std::string unify(const ir::TensorType &expected, const std::vector<int64_t> &ac
 
 class Run {
 public:
-  Run(const ir::Graph &g, Binding &b, size_t &count, const OpRunner &runner)
-      : graph_(g), binding_(b), count_(count), runner_(runner) {}
+  Run(const ir::Graph &g, Binding &b, size_t &count, const OpRunner &runner, const HostAccess &beforeHostAccess)
+      : graph_(g), binding_(b), count_(count), runner_(runner), beforeHostAccess_(beforeHostAccess) {}
+
+  void hostAccess() const {
+    if (beforeHostAccess_)
+      beforeHostAccess_();
+  }
   std::unordered_map<const ir::Value *, Tensor> values;
 
   void region(const ir::Region &r, Binding &b) {
@@ -87,9 +92,11 @@ public:
     case ir::OpKind::Param: return; // bound before the run
     case ir::OpKind::AssertDims: return checkAssert(op, b);
     case ir::OpKind::If: {
+      hostAccess();
       const ir::Region &taken = *op.regions[values.at(op.operands[0]).get(0) != 0 ? 0 : 1];
       Binding inner = b;
       region(taken, inner);
+      hostAccess();
       for (size_t k = 0; k < op.results.size(); ++k)
         setResult(op, op.results[k], values.at(taken.yields[k]), b);
       return;
@@ -103,6 +110,7 @@ public:
       in.push_back(&values.at(v));
     std::vector<Tensor> out;
     if (!runner_ || !runner_(op, in, out, b)) {
+      hostAccess();
       if (op.kind == ir::OpKind::Fused) { // its ops, one by one
         const ir::Region &body = *op.regions[0];
         for (size_t k = 0; k < body.args.size(); ++k)
@@ -124,6 +132,7 @@ public:
     const ir::Region &body = *op.regions.back();
     size_t carriedFrom = 0; // operands before the carried values: dynamic for-loop bounds
     int64_t lo = 0, hi = 0;
+    hostAccess();
     if (isFor) {
       if (op.has("lo")) {
         lo = *sym::evaluate(op.get<sym::ExprRef>("lo"), b);
@@ -156,6 +165,7 @@ public:
       Binding inner = b;
       enter(body, i, inner);
       region(body, inner);
+      hostAccess();
       for (size_t k = 0; k < carried.size(); ++k)
         carried[k] = values.at(body.yields[k]);
     };
@@ -168,6 +178,7 @@ public:
         Binding inner = b;
         enter(cond, std::nullopt, inner);
         region(cond, inner);
+        hostAccess();
         if (values.at(cond.yields[0]).get(0) == 0)
           break;
         iterate(std::nullopt);
@@ -197,6 +208,7 @@ private:
   Binding &binding_;
   size_t &count_;
   const OpRunner &runner_;
+  const HostAccess &beforeHostAccess_;
 };
 
 } // namespace
@@ -261,7 +273,7 @@ std::vector<Tensor> Interpreter::run(const std::vector<Tensor> &inputs, const st
     given.push_back(&t);
   binding_ = bindInputs(given, preset);
   opsExecuted_ = 0;
-  Run run(graph_, binding_, opsExecuted_, runner_);
+  Run run(graph_, binding_, opsExecuted_, runner_, beforeHostAccess_);
   // Asserts about input dims are checked before anything runs.
   for (const ir::Op *op : graph_.body.ops)
     if (op->kind == ir::OpKind::AssertDims && std::holds_alternative<sym::ExprRef>(op->attrs.at("lhs"))) {
@@ -286,6 +298,7 @@ std::vector<Tensor> Interpreter::run(const std::vector<Tensor> &inputs, const st
     run.setResult(*op, op->results[0], inPlace(it->second), binding_);
   }
   run.region(graph_.body, binding_);
+  run.hostAccess();
   std::vector<Tensor> out;
   for (const ir::Value *y : graph_.body.yields)
     out.push_back(run.values.at(y));

@@ -29,9 +29,15 @@ std::vector<ParamSpec> paramsOf(const ir::Graph &g);
 using OpRunner = std::function<bool(const ir::Op &, const std::vector<const rt::Tensor *> &, std::vector<rt::Tensor> &,
                                     const Binding &)>;
 
+// Called before the interpreter reads tensor data on the host (a reference op, a branch
+// condition, loop bounds, copies of yielded or returned values): a device that keeps its
+// results in its own memory copies them back here.
+using HostAccess = std::function<void()>;
+
 class Interpreter {
 public:
-  explicit Interpreter(const ir::Graph &g, OpRunner runner = nullptr) : graph_(g), runner_(std::move(runner)) {}
+  explicit Interpreter(const ir::Graph &g, OpRunner runner = nullptr, HostAccess beforeHostAccess = nullptr)
+      : graph_(g), runner_(std::move(runner)), beforeHostAccess_(std::move(beforeHostAccess)) {}
   // Binds dims from the inputs' shapes (and `preset`), checks ranges and the asserts
   // about input dims before anything runs, then runs the model. Throws rt::DataError for
   // bad inputs or a violated assert, InternalError when a result contradicts its type.
@@ -46,6 +52,7 @@ public:
 private:
   const ir::Graph &graph_;
   OpRunner runner_;
+  HostAccess beforeHostAccess_;
   Binding binding_;
   size_t opsExecuted_ = 0;
 };

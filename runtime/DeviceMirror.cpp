@@ -1,0 +1,133 @@
+// Device-side copies of host tensors (see DeviceMirror.h).
+#include "runtime/DeviceMirror.h"
+
+#include <algorithm>
+#include <bit>
+
+namespace dnnc::rt {
+
+DeviceMirror::~DeviceMirror() {
+  for (auto &[host, m] : mirrors_)
+    memory_.release(m.address);
+  launchDone();
+  for (auto &[capacity, address] : pool_)
+    memory_.release(address);
+}
+
+uint64_t DeviceMirror::acquire(size_t bytes, size_t &capacity) {
+  // Size classes of powers of two from 256 bytes: allocating and freeing device memory
+  // costs more than most kernels.
+  capacity = std::max<size_t>(std::bit_ceil(std::max<size_t>(bytes, 1)), 256);
+  if (auto it = pool_.find(capacity); it != pool_.end()) {
+    uint64_t address = it->second;
+    pool_.erase(it);
+    return address;
+  }
+  return memory_.allocate(capacity);
+}
+
+void DeviceMirror::recycle(const Mirror &m) { retired_.emplace_back(m.capacity, m.address); }
+
+void DeviceMirror::launchDone() {
+  for (auto [capacity, address] : retired_)
+    pool_.emplace(capacity, address);
+  retired_.clear();
+}
+
+void DeviceMirror::beginRun(const std::vector<const Tensor *> &params) {
+  for (auto &[host, m] : mirrors_)
+    recycle(m);
+  mirrors_.clear();
+  params_.clear();
+  for (const Tensor *t : params)
+    params_[t->data()] = t->byteSize();
+  launchDone();
+}
+
+bool DeviceMirror::insideParam(const uint8_t *begin, size_t bytes) const {
+  auto it = params_.upper_bound(begin);
+  if (it == params_.begin())
+    return false;
+  --it;
+  return begin + bytes <= it->first + it->second;
+}
+
+bool DeviceMirror::overlapsNewer(const uint8_t *begin, size_t bytes) const {
+  for (const auto &[host, m] : mirrors_)
+    if (m.deviceNewer && host < begin + bytes && begin < host + m.bytes)
+      return true;
+  return false;
+}
+
+void DeviceMirror::forgetOverlapping(const uint8_t *begin, size_t bytes) {
+  for (auto it = mirrors_.begin(); it != mirrors_.end();) {
+    const Mirror &m = it->second;
+    bool overlaps = it->first < begin + std::max<size_t>(bytes, 1) && begin < it->first + std::max<size_t>(m.bytes, 1);
+    if (overlaps && !m.param) {
+      recycle(m);
+      it = mirrors_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+uint64_t DeviceMirror::input(const Tensor &t) {
+  const uint8_t *host = t.data();
+  size_t bytes = t.byteSize();
+  if (auto it = mirrors_.find(host); it != mirrors_.end() && it->second.bytes >= bytes)
+    return it->second.address;
+  // The host's copy is the one to upload, unless part of it is newer on the device.
+  if (overlapsNewer(host, bytes))
+    syncToHost();
+  forgetOverlapping(host, bytes);
+  Mirror m;
+  m.bytes = bytes;
+  m.address = acquire(bytes, m.capacity);
+  m.param = insideParam(host, bytes);
+  if (bytes) {
+    memory_.upload(m.address, host, bytes);
+    ++uploads_;
+  }
+  mirrors_[host] = m;
+  return m.address;
+}
+
+uint64_t DeviceMirror::output(const Tensor &t) {
+  const uint8_t *host = t.data();
+  size_t bytes = t.byteSize();
+  auto it = mirrors_.find(host);
+  if (it == mirrors_.end() || it->second.capacity < bytes || it->second.param) {
+    forgetOverlapping(host, bytes);
+    Mirror m;
+    m.address = acquire(bytes, m.capacity);
+    it = mirrors_.emplace(host, m).first;
+  } else {
+    // Older results this one overwrites (other than the one at its own address) are dead.
+    Mirror keep = it->second;
+    mirrors_.erase(it);
+    forgetOverlapping(host, bytes);
+    it = mirrors_.emplace(host, keep).first;
+  }
+  it->second.bytes = bytes;
+  it->second.deviceNewer = true;
+  return it->second.address;
+}
+
+void DeviceMirror::syncToHost() {
+  for (auto it = mirrors_.begin(); it != mirrors_.end();) {
+    Mirror &m = it->second;
+    if (m.deviceNewer && m.bytes) {
+      memory_.download(const_cast<uint8_t *>(it->first), m.address, m.bytes);
+      ++downloads_;
+    }
+    if (m.param) {
+      ++it;
+    } else {
+      recycle(m);
+      it = mirrors_.erase(it);
+    }
+  }
+}
+
+} // namespace dnnc::rt

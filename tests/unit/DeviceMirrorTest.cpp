@@ -1,0 +1,105 @@
+// Device-side copies of host tensors: what is uploaded and downloaded when, on a
+// counting heap "device" whose memory is apart from the host's.
+#include "runtime/DeviceMirror.h"
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+
+using namespace dnnc;
+using rt::DeviceMirror;
+using rt::Tensor;
+
+namespace {
+
+struct Heap : DeviceMirror::Memory {
+  int live = 0;
+  uint64_t allocate(size_t bytes) override {
+    ++live;
+    return reinterpret_cast<uint64_t>(new uint8_t[bytes]);
+  }
+  void release(uint64_t address) override {
+    --live;
+    delete[] reinterpret_cast<uint8_t *>(address);
+  }
+  void upload(uint64_t to, const void *from, size_t bytes) override { std::memcpy(reinterpret_cast<void *>(to), from, bytes); }
+  void download(void *to, uint64_t from, size_t bytes) override { std::memcpy(to, reinterpret_cast<const void *>(from), bytes); }
+};
+
+float *onDevice(uint64_t address) { return reinterpret_cast<float *>(address); }
+
+Tensor filled(std::vector<int64_t> shape, float v) {
+  Tensor t = Tensor::zeros(DType::F32, std::move(shape));
+  for (size_t k = 0; k < t.numel(); ++k)
+    t.set(k, v);
+  return t;
+}
+
+TEST_CASE("results stay on the device until the host reads them", "[mirror]") {
+  Heap heap;
+  {
+    DeviceMirror mirror(heap);
+    Tensor param = filled({4}, 2), input = filled({4}, 1), result = Tensor::zeros(DType::F32, {4});
+    mirror.beginRun({&param});
+    uint64_t p = mirror.input(param), x = mirror.input(input);
+    CHECK(mirror.uploads() == 2);
+    CHECK(mirror.input(param) == p); // already there
+    uint64_t r = mirror.output(result);
+    for (int k = 0; k < 4; ++k) // the "kernel"
+      onDevice(r)[k] = onDevice(p)[k] + onDevice(x)[k];
+    mirror.launchDone();
+    CHECK(mirror.input(result) == r); // the next kernel reads it in place
+    CHECK(mirror.uploads() == 2);
+    CHECK(result.get(0) == 0); // the host's copy is stale until a sync
+    mirror.syncToHost();
+    CHECK(mirror.downloads() == 1);
+    CHECK(result.get(3) == 3);
+    mirror.input(param); // params stay across syncs
+    CHECK(mirror.uploads() == 2);
+    mirror.input(input); // other mirrors are forgotten: the host may have changed them
+    CHECK(mirror.uploads() == 3);
+    mirror.beginRun({&param}); // a new run: params may have changed too
+    mirror.input(param);
+    CHECK(mirror.uploads() == 4);
+  }
+  CHECK(heap.live == 0); // every device buffer freed
+}
+
+TEST_CASE("a result replaces the dead results it overlaps; reads of partly newer ranges sync first", "[mirror]") {
+  Heap heap;
+  DeviceMirror mirror(heap);
+  std::vector<uint8_t> arena(64, 0);
+  auto view = [&](size_t offset, int64_t n) { return Tensor::view(DType::F32, {n}, arena.data() + offset); };
+  mirror.beginRun({});
+  Tensor a = view(0, 8), b = view(16, 8);
+  onDevice(mirror.output(a))[0] = 5;
+  mirror.launchDone();
+  onDevice(mirror.output(b))[0] = 7; // overlaps a, which the plan says is dead
+  mirror.launchDone();
+  mirror.syncToHost();
+  CHECK(mirror.downloads() == 1); // only b: a stale a must not overwrite it
+  CHECK(view(16, 1).get(0) == 7);
+
+  Tensor c = view(0, 4);
+  onDevice(mirror.output(c))[1] = 9;
+  mirror.launchDone();
+  mirror.input(view(4, 2)); // a view into c's bytes: c comes back before the upload
+  CHECK(view(4, 1).get(0) == 9);
+  CHECK(mirror.downloads() == 2);
+}
+
+TEST_CASE("buffers forgotten during a launch are not reused in it", "[mirror]") {
+  Heap heap;
+  DeviceMirror mirror(heap);
+  std::vector<uint8_t> arena(64, 0);
+  mirror.beginRun({});
+  Tensor a = Tensor::view(DType::F32, {8}, arena.data()), b = Tensor::view(DType::F32, {4}, arena.data() + 8);
+  uint64_t first = mirror.output(a);
+  mirror.launchDone();
+  uint64_t second = mirror.output(b); // forgets a's mirror ...
+  uint64_t third = mirror.output(Tensor::view(DType::F32, {8}, arena.data() + 32));
+  CHECK(third != first); // ... but its buffer waits for the launch to finish
+  CHECK(second != first);
+}
+
+} // namespace
