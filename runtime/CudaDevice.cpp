@@ -182,15 +182,19 @@ CudaDevice::~CudaDevice() {
 
 std::string CudaDevice::name() const { return fmt::format("cuda: {} ({})", impl_->probe.name, impl_->probe.arch()); }
 
-void CudaDevice::beginRun(const std::vector<const Tensor *> &params) {
+void CudaDevice::beginRun(const std::vector<const Tensor *> &params, std::vector<Range> arenas) {
   check(driver().ctxSetCurrent(impl_->ctx), "cuCtxSetCurrent");
-  impl_->mirror->beginRun(params);
+  impl_->mirror->beginRun(params, std::move(arenas));
 }
 
-void CudaDevice::syncToHost() {
+void CudaDevice::hostReads(const std::vector<const Tensor *> &tensors, bool hostMayAllocate) {
   check(driver().ctxSetCurrent(impl_->ctx), "cuCtxSetCurrent");
-  impl_->mirror->syncToHost();
+  impl_->mirror->hostReads(tensors, hostMayAllocate);
 }
+
+void CudaDevice::setArenas(std::vector<Range> arenas) { impl_->mirror->setArenas(std::move(arenas)); }
+
+std::string CudaDevice::copies() const { return impl_->mirror->copies(); }
 
 void CudaDevice::launch(size_t kernel, const KernelInfo &info, const std::vector<const Tensor *> &in, std::vector<Tensor> &out,
                         const Launch &launch) {
@@ -232,8 +236,10 @@ CudaDevice::~CudaDevice() = default;
 std::string CudaDevice::name() const { return "cuda (unavailable)"; }
 void CudaDevice::launch(size_t, const KernelInfo &, const std::vector<const Tensor *> &, std::vector<Tensor> &,
                         const Launch &) {}
-void CudaDevice::beginRun(const std::vector<const Tensor *> &) {}
-void CudaDevice::syncToHost() {}
+void CudaDevice::beginRun(const std::vector<const Tensor *> &, std::vector<Range>) {}
+void CudaDevice::hostReads(const std::vector<const Tensor *> &, bool) {}
+void CudaDevice::setArenas(std::vector<Range>) {}
+std::string CudaDevice::copies() const { return {}; }
 
 #endif
 

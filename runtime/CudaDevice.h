@@ -32,8 +32,10 @@ public:
   std::string name() const override;
   void launch(size_t kernel, const KernelInfo &info, const std::vector<const Tensor *> &in, std::vector<Tensor> &out,
               const Launch &launch) override;
-  void beginRun(const std::vector<const Tensor *> &params) override;
-  void syncToHost() override;
+  void beginRun(const std::vector<const Tensor *> &params, std::vector<Range> arenas) override;
+  void hostReads(const std::vector<const Tensor *> &tensors, bool hostMayAllocate) override;
+  void setArenas(std::vector<Range> arenas) override;
+  std::string copies() const override;
 
 private:
   struct Impl;

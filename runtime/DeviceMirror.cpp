@@ -1,6 +1,8 @@
 // Device-side copies of host tensors (see DeviceMirror.h).
 #include "runtime/DeviceMirror.h"
 
+#include "frontend/Diagnostics.h"
+
 #include <algorithm>
 #include <bit>
 
@@ -34,29 +36,34 @@ void DeviceMirror::launchDone() {
   retired_.clear();
 }
 
-void DeviceMirror::beginRun(const std::vector<const Tensor *> &params) {
+void DeviceMirror::beginRun(const std::vector<const Tensor *> &params, std::vector<Range> arenas) {
   for (auto &[host, m] : mirrors_)
     recycle(m);
   mirrors_.clear();
   params_.clear();
   for (const Tensor *t : params)
-    params_[t->data()] = t->byteSize();
+    params_.emplace_back(t->data(), t->byteSize());
+  arenas_ = std::move(arenas);
   launchDone();
 }
 
-bool DeviceMirror::insideParam(const uint8_t *begin, size_t bytes) const {
-  auto it = params_.upper_bound(begin);
-  if (it == params_.begin())
-    return false;
-  --it;
-  return begin + bytes <= it->first + it->second;
+bool DeviceMirror::inside(const std::vector<Range> &ranges, const uint8_t *begin, size_t bytes) const {
+  return std::any_of(ranges.begin(), ranges.end(),
+                     [&](const Range &r) { return r.first <= begin && begin + bytes <= r.first + r.second; });
 }
 
-bool DeviceMirror::overlapsNewer(const uint8_t *begin, size_t bytes) const {
-  for (const auto &[host, m] : mirrors_)
+void DeviceMirror::download(const uint8_t *host, Mirror &m) {
+  if (m.deviceNewer && m.bytes) {
+    memory_.download(const_cast<uint8_t *>(host), m.address, m.bytes);
+    ++downloads_;
+  }
+  m.deviceNewer = false;
+}
+
+void DeviceMirror::downloadOverlapping(const uint8_t *begin, size_t bytes) {
+  for (auto &[host, m] : mirrors_)
     if (m.deviceNewer && host < begin + bytes && begin < host + m.bytes)
-      return true;
-  return false;
+      download(host, m);
 }
 
 void DeviceMirror::forgetOverlapping(const uint8_t *begin, size_t bytes) {
@@ -77,14 +84,13 @@ uint64_t DeviceMirror::input(const Tensor &t) {
   size_t bytes = t.byteSize();
   if (auto it = mirrors_.find(host); it != mirrors_.end() && it->second.bytes >= bytes)
     return it->second.address;
-  // The host's copy is the one to upload, unless part of it is newer on the device.
-  if (overlapsNewer(host, bytes))
-    syncToHost();
+  // The host's copy is the one to upload, once what the device has newer of it is back.
+  downloadOverlapping(host, bytes);
   forgetOverlapping(host, bytes);
   Mirror m;
   m.bytes = bytes;
   m.address = acquire(bytes, m.capacity);
-  m.param = insideParam(host, bytes);
+  m.param = inside(params_, host, bytes);
   if (bytes) {
     memory_.upload(m.address, host, bytes);
     ++uploads_;
@@ -114,20 +120,39 @@ uint64_t DeviceMirror::output(const Tensor &t) {
   return it->second.address;
 }
 
-void DeviceMirror::syncToHost() {
+std::string DeviceMirror::copies() const {
+  return std::to_string(uploads_) + " uploads, " + std::to_string(downloads_) + " downloads (all runs)";
+}
+
+void DeviceMirror::hostReads(const std::vector<const Tensor *> &tensors, bool hostMayAllocate) {
+  for (const Tensor *t : tensors)
+    downloadOverlapping(t->data(), t->byteSize());
+  if (!hostMayAllocate)
+    return;
   for (auto it = mirrors_.begin(); it != mirrors_.end();) {
-    Mirror &m = it->second;
-    if (m.deviceNewer && m.bytes) {
-      memory_.download(const_cast<uint8_t *>(it->first), m.address, m.bytes);
-      ++downloads_;
-    }
-    if (m.param) {
+    if (it->second.param || inside(arenas_, it->first, it->second.bytes)) {
       ++it;
-    } else {
-      recycle(m);
-      it = mirrors_.erase(it);
+      continue;
     }
+    download(it->first, it->second);
+    recycle(it->second);
+    it = mirrors_.erase(it);
   }
+}
+
+void DeviceMirror::setArenas(std::vector<Range> arenas) {
+  for (auto it = mirrors_.begin(); it != mirrors_.end();) {
+    const Mirror &m = it->second;
+    if (!inside(arenas_, it->first, m.bytes) || inside(arenas, it->first, m.bytes)) {
+      ++it;
+      continue;
+    }
+    if (m.deviceNewer)
+      throw InternalError("a result the device holds lives in arena memory that moved");
+    recycle(m);
+    it = mirrors_.erase(it);
+  }
+  arenas_ = std::move(arenas);
 }
 
 } // namespace dnnc::rt

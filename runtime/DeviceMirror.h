@@ -2,18 +2,21 @@
 // simulated GPU): kernel results stay on the device while kernels consume them, inputs
 // are uploaded once and reused, params once per run, and device buffers are pooled.
 //
-// Contract (the runtime's part): only kernels write the planned arena, each result in
-// full; host code reads tensor data only after syncToHost() (the interpreter's
-// HostAccess hook, index checks, the end of a run); params do not change during a run.
-// Mirrors are keyed by host address: a result written where an older mirror overlaps
-// replaces it (the memory plan never overlaps live values), and syncToHost() forgets all
-// but the params' mirrors, since the host may free and reuse memory after it.
+// Contract (the runtime's part): only kernels write the arenas (the memory plan's), each
+// result in full; the host reads tensor data only after hostReads() for those tensors;
+// params do not change during a run, and the arenas move only through setArenas().
+// Mirrors are keyed by host address. A result written where older mirrors overlap
+// replaces them (the memory plan never overlaps live values). Results in the arenas stay
+// on the device across host phases (the host never frees or writes arena memory); when
+// the host may allocate, mirrors of other host memory are forgotten, since that memory
+// may be freed and reused.
 #pragma once
 
 #include "runtime/Tensor.h"
 
 #include <cstdint>
 #include <map>
+#include <string>
 #include <vector>
 
 namespace dnnc::rt {
@@ -33,21 +36,28 @@ public:
   DeviceMirror(const DeviceMirror &) = delete;
   DeviceMirror &operator=(const DeviceMirror &) = delete;
 
+  using Range = std::pair<const uint8_t *, size_t>; // host memory: start, bytes
   // A run starts: every mirror is forgotten (params may have changed since the last
   // run); those of `params` (and of views inside them) are kept until the next beginRun.
-  void beginRun(const std::vector<const Tensor *> &params);
+  void beginRun(const std::vector<const Tensor *> &params, std::vector<Range> arenas);
+  // The host reads `tensors` next: results the device holds newer are copied back. With
+  // hostMayAllocate (host ops, control flow), mirrors outside the arenas and params are
+  // then forgotten (copied back first where the device's are newer).
+  void hostReads(const std::vector<const Tensor *> &tensors, bool hostMayAllocate);
+  // The arenas are now `arenas` (one grew, and moved): mirrors of the old ones' memory are
+  // forgotten. None may hold a result newer than the host (none is live when an arena
+  // is sized): InternalError otherwise.
+  void setArenas(std::vector<Range> arenas);
   // The device address holding `t`'s values, uploading them unless the device has them.
   uint64_t input(const Tensor &t);
   // The device address a kernel writes result `t` at; its values are the device's after.
   uint64_t output(const Tensor &t);
-  // Copies every result the device holds newer than the host back, then forgets all
-  // mirrors but the params'.
-  void syncToHost();
   // The launch that used the addresses handed out since the last call has finished:
   // buffers forgotten meanwhile may be reused from now on (never within one launch).
   void launchDone();
   size_t uploads() const { return uploads_; }     // for tests and stats
   size_t downloads() const { return downloads_; }
+  std::string copies() const; // "N uploads, M downloads" (Device::copies)
 
 private:
   struct Mirror {
@@ -58,12 +68,13 @@ private:
   uint64_t acquire(size_t bytes, size_t &capacity);
   void recycle(const Mirror &m);
   void forgetOverlapping(const uint8_t *begin, size_t bytes); // results this one overwrites
-  bool overlapsNewer(const uint8_t *begin, size_t bytes) const;
-  bool insideParam(const uint8_t *begin, size_t bytes) const;
+  void download(const uint8_t *host, Mirror &m);
+  void downloadOverlapping(const uint8_t *begin, size_t bytes);
+  bool inside(const std::vector<Range> &ranges, const uint8_t *begin, size_t bytes) const;
 
   Memory &memory_;
   std::map<const uint8_t *, Mirror> mirrors_;
-  std::map<const uint8_t *, size_t> params_; // their host bytes
+  std::vector<Range> params_, arenas_;
   std::multimap<size_t, uint64_t> pool_; // free device buffers by capacity
   std::vector<std::pair<size_t, uint64_t>> retired_; // forgotten during the current launch
   size_t uploads_ = 0, downloads_ = 0;

@@ -17,7 +17,7 @@ Executable::Executable(const ir::Graph &graph, std::map<const ir::Op *, size_t> 
           [this](const ir::Op &op, const std::vector<const Tensor *> &in, std::vector<Tensor> &out, const interp::Binding &b) {
             return runOp(op, in, out, b);
           },
-          [this] { device_->syncToHost(); }) {}
+          [this](const std::vector<const Tensor *> &reads) { device_->hostReads(reads, true); }) {}
 
 namespace {
 // Data-dependent indices must lie inside their buffers: kernels trust them.
@@ -92,6 +92,10 @@ bool isParamView(const ir::Op &op) {
   return true;
 }
 
+std::vector<Device::Range> Executable::arenas() const {
+  return {{arena_.data(), arena_.size()}, {lateArena_.data(), lateArena_.size()}};
+}
+
 bool Executable::runOp(const ir::Op &op, const std::vector<const Tensor *> &in, std::vector<Tensor> &out,
                        const interp::Binding &b) {
   auto it = kernelOf_.find(&op);
@@ -107,7 +111,7 @@ bool Executable::runOp(const ir::Op &op, const std::vector<const Tensor *> &in, 
   };
   bool readsIndices = op.kind == ir::OpKind::Take || op.kind == ir::OpKind::Embedding || (op.kind == ir::OpKind::Index && in.size() > 1);
   if (readsIndices) // the host checks them (and a view's offset comes from them)
-    device_->syncToHost();
+    device_->hostReads({in.begin() + 1, in.end()}, false);
   checkIndices(op, in, eval);
   if (view) {
     const auto &starts = op.get<ir::DimList>("starts"), &points = op.get<ir::DimList>("points");
@@ -150,8 +154,8 @@ bool Executable::runOp(const ir::Op &op, const std::vector<const Tensor *> &in, 
       }
       lateArenaBytes_ = *bytes;
       if (lateArena_.size() < static_cast<size_t>(lateArenaBytes_)) {
-        device_->syncToHost(); // nothing may stay mirrored at the old late arena's addresses
         lateArena_.resize(static_cast<size_t>(lateArenaBytes_));
+        device_->setArenas(arenas());
       }
     }
     std::vector<uint8_t> &arena = late ? lateArena_ : arena_;
@@ -186,7 +190,7 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor> &inputs, const std
   std::vector<const Tensor *> paramTensors;
   for (const auto &[name, t] : params)
     paramTensors.push_back(&t);
-  device_->beginRun(paramTensors);
+  device_->beginRun(paramTensors, arenas());
   return interpreter_.run(inputs, params, preset); // which syncs before returning its results
 }
 

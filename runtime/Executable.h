@@ -44,11 +44,17 @@ public:
   virtual std::string name() const = 0;
   virtual void launch(size_t kernel, const KernelInfo &info, const std::vector<const Tensor *> &in, std::vector<Tensor> &out,
                       const Launch &launch) = 0;
-  // Devices with memory of their own (rt::DeviceMirror) keep results there between
-  // launches: a run begins with the params it reads, and the host's copies of results
-  // are brought up to date by syncToHost() before the host reads any tensor data.
-  virtual void beginRun(const std::vector<const Tensor *> &params) { (void)params; }
-  virtual void syncToHost() {}
+  // Devices with memory of their own keep results there between launches (see
+  // rt::DeviceMirror, whose calls these are): a run begins with the params it reads and
+  // the arenas (host memory only kernels write); the host's copies of `tensors` are
+  // brought up to date by hostReads() before the host reads them; setArenas() follows
+  // an arena that moved.
+  using Range = std::pair<const uint8_t *, size_t>;
+  virtual void beginRun(const std::vector<const Tensor *> &params, std::vector<Range> arenas) { (void)params, (void)arenas; }
+  virtual void hostReads(const std::vector<const Tensor *> &tensors, bool hostMayAllocate) { (void)tensors, (void)hostMayAllocate; }
+  virtual void setArenas(std::vector<Range> arenas) { (void)arenas; }
+  // Copies between host and device memory so far, for --stats (empty: none are made).
+  virtual std::string copies() const { return {}; }
 };
 
 // Where planned intermediates live: one arena of `bytes`, each value at its offset (all
@@ -91,6 +97,7 @@ public:
   size_t kernelsLaunched() const { return launched_; } // over every run so far
 
 private:
+  std::vector<Device::Range> arenas() const; // the host memory only kernels write
   bool runOp(const ir::Op &op, const std::vector<const Tensor *> &in, std::vector<Tensor> &out, const interp::Binding &b);
 
   std::shared_ptr<const ir::Graph> owned_;

@@ -33,8 +33,14 @@ public:
   std::string name() const override { return "cuda-sim (the GPU schedules, simulated on the CPU)"; }
   void launch(size_t kernel, const KernelInfo &info, const std::vector<const Tensor *> &in, std::vector<Tensor> &out,
               const Launch &launch) override;
-  void beginRun(const std::vector<const Tensor *> &params) override { mirror_->beginRun(params); }
-  void syncToHost() override { mirror_->syncToHost(); }
+  void beginRun(const std::vector<const Tensor *> &params, std::vector<Range> arenas) override {
+    mirror_->beginRun(params, std::move(arenas));
+  }
+  void hostReads(const std::vector<const Tensor *> &tensors, bool hostMayAllocate) override {
+    mirror_->hostReads(tensors, hostMayAllocate);
+  }
+  void setArenas(std::vector<Range> arenas) override { mirror_->setArenas(std::move(arenas)); }
+  std::string copies() const override { return mirror_->copies(); }
   const DeviceMirror &mirror() const { return *mirror_; }
 
 private:

@@ -58,9 +58,15 @@ public:
   Run(const ir::Graph &g, Binding &b, size_t &count, const OpRunner &runner, const HostAccess &beforeHostAccess)
       : graph_(g), binding_(b), count_(count), runner_(runner), beforeHostAccess_(beforeHostAccess) {}
 
-  void hostAccess() const {
+  void hostAccess(const std::vector<const Tensor *> &reads) const {
     if (beforeHostAccess_)
-      beforeHostAccess_();
+      beforeHostAccess_(reads);
+  }
+  std::vector<const Tensor *> valuesOf(const std::vector<ir::Value *> &vs) const {
+    std::vector<const Tensor *> out;
+    for (const ir::Value *v : vs)
+      out.push_back(&values.at(v));
+    return out;
   }
   std::unordered_map<const ir::Value *, Tensor> values;
 
@@ -92,11 +98,11 @@ public:
     case ir::OpKind::Param: return; // bound before the run
     case ir::OpKind::AssertDims: return checkAssert(op, b);
     case ir::OpKind::If: {
-      hostAccess();
+      hostAccess({&values.at(op.operands[0])});
       const ir::Region &taken = *op.regions[values.at(op.operands[0]).get(0) != 0 ? 0 : 1];
       Binding inner = b;
       region(taken, inner);
-      hostAccess();
+      hostAccess(valuesOf(taken.yields));
       for (size_t k = 0; k < op.results.size(); ++k)
         setResult(op, op.results[k], values.at(taken.yields[k]), b);
       return;
@@ -110,7 +116,7 @@ public:
       in.push_back(&values.at(v));
     std::vector<Tensor> out;
     if (!runner_ || !runner_(op, in, out, b)) {
-      hostAccess();
+      hostAccess(in);
       if (op.kind == ir::OpKind::Fused) { // its ops, one by one
         const ir::Region &body = *op.regions[0];
         for (size_t k = 0; k < body.args.size(); ++k)
@@ -132,7 +138,7 @@ public:
     const ir::Region &body = *op.regions.back();
     size_t carriedFrom = 0; // operands before the carried values: dynamic for-loop bounds
     int64_t lo = 0, hi = 0;
-    hostAccess();
+    hostAccess(valuesOf(op.operands));
     if (isFor) {
       if (op.has("lo")) {
         lo = *sym::evaluate(op.get<sym::ExprRef>("lo"), b);
@@ -165,7 +171,7 @@ public:
       Binding inner = b;
       enter(body, i, inner);
       region(body, inner);
-      hostAccess();
+      hostAccess(valuesOf(body.yields));
       for (size_t k = 0; k < carried.size(); ++k)
         carried[k] = values.at(body.yields[k]);
     };
@@ -178,7 +184,7 @@ public:
         Binding inner = b;
         enter(cond, std::nullopt, inner);
         region(cond, inner);
-        hostAccess();
+        hostAccess(valuesOf(cond.yields));
         if (values.at(cond.yields[0]).get(0) == 0)
           break;
         iterate(std::nullopt);
@@ -298,7 +304,7 @@ std::vector<Tensor> Interpreter::run(const std::vector<Tensor> &inputs, const st
     run.setResult(*op, op->results[0], inPlace(it->second), binding_);
   }
   run.region(graph_.body, binding_);
-  run.hostAccess();
+  run.hostAccess(run.valuesOf(graph_.body.yields));
   std::vector<Tensor> out;
   for (const ir::Value *y : graph_.body.yields)
     out.push_back(run.values.at(y));

@@ -29,10 +29,11 @@ std::vector<ParamSpec> paramsOf(const ir::Graph &g);
 using OpRunner = std::function<bool(const ir::Op &, const std::vector<const rt::Tensor *> &, std::vector<rt::Tensor> &,
                                     const Binding &)>;
 
-// Called before the interpreter reads tensor data on the host (a reference op, a branch
-// condition, loop bounds, copies of yielded or returned values): a device that keeps its
-// results in its own memory copies them back here.
-using HostAccess = std::function<void()>;
+// Called with the tensors the interpreter is about to read on the host (a reference op's
+// operands, a branch condition, loop operands, yielded or returned values), after which
+// it may allocate and free host memory: a device that keeps results in memory of its
+// own copies them back here.
+using HostAccess = std::function<void(const std::vector<const rt::Tensor *> &)>;
 
 class Interpreter {
 public:

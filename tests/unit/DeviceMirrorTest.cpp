@@ -40,7 +40,7 @@ TEST_CASE("results stay on the device until the host reads them", "[mirror]") {
   {
     DeviceMirror mirror(heap);
     Tensor param = filled({4}, 2), input = filled({4}, 1), result = Tensor::zeros(DType::F32, {4});
-    mirror.beginRun({&param});
+    mirror.beginRun({&param}, {});
     uint64_t p = mirror.input(param), x = mirror.input(input);
     CHECK(mirror.uploads() == 2);
     CHECK(mirror.input(param) == p); // already there
@@ -50,33 +50,57 @@ TEST_CASE("results stay on the device until the host reads them", "[mirror]") {
     mirror.launchDone();
     CHECK(mirror.input(result) == r); // the next kernel reads it in place
     CHECK(mirror.uploads() == 2);
-    CHECK(result.get(0) == 0); // the host's copy is stale until a sync
-    mirror.syncToHost();
+    CHECK(result.get(0) == 0); // the host's copy is stale until the host reads it
+    mirror.hostReads({&result}, false);
     CHECK(mirror.downloads() == 1);
     CHECK(result.get(3) == 3);
-    mirror.input(param); // params stay across syncs
+    CHECK(mirror.input(input) == x); // nothing forgotten: the host allocated nothing
+    mirror.hostReads({}, true);
+    mirror.input(param); // params stay when the host may allocate
     CHECK(mirror.uploads() == 2);
-    mirror.input(input); // other mirrors are forgotten: the host may have changed them
+    mirror.input(input); // other host memory is forgotten: it may have been reused
     CHECK(mirror.uploads() == 3);
-    mirror.beginRun({&param}); // a new run: params may have changed too
+    mirror.beginRun({&param}, {}); // a new run: params may have changed too
     mirror.input(param);
     CHECK(mirror.uploads() == 4);
   }
   CHECK(heap.live == 0); // every device buffer freed
 }
 
-TEST_CASE("a result replaces the dead results it overlaps; reads of partly newer ranges sync first", "[mirror]") {
+TEST_CASE("results in the arenas stay on the device across host phases", "[mirror]") {
   Heap heap;
   DeviceMirror mirror(heap);
   std::vector<uint8_t> arena(64, 0);
   auto view = [&](size_t offset, int64_t n) { return Tensor::view(DType::F32, {n}, arena.data() + offset); };
-  mirror.beginRun({});
+  mirror.beginRun({}, {{arena.data(), arena.size()}});
+  Tensor a = view(0, 4), b = view(16, 4);
+  onDevice(mirror.output(a))[0] = 5;
+  onDevice(mirror.output(b))[0] = 6;
+  mirror.launchDone();
+  mirror.hostReads({&b}, true); // a host op reads b only
+  CHECK(mirror.downloads() == 1);
+  CHECK(view(0, 1).get(0) == 0); // a is still the device's
+  CHECK(view(16, 1).get(0) == 6);
+  mirror.input(a);
+  CHECK(mirror.uploads() == 0);
+  mirror.hostReads({&a}, true);
+  CHECK(view(0, 1).get(0) == 5);
+  CHECK(mirror.downloads() == 2);
+}
+
+TEST_CASE("a result replaces the dead results it overlaps; reads of partly newer ranges copy back first", "[mirror]") {
+  Heap heap;
+  DeviceMirror mirror(heap);
+  std::vector<uint8_t> arena(64, 0);
+  auto view = [&](size_t offset, int64_t n) { return Tensor::view(DType::F32, {n}, arena.data() + offset); };
+  mirror.beginRun({}, {{arena.data(), arena.size()}});
   Tensor a = view(0, 8), b = view(16, 8);
   onDevice(mirror.output(a))[0] = 5;
   mirror.launchDone();
   onDevice(mirror.output(b))[0] = 7; // overlaps a, which the plan says is dead
   mirror.launchDone();
-  mirror.syncToHost();
+  Tensor all = view(0, 16);
+  mirror.hostReads({&all}, false);
   CHECK(mirror.downloads() == 1); // only b: a stale a must not overwrite it
   CHECK(view(16, 1).get(0) == 7);
 
@@ -92,7 +116,7 @@ TEST_CASE("buffers forgotten during a launch are not reused in it", "[mirror]") 
   Heap heap;
   DeviceMirror mirror(heap);
   std::vector<uint8_t> arena(64, 0);
-  mirror.beginRun({});
+  mirror.beginRun({}, {});
   Tensor a = Tensor::view(DType::F32, {8}, arena.data()), b = Tensor::view(DType::F32, {4}, arena.data() + 8);
   uint64_t first = mirror.output(a);
   mirror.launchDone();
@@ -100,6 +124,15 @@ TEST_CASE("buffers forgotten during a launch are not reused in it", "[mirror]") 
   uint64_t third = mirror.output(Tensor::view(DType::F32, {8}, arena.data() + 32));
   CHECK(third != first); // ... but its buffer waits for the launch to finish
   CHECK(second != first);
+}
+
+TEST_CASE("an arena that moves while the device holds a result in it is an internal error", "[mirror]") {
+  Heap heap;
+  DeviceMirror mirror(heap);
+  std::vector<uint8_t> arena(64, 0), moved(128, 0);
+  mirror.beginRun({}, {{arena.data(), arena.size()}});
+  mirror.output(Tensor::view(DType::F32, {4}, arena.data()));
+  CHECK_THROWS_WITH(mirror.setArenas({{moved.data(), moved.size()}}), Catch::Contains("arena memory that moved"));
 }
 
 } // namespace

@@ -76,19 +76,23 @@ int execute(const ir::Graph &g, rt::Executable *compiled, const RunOptions &o) {
       std::string dims;
       for (auto &[name, v] : interpreter.binding())
         dims += fmt::format("{}{} = {}", dims.empty() ? "" : ", ", name, v);
-      if (!compiled)
+      if (!compiled) {
         std::cout << fmt::format("device: reference interpreter\ndims: {}\nops executed: {}\n", dims, opsRun);
-      else
+      } else {
         std::cout << fmt::format("device: {}\ndims: {}\nkernels compiled: {}\nkernels launched: {}\nhost ops: {}\n",
                                  compiled->device().name(), dims, o.artifact ? 0 : compiled->kernels().size(), launched,
                                  opsRun - launched);
-      if (compiled->arenaPlan().bytes) {
+        if (std::string copies = compiled->device().copies(); !copies.empty())
+          std::cout << "device copies: " << copies << "\n";
+      }
+      if (compiled && compiled->arenaPlan().bytes) {
         std::cout << fmt::format("arena: {} bytes = {}\n", compiled->arenaBytes(), compiled->arenaPlan().bytes->str());
         if (compiled->arenaPlan().lateBytes)
           std::cout << fmt::format("arena after sync points: {} bytes = {}\n", std::max<int64_t>(compiled->lateArenaBytes(), 0),
                                    compiled->arenaPlan().lateBytes->str());
-      } else
+      } else if (compiled) {
         std::cout << "arena: none (--no-memory-plan)\n";
+      }
       if (!times.empty()) {
         std::sort(times.begin(), times.end());
         std::cout << fmt::format("time per run: {:.3f} ms (median of {}; min {:.3f} ms)\n", times[times.size() / 2],
