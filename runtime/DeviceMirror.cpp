@@ -87,6 +87,10 @@ uint64_t DeviceMirror::input(const Tensor &t) {
   // The host's copy is the one to upload, once what the device has newer of it is back.
   downloadOverlapping(host, bytes);
   forgetOverlapping(host, bytes);
+  if (auto it = mirrors_.find(host); it != mirrors_.end()) { // a param's smaller view, kept by forgetOverlapping
+    recycle(it->second);
+    mirrors_.erase(it);
+  }
   Mirror m;
   m.bytes = bytes;
   m.address = acquire(bytes, m.capacity);

@@ -126,6 +126,20 @@ TEST_CASE("buffers forgotten during a launch are not reused in it", "[mirror]") 
   CHECK(second != first);
 }
 
+TEST_CASE("a param read whole after a view of its first row replaces the view's mirror", "[mirror]") {
+  Heap heap;
+  {
+    DeviceMirror mirror(heap);
+    Tensor param = filled({2, 4}, 3);
+    mirror.beginRun({&param}, {});
+    mirror.input(Tensor::view(DType::F32, {4}, param.data())); // w[0]
+    uint64_t whole = mirror.input(param);
+    CHECK(onDevice(whole)[7] == 3);
+    CHECK(heap.live == 2); // the view's buffer waits in the pool
+  }
+  CHECK(heap.live == 0);
+}
+
 TEST_CASE("an arena that moves while the device holds a result in it is an internal error", "[mirror]") {
   Heap heap;
   DeviceMirror mirror(heap);
