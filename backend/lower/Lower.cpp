@@ -496,38 +496,58 @@ StmtPtr Lowering::convolution() {
   ExprRef task = sym::var(kir::loopVar(next_++));
   ExprRef n = sym::floorDiv(task, o[1]), oc = sym::mod(task, o[1]);
   ExprRef oh = sym::var(kir::loopVar(next_++)), ow = sym::var(kir::loopVar(next_++));
-  ExprRef ci = sym::var(kir::loopVar(next_++)), ki = sym::var(kir::loopVar(next_++)), kj = sym::var(kir::loopVar(next_++));
-  ExprRef t = sym::var(kir::loopVar(next_++));
+  ExprRef ci = sym::var(kir::loopVar(next_++)), ki = sym::var(kir::loopVar(next_++));
   auto name = [](ExprRef v) { return v->asVar()->name; };
   std::vector<StmtPtr> body;
   // Zero the plane.
   body.push_back(kir::loop(name(oh), o[2], one(kir::loop(name(ow), o[3], one(kir::store(out(), kir::flatIndex(o, {n, oc, oh, ow}),
                                                                                          kir::constant(0, DType::F32))),
                                                           Stmt::Schedule::Vectorize))));
-  // Output columns [lo, hi) read input columns inside [0, W): iw = ow*s - p + kj*d.
-  ExprRef shift = sym::sub(sym::mul(kj, c(dil)), c(pad)); // iw = ow*s + shift
-  ExprRef lo = sym::min(o[3], sym::max(c(0), sym::floorDiv(sym::add(sym::neg(shift), c(stride - 1)), c(stride))));
-  ExprRef hi = sym::max(lo, sym::min(o[3], sym::add(sym::floorDiv(sym::sub(sym::sub(x[3], c(1)), shift), c(stride)), c(1))));
-  ExprRef col = sym::add(lo, t);
+  // Tap kj reads input column iw = ow*s + shift(kj), inside [0, W) for output columns
+  // [lo(kj), hi(kj)). Columns [inner, innerEnd) are inside for every tap: there one pass
+  // adds all kw taps (one load and store of the output per kw FMAs); the columns either
+  // side take each tap where it is inside.
+  auto shift = [&](int64_t kj) { return c(kj * dil - pad); };
+  auto lo = [&](int64_t kj) { return sym::min(o[3], sym::max(c(0), sym::floorDiv(sym::add(sym::neg(shift(kj)), c(stride - 1)), c(stride)))); };
+  auto hi = [&](int64_t kj) {
+    return sym::max(lo(kj), sym::min(o[3], sym::add(sym::floorDiv(sym::sub(sym::sub(x[3], c(1)), shift(kj)), c(stride)), c(1))));
+  };
+  ExprRef inner = lo(0), innerEnd = hi(0);
+  for (int64_t kj = 1; kj < kw; ++kj)
+    inner = sym::max(inner, lo(kj)), innerEnd = sym::min(innerEnd, hi(kj));
+  innerEnd = sym::max(inner, innerEnd);
   ExprRef ih = sym::add(sym::mul(oh, c(stride)), sym::sub(sym::mul(ki, c(dil)), c(pad)));
   ExprRef channel = sym::add(sym::mul(sym::floorDiv(oc, outPerGroup), cg), ci);
-  ValuePtr weight = kir::local("w", DType::F32);
-  ExprRef outAt = kir::flatIndex(o, {n, oc, oh, col});
-  ValuePtr update = kir::binary(OpKind::Add, kir::load(out(), outAt, DType::F32),
-                                kir::binary(OpKind::Mul, weight,
-                                            kir::load(0, kir::flatIndex(x, {n, channel, ih, sym::add(sym::mul(col, c(stride)), shift)}), DType::F32),
-                                            DType::F32),
-                                DType::F32);
-  StmtPtr row = kir::loop(name(t), sym::sub(hi, lo), one(kir::store(out(), outAt, update)), Stmt::Schedule::Vectorize);
+  auto weight = [](int64_t kj) { return "w" + std::to_string(kj); };
+  // out[oh, from + t] += sum over `taps` of w(kj) * x[ih, (from + t)*s + shift(kj)], t in [0, to - from).
+  auto pass = [&](const std::vector<int64_t> &taps, ExprRef from, ExprRef to) {
+    ExprRef t = sym::var(kir::loopVar(next_++)), col = sym::add(from, t);
+    ExprRef outAt = kir::flatIndex(o, {n, oc, oh, col});
+    ValuePtr sum = kir::load(out(), outAt, DType::F32);
+    for (int64_t kj : taps) {
+      ValuePtr xv = kir::load(0, kir::flatIndex(x, {n, channel, ih, sym::add(sym::mul(col, c(stride)), shift(kj))}), DType::F32);
+      sum = kir::binary(OpKind::Add, sum, kir::binary(OpKind::Mul, kir::local(weight(kj), DType::F32), xv, DType::F32), DType::F32);
+    }
+    return kir::loop(name(t), sym::sub(to, from), one(kir::store(out(), outAt, sum)), Stmt::Schedule::Vectorize);
+  };
+  std::vector<StmtPtr> row;
+  std::vector<int64_t> all;
+  for (int64_t kj = 0; kj < kw; ++kj)
+    all.push_back(kj);
+  row.push_back(pass(all, inner, innerEnd));
+  for (int64_t kj = 0; kj < kw; ++kj) {
+    row.push_back(pass({kj}, lo(kj), sym::min(hi(kj), inner)));
+    row.push_back(pass({kj}, sym::max(lo(kj), innerEnd), hi(kj)));
+  }
   ValuePtr rowInside = kir::binary(OpKind::And, kir::binary(OpKind::Ge, kir::indexValue(ih), kir::indexValue(c(0)), DType::Bool),
                                    kir::binary(OpKind::Lt, kir::indexValue(ih), kir::indexValue(x[2]), DType::Bool), DType::Bool);
-  std::vector<StmtPtr> tap;
-  tap.push_back(kir::assign("w", kir::load(1, kir::flatIndex(w, {oc, ci, ki, kj}), DType::F32)));
-  tap.push_back(kir::loop(name(oh), o[2], one(kir::when(rowInside, one(std::move(row))))));
-  StmtPtr taps = kir::loop(name(kj), c(kw), std::move(tap));
-  taps = kir::loop(name(ki), c(kh), one(std::move(taps)));
-  body.push_back(kir::let("w", kir::constant(0, DType::F32)));
-  body.push_back(kir::loop(name(ci), cg, one(std::move(taps))));
+  std::vector<StmtPtr> tapRow;
+  for (int64_t kj = 0; kj < kw; ++kj)
+    tapRow.push_back(kir::assign(weight(kj), kir::load(1, kir::flatIndex(w, {oc, ci, ki, c(kj)}), DType::F32)));
+  tapRow.push_back(kir::loop(name(oh), o[2], one(kir::when(rowInside, std::move(row)))));
+  for (int64_t kj = 0; kj < kw; ++kj)
+    body.push_back(kir::let(weight(kj), kir::constant(0, DType::F32)));
+  body.push_back(kir::loop(name(ci), cg, one(kir::loop(name(ki), c(kh), std::move(tapRow)))));
   return kir::loop(name(task), sym::mul(o[0], o[1]), std::move(body), Stmt::Schedule::Parallel);
 }
 
