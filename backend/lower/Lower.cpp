@@ -496,58 +496,87 @@ StmtPtr Lowering::convolution() {
   ExprRef task = sym::var(kir::loopVar(next_++));
   ExprRef n = sym::floorDiv(task, o[1]), oc = sym::mod(task, o[1]);
   ExprRef oh = sym::var(kir::loopVar(next_++)), ow = sym::var(kir::loopVar(next_++));
-  ExprRef ci = sym::var(kir::loopVar(next_++)), ki = sym::var(kir::loopVar(next_++));
+  ExprRef ci = sym::var(kir::loopVar(next_++));
   auto name = [](ExprRef v) { return v->asVar()->name; };
   std::vector<StmtPtr> body;
   // Zero the plane.
   body.push_back(kir::loop(name(oh), o[2], one(kir::loop(name(ow), o[3], one(kir::store(out(), kir::flatIndex(o, {n, oc, oh, ow}),
                                                                                          kir::constant(0, DType::F32))),
                                                           Stmt::Schedule::Vectorize))));
-  // Tap kj reads input column iw = ow*s + shift(kj), inside [0, W) for output columns
-  // [lo(kj), hi(kj)). Columns [inner, innerEnd) are inside for every tap: there one pass
-  // adds all kw taps (one load and store of the output per kw FMAs); the columns either
-  // side take each tap where it is inside.
-  auto shift = [&](int64_t kj) { return c(kj * dil - pad); };
-  auto lo = [&](int64_t kj) { return sym::min(o[3], sym::max(c(0), sym::floorDiv(sym::add(sym::neg(shift(kj)), c(stride - 1)), c(stride)))); };
-  auto hi = [&](int64_t kj) {
-    return sym::max(lo(kj), sym::min(o[3], sym::add(sym::floorDiv(sym::sub(sym::sub(x[3], c(1)), shift(kj)), c(stride)), c(1))));
+  // Tap (ki, kj) reads input row ih = oh*s + shift(ki) and column iw = ow*s + shift(kj),
+  // inside the image for output rows [lo(ki), hi(ki)) and columns [lo(kj), hi(kj)). Rows
+  // and columns every tap reads inside make the interior, where one pass adds all kh*kw
+  // taps (one load and store of the output per kh*kw FMAs); elsewhere taps are added
+  // where they are inside: per row of taps, then tap by tap at the column borders.
+  auto shift = [&](int64_t k) { return c(k * dil - pad); };
+  auto lo = [&](int64_t k, ExprRef extent) {
+    return sym::min(extent, sym::max(c(0), sym::floorDiv(sym::add(sym::neg(shift(k)), c(stride - 1)), c(stride))));
   };
-  ExprRef inner = lo(0), innerEnd = hi(0);
-  for (int64_t kj = 1; kj < kw; ++kj)
-    inner = sym::max(inner, lo(kj)), innerEnd = sym::min(innerEnd, hi(kj));
-  innerEnd = sym::max(inner, innerEnd);
-  ExprRef ih = sym::add(sym::mul(oh, c(stride)), sym::sub(sym::mul(ki, c(dil)), c(pad)));
+  auto hi = [&](int64_t k, ExprRef extent, ExprRef inputExtent) {
+    return sym::max(lo(k, extent), sym::min(extent, sym::add(sym::floorDiv(sym::sub(sym::sub(inputExtent, c(1)), shift(k)), c(stride)), c(1))));
+  };
+  auto colLo = [&](int64_t kj) { return lo(kj, o[3]); };
+  auto colHi = [&](int64_t kj) { return hi(kj, o[3], x[3]); };
+  // The interior of `count` taps along an axis: [max lo, max(that, min hi)).
+  auto interior = [&](int64_t count, auto loOf, auto hiOf) {
+    ExprRef from = loOf(0), to = hiOf(0);
+    for (int64_t k = 1; k < count; ++k)
+      from = sym::max(from, loOf(k)), to = sym::min(to, hiOf(k));
+    return std::make_pair(from, sym::max(from, to));
+  };
+  auto [inner, innerEnd] = interior(kw, colLo, colHi);
+  auto [rowsFrom, rowsTo] = interior(kh, [&](int64_t ki) { return lo(ki, o[2]); }, [&](int64_t ki) { return hi(ki, o[2], x[2]); });
   ExprRef channel = sym::add(sym::mul(sym::floorDiv(oc, outPerGroup), cg), ci);
-  auto weight = [](int64_t kj) { return "w" + std::to_string(kj); };
-  // out[oh, from + t] += sum over `taps` of w(kj) * x[ih, (from + t)*s + shift(kj)], t in [0, to - from).
-  auto pass = [&](const std::vector<int64_t> &taps, ExprRef from, ExprRef to) {
+  auto weight = [kw](int64_t ki, int64_t kj) { return "w" + std::to_string(ki * kw + kj); };
+  using Tap = std::pair<int64_t, int64_t>;
+  // out[oh, from + t] += sum over `taps` of w(ki, kj) * x[oh*s + shift(ki), (from + t)*s + shift(kj)], t in [0, to - from).
+  auto pass = [&](const std::vector<Tap> &taps, ExprRef from, ExprRef to) {
     ExprRef t = sym::var(kir::loopVar(next_++)), col = sym::add(from, t);
     ExprRef outAt = kir::flatIndex(o, {n, oc, oh, col});
     ValuePtr sum = kir::load(out(), outAt, DType::F32);
-    for (int64_t kj : taps) {
-      ValuePtr xv = kir::load(0, kir::flatIndex(x, {n, channel, ih, sym::add(sym::mul(col, c(stride)), shift(kj))}), DType::F32);
-      sum = kir::binary(OpKind::Add, sum, kir::binary(OpKind::Mul, kir::local(weight(kj), DType::F32), xv, DType::F32), DType::F32);
+    for (auto [ki, kj] : taps) {
+      ExprRef ih = sym::add(sym::mul(oh, c(stride)), shift(ki)), iw = sym::add(sym::mul(col, c(stride)), shift(kj));
+      ValuePtr xv = kir::load(0, kir::flatIndex(x, {n, channel, ih, iw}), DType::F32);
+      sum = kir::binary(OpKind::Add, sum, kir::binary(OpKind::Mul, kir::local(weight(ki, kj), DType::F32), xv, DType::F32), DType::F32);
     }
     return kir::loop(name(t), sym::sub(to, from), one(kir::store(out(), outAt, sum)), Stmt::Schedule::Vectorize);
   };
-  std::vector<StmtPtr> row;
-  std::vector<int64_t> all;
-  for (int64_t kj = 0; kj < kw; ++kj)
-    all.push_back(kj);
-  row.push_back(pass(all, inner, innerEnd));
-  for (int64_t kj = 0; kj < kw; ++kj) {
-    row.push_back(pass({kj}, lo(kj), sym::min(hi(kj), inner)));
-    row.push_back(pass({kj}, sym::max(lo(kj), innerEnd), hi(kj)));
-  }
-  ValuePtr rowInside = kir::binary(OpKind::And, kir::binary(OpKind::Ge, kir::indexValue(ih), kir::indexValue(c(0)), DType::Bool),
-                                   kir::binary(OpKind::Lt, kir::indexValue(ih), kir::indexValue(x[2]), DType::Bool), DType::Bool);
-  std::vector<StmtPtr> tapRow;
-  for (int64_t kj = 0; kj < kw; ++kj)
-    tapRow.push_back(kir::assign(weight(kj), kir::load(1, kir::flatIndex(w, {oc, ci, ki, c(kj)}), DType::F32)));
-  tapRow.push_back(kir::loop(name(oh), o[2], one(kir::when(rowInside, std::move(row)))));
-  for (int64_t kj = 0; kj < kw; ++kj)
-    body.push_back(kir::let(weight(kj), kir::constant(0, DType::F32)));
-  body.push_back(kir::loop(name(ci), cg, one(kir::loop(name(ki), c(kh), std::move(tapRow)))));
+  // The taps of kernel rows `kis` on one output row: every tap over the inner columns,
+  // then each tap over the border columns it reads inside.
+  auto rowPasses = [&](const std::vector<int64_t> &kis) {
+    std::vector<StmtPtr> out;
+    std::vector<Tap> all;
+    for (int64_t ki : kis)
+      for (int64_t kj = 0; kj < kw; ++kj)
+        all.push_back({ki, kj});
+    out.push_back(pass(all, inner, innerEnd));
+    for (auto tap : all) {
+      out.push_back(pass({tap}, colLo(tap.second), sym::min(colHi(tap.second), inner)));
+      out.push_back(pass({tap}, sym::max(colLo(tap.second), innerEnd), colHi(tap.second)));
+    }
+    return out;
+  };
+  auto between = [](ExprRef v, ExprRef from, ExprRef to) {
+    return kir::binary(OpKind::And, kir::binary(OpKind::Ge, kir::indexValue(v), kir::indexValue(from), DType::Bool),
+                       kir::binary(OpKind::Lt, kir::indexValue(v), kir::indexValue(to), DType::Bool), DType::Bool);
+  };
+  std::vector<int64_t> allRows;
+  for (int64_t ki = 0; ki < kh; ++ki)
+    allRows.push_back(ki);
+  std::vector<StmtPtr> outputRow;
+  outputRow.push_back(kir::when(between(oh, rowsFrom, rowsTo), rowPasses(allRows)));
+  std::vector<StmtPtr> edgeRow; // output rows some kernel rows read outside the image
+  for (int64_t ki = 0; ki < kh; ++ki)
+    edgeRow.push_back(kir::when(between(sym::add(sym::mul(oh, c(stride)), shift(ki)), c(0), x[2]), rowPasses({ki})));
+  outputRow.push_back(kir::when(kir::unary(OpKind::Not, between(oh, rowsFrom, rowsTo), DType::Bool), std::move(edgeRow)));
+  std::vector<StmtPtr> channelBody;
+  for (int64_t ki = 0; ki < kh; ++ki)
+    for (int64_t kj = 0; kj < kw; ++kj) {
+      body.push_back(kir::let(weight(ki, kj), kir::constant(0, DType::F32)));
+      channelBody.push_back(kir::assign(weight(ki, kj), kir::load(1, kir::flatIndex(w, {oc, ci, c(ki), c(kj)}), DType::F32)));
+    }
+  channelBody.push_back(kir::loop(name(oh), o[2], std::move(outputRow)));
+  body.push_back(kir::loop(name(ci), cg, std::move(channelBody)));
   return kir::loop(name(task), sym::mul(o[0], o[1]), std::move(body), Stmt::Schedule::Parallel);
 }
 
