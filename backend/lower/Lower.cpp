@@ -493,16 +493,23 @@ StmtPtr Lowering::convolution() {
   int64_t stride = intAttr("stride"), pad = intAttr("padding"), dil = intAttr("dilation"), groups = intAttr("groups");
   int64_t kh = *w[2]->asConst(), kw = *w[3]->asConst();
   ExprRef cg = w[1], outPerGroup = sym::floorDiv(o[1], c(groups));
+  // A task computes `block` output channels of one image, so that each input vector
+  // loaded feeds `block` FMAs: 4 where the channels of a group come in fours.
+  auto perGroup = outPerGroup->asConst();
+  int64_t block = perGroup && *perGroup % 4 == 0 ? 4 : 1;
+  ExprRef blocks = sym::floorDiv(o[1], c(block));
   ExprRef task = sym::var(kir::loopVar(next_++));
-  ExprRef n = sym::floorDiv(task, o[1]), oc = sym::mod(task, o[1]);
+  ExprRef n = sym::floorDiv(task, blocks), oc0 = sym::mul(sym::mod(task, blocks), c(block));
   ExprRef oh = sym::var(kir::loopVar(next_++)), ow = sym::var(kir::loopVar(next_++));
   ExprRef ci = sym::var(kir::loopVar(next_++));
   auto name = [](ExprRef v) { return v->asVar()->name; };
+  auto ocOf = [&](int64_t r) { return sym::add(oc0, c(r)); };
   std::vector<StmtPtr> body;
-  // Zero the plane.
-  body.push_back(kir::loop(name(oh), o[2], one(kir::loop(name(ow), o[3], one(kir::store(out(), kir::flatIndex(o, {n, oc, oh, ow}),
-                                                                                         kir::constant(0, DType::F32))),
-                                                          Stmt::Schedule::Vectorize))));
+  // Zero the planes.
+  std::vector<StmtPtr> zero;
+  for (int64_t r = 0; r < block; ++r)
+    zero.push_back(kir::store(out(), kir::flatIndex(o, {n, ocOf(r), oh, ow}), kir::constant(0, DType::F32)));
+  body.push_back(kir::loop(name(oh), o[2], one(kir::loop(name(ow), o[3], std::move(zero), Stmt::Schedule::Vectorize))));
   // Tap (ki, kj) reads input row ih = oh*s + shift(ki) and column iw = ow*s + shift(kj),
   // inside the image for output rows [lo(ki), hi(ki)) and columns [lo(kj), hi(kj)). Rows
   // and columns every tap reads inside make the interior, where one pass adds all kh*kw
@@ -526,20 +533,30 @@ StmtPtr Lowering::convolution() {
   };
   auto [inner, innerEnd] = interior(kw, colLo, colHi);
   auto [rowsFrom, rowsTo] = interior(kh, [&](int64_t ki) { return lo(ki, o[2]); }, [&](int64_t ki) { return hi(ki, o[2], x[2]); });
-  ExprRef channel = sym::add(sym::mul(sym::floorDiv(oc, outPerGroup), cg), ci);
-  auto weight = [kw](int64_t ki, int64_t kj) { return "w" + std::to_string(ki * kw + kj); };
+  // The block's channels share a group, so they read the same input channel.
+  ExprRef channel = sym::add(sym::mul(sym::floorDiv(oc0, outPerGroup), cg), ci);
+  auto weight = [kw](int64_t r, int64_t ki, int64_t kj) { return fmt::format("w{}_{}", r, ki * kw + kj); };
+  auto acc = [](int64_t r) { return fmt::format("acc{}", r); };
   using Tap = std::pair<int64_t, int64_t>;
-  // out[oh, from + t] += sum over `taps` of w(ki, kj) * x[oh*s + shift(ki), (from + t)*s + shift(kj)], t in [0, to - from).
+  // For each channel r of the block: out[r, oh, from + t] += sum over `taps` of
+  // w(r, ki, kj) * x[oh*s + shift(ki), (from + t)*s + shift(kj)], t in [0, to - from).
   auto pass = [&](const std::vector<Tap> &taps, ExprRef from, ExprRef to) {
     ExprRef t = sym::var(kir::loopVar(next_++)), col = sym::add(from, t);
-    ExprRef outAt = kir::flatIndex(o, {n, oc, oh, col});
-    ValuePtr sum = kir::load(out(), outAt, DType::F32);
+    std::vector<StmtPtr> columns;
+    for (int64_t r = 0; r < block; ++r)
+      columns.push_back(kir::assign(acc(r), kir::load(out(), kir::flatIndex(o, {n, ocOf(r), oh, col}), DType::F32)));
     for (auto [ki, kj] : taps) {
       ExprRef ih = sym::add(sym::mul(oh, c(stride)), shift(ki)), iw = sym::add(sym::mul(col, c(stride)), shift(kj));
-      ValuePtr xv = kir::load(0, kir::flatIndex(x, {n, channel, ih, iw}), DType::F32);
-      sum = kir::binary(OpKind::Add, sum, kir::binary(OpKind::Mul, kir::local(weight(ki, kj), DType::F32), xv, DType::F32), DType::F32);
+      columns.push_back(kir::assign("xv", kir::load(0, kir::flatIndex(x, {n, channel, ih, iw}), DType::F32)));
+      for (int64_t r = 0; r < block; ++r)
+        columns.push_back(kir::assign(
+            acc(r), kir::binary(OpKind::Add, kir::local(acc(r), DType::F32),
+                                kir::binary(OpKind::Mul, kir::local(weight(r, ki, kj), DType::F32), kir::local("xv", DType::F32), DType::F32),
+                                DType::F32)));
     }
-    return kir::loop(name(t), sym::sub(to, from), one(kir::store(out(), outAt, sum)), Stmt::Schedule::Vectorize);
+    for (int64_t r = 0; r < block; ++r)
+      columns.push_back(kir::store(out(), kir::flatIndex(o, {n, ocOf(r), oh, col}), kir::local(acc(r), DType::F32)));
+    return kir::loop(name(t), sym::sub(to, from), std::move(columns), Stmt::Schedule::Vectorize);
   };
   // The taps of kernel rows `kis` on one output row: every tap over the inner columns,
   // then each tap over the border columns it reads inside.
@@ -570,14 +587,18 @@ StmtPtr Lowering::convolution() {
     edgeRow.push_back(kir::when(between(sym::add(sym::mul(oh, c(stride)), shift(ki)), c(0), x[2]), rowPasses({ki})));
   outputRow.push_back(kir::when(kir::unary(OpKind::Not, between(oh, rowsFrom, rowsTo), DType::Bool), std::move(edgeRow)));
   std::vector<StmtPtr> channelBody;
-  for (int64_t ki = 0; ki < kh; ++ki)
-    for (int64_t kj = 0; kj < kw; ++kj) {
-      body.push_back(kir::let(weight(ki, kj), kir::constant(0, DType::F32)));
-      channelBody.push_back(kir::assign(weight(ki, kj), kir::load(1, kir::flatIndex(w, {oc, ci, c(ki), c(kj)}), DType::F32)));
-    }
+  body.push_back(kir::let("xv", kir::constant(0, DType::F32)));
+  for (int64_t r = 0; r < block; ++r) {
+    body.push_back(kir::let(acc(r), kir::constant(0, DType::F32)));
+    for (int64_t ki = 0; ki < kh; ++ki)
+      for (int64_t kj = 0; kj < kw; ++kj) {
+        body.push_back(kir::let(weight(r, ki, kj), kir::constant(0, DType::F32)));
+        channelBody.push_back(kir::assign(weight(r, ki, kj), kir::load(1, kir::flatIndex(w, {ocOf(r), ci, c(ki), c(kj)}), DType::F32)));
+      }
+  }
   channelBody.push_back(kir::loop(name(oh), o[2], std::move(outputRow)));
   body.push_back(kir::loop(name(ci), cg, std::move(channelBody)));
-  return kir::loop(name(task), sym::mul(o[0], o[1]), std::move(body), Stmt::Schedule::Parallel);
+  return kir::loop(name(task), sym::mul(o[0], blocks), std::move(body), Stmt::Schedule::Parallel);
 }
 
 // conv2d (other dtypes) and the pools: an accumulation over a window, skipping padded positions.
