@@ -26,23 +26,14 @@ std::unique_ptr<rt::Executable> compileForCuda(const ir::Graph &g, const std::st
   std::vector<rt::KernelInfo> infos = lowered.kernelInfos();
   PtxModule ptx = compilePtx(lowered.kernelPointers(), arch);
   auto device = std::make_unique<rt::CudaDevice>(ptx.ptx, infos);
-  auto exe = std::make_unique<rt::Executable>(g, lowered.kernelOf(), std::move(infos), std::move(device));
-  if (memoryPlan)
-    exe->setArenaPlan(lower::arenaPlan(g, lowered));
-  return exe;
+  return lower::executable(g, lowered, std::move(infos), std::move(device), memoryPlan);
 }
 
 std::unique_ptr<rt::Executable> compileForSimulatedGpu(const ir::Graph &g, bool memoryPlan) {
   lower::LoweredGraph lowered = lower::lowerGraph(g, true);
   std::shared_ptr<CpuModule> module = CpuModule::compile(lowered.kernelPointers(), true);
-  std::vector<rt::KernelFn> fns;
-  for (const kir::Kernel &k : lowered.kernels)
-    fns.push_back(module->lookup(k.name));
-  auto exe = std::make_unique<rt::Executable>(g, lowered.kernelOf(), lowered.kernelInfos(),
-                                              std::make_unique<rt::SimulatedGpuDevice>(std::move(fns), module));
-  if (memoryPlan)
-    exe->setArenaPlan(lower::arenaPlan(g, lowered));
-  return exe;
+  auto device = std::make_unique<rt::SimulatedGpuDevice>(module->lookup(lowered.kernelPointers()), module);
+  return lower::executable(g, lowered, lowered.kernelInfos(), std::move(device), memoryPlan);
 }
 
 } // namespace dnnc::backend

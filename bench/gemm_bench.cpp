@@ -2,7 +2,7 @@
 // measured here in one run. The peak comes from a loop of independent vector FMAs
 // (compiled for this machine); the GEMM is `a @ b` compiled by dnnc at several sizes.
 //   usage: gemm_bench [--threads N]
-#include "backend/CpuExecutable.h"
+#include "backend/llvm/CpuBackend.h"
 #include "backend/lower/Lower.h"
 #include "runtime/CpuDevice.h"
 #include "frontend/Diagnostics.h"

@@ -70,7 +70,8 @@ void DeviceMirror::forgetOverlapping(const uint8_t *begin, size_t bytes) {
   for (auto it = mirrors_.begin(); it != mirrors_.end();) {
     const Mirror &m = it->second;
     bool overlaps = it->first < begin + std::max<size_t>(bytes, 1) && begin < it->first + std::max<size_t>(m.bytes, 1);
-    if (overlaps && !m.param) {
+    // Params' mirrors stay valid (params never change), except the one a new mirror replaces at its address.
+    if (overlaps && (!m.param || it->first == begin)) {
       recycle(m);
       it = mirrors_.erase(it);
     } else {
@@ -87,10 +88,6 @@ uint64_t DeviceMirror::input(const Tensor &t) {
   // The host's copy is the one to upload, once what the device has newer of it is back.
   downloadOverlapping(host, bytes);
   forgetOverlapping(host, bytes);
-  if (auto it = mirrors_.find(host); it != mirrors_.end()) { // a param's smaller view, kept by forgetOverlapping
-    recycle(it->second);
-    mirrors_.erase(it);
-  }
   Mirror m;
   m.bytes = bytes;
   m.address = acquire(bytes, m.capacity);
@@ -106,22 +103,20 @@ uint64_t DeviceMirror::input(const Tensor &t) {
 uint64_t DeviceMirror::output(const Tensor &t) {
   const uint8_t *host = t.data();
   size_t bytes = t.byteSize();
-  auto it = mirrors_.find(host);
-  if (it == mirrors_.end() || it->second.capacity < bytes || it->second.param) {
-    forgetOverlapping(host, bytes);
-    Mirror m;
-    m.address = acquire(bytes, m.capacity);
-    it = mirrors_.emplace(host, m).first;
-  } else {
-    // Older results this one overwrites (other than the one at its own address) are dead.
-    Mirror keep = it->second;
+  // The buffer at this address is reused when it fits; older results this one overwrites
+  // are dead.
+  Mirror m;
+  if (auto it = mirrors_.find(host); it != mirrors_.end() && !it->second.param && it->second.capacity >= bytes) {
+    m = it->second;
     mirrors_.erase(it);
-    forgetOverlapping(host, bytes);
-    it = mirrors_.emplace(host, keep).first;
+  } else {
+    m.address = acquire(bytes, m.capacity);
   }
-  it->second.bytes = bytes;
-  it->second.deviceNewer = true;
-  return it->second.address;
+  forgetOverlapping(host, bytes);
+  m.bytes = bytes;
+  m.deviceNewer = true;
+  mirrors_[host] = m;
+  return m.address;
 }
 
 std::string DeviceMirror::copies() const {

@@ -67,7 +67,9 @@ private:
   };
   uint64_t acquire(size_t bytes, size_t &capacity);
   void recycle(const Mirror &m);
-  void forgetOverlapping(const uint8_t *begin, size_t bytes); // results this one overwrites
+  // Mirrors overlapping [begin, begin + bytes) that a new one there replaces: all but
+  // params' (which never change), except one at `begin` itself.
+  void forgetOverlapping(const uint8_t *begin, size_t bytes);
   void download(const uint8_t *host, Mirror &m);
   void downloadOverlapping(const uint8_t *begin, size_t bytes);
   bool inside(const std::vector<Range> &ranges, const uint8_t *begin, size_t bytes) const;

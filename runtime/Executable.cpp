@@ -20,6 +20,14 @@ Executable::Executable(const ir::Graph &graph, std::map<const ir::Op *, size_t> 
           [this](const std::vector<const Tensor *> &reads) { device_->hostReads(reads, true); }) {}
 
 namespace {
+// `e` under the binding a launch of `what` sees: every dim it names is bound by then.
+int64_t evaluateAtLaunch(const std::string &what, sym::ExprRef e, const interp::Binding &b) {
+  auto v = sym::evaluate(e, b);
+  if (!v)
+    throw InternalError(fmt::format("{}: dim {} is unbound at launch", what, e->str()));
+  return *v;
+}
+
 // Data-dependent indices must lie inside their buffers: kernels trust them.
 void checkIndices(const ir::Op &op, const std::vector<const Tensor *> &in, const std::function<int64_t(sym::ExprRef)> &eval) {
   if (op.kind == ir::OpKind::Take || op.kind == ir::OpKind::Embedding) {
@@ -52,12 +60,7 @@ void checkIndices(const ir::Op &op, const std::vector<const Tensor *> &in, const
 } // namespace
 
 Launch launchFor(const KernelInfo &info, const interp::Binding &b) {
-  auto eval = [&](sym::ExprRef e) {
-    auto v = sym::evaluate(e, b);
-    if (!v)
-      throw InternalError(fmt::format("{}: dim {} is unbound at launch", info.name, e->str()));
-    return *v;
-  };
+  auto eval = [&](sym::ExprRef e) { return evaluateAtLaunch(info.name, e, b); };
   Launch l;
   for (const std::string &n : info.dims)
     l.dims.push_back(eval(sym::var(n)));
@@ -103,12 +106,7 @@ bool Executable::runOp(const ir::Op &op, const std::vector<const Tensor *> &in, 
   if (it == kernelOf_.end() && !view)
     return false;
   std::string name = view ? "param view" : kernels_[it->second].name;
-  auto eval = [&](sym::ExprRef e) {
-    auto v = sym::evaluate(e, b);
-    if (!v)
-      throw InternalError(fmt::format("{}: dim {} is unbound at launch", name, e->str()));
-    return *v;
-  };
+  auto eval = [&](sym::ExprRef e) { return evaluateAtLaunch(name, e, b); };
   bool readsIndices = op.kind == ir::OpKind::Take || op.kind == ir::OpKind::Embedding || (op.kind == ir::OpKind::Index && in.size() > 1);
   if (readsIndices) // the host checks them (and a view's offset comes from them)
     device_->hostReads({in.begin() + 1, in.end()}, false);

@@ -133,6 +133,13 @@ KernelFn CpuModule::lookup(const std::string &name) const {
   return sym->toPtr<KernelFn>();
 }
 
+std::vector<KernelFn> CpuModule::lookup(const std::vector<const kir::Kernel *> &kernels) const {
+  std::vector<KernelFn> fns;
+  for (const kir::Kernel *k : kernels)
+    fns.push_back(lookup(k->name));
+  return fns;
+}
+
 const std::string &CpuModule::llvmIR() const { return impl_->ir; }
 
 unsigned hostVectorWidth() {

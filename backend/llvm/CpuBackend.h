@@ -21,6 +21,7 @@ public:
   static std::unique_ptr<CpuModule> compile(const std::vector<const kir::Kernel *> &kernels, bool simulatedGpu = false);
   ~CpuModule();
   KernelFn lookup(const std::string &name) const;
+  std::vector<KernelFn> lookup(const std::vector<const kir::Kernel *> &kernels) const; // in their order
   // The optimized LLVM IR, as text (`dnnc emit --emit=llvm`).
   const std::string &llvmIR() const;
 

@@ -39,9 +39,8 @@ public:
     auto *ptr = llvm::PointerType::get(ctx_, 0);
     auto *i64 = b_.getInt64Ty();
     auto names = k_.dims();
-    bool nvptx = target_.kind == Target::Kind::Nvptx;
     std::vector<llvm::Type *> params;
-    if (nvptx) {
+    if (target_.nvptx()) {
       params.assign(k_.buffers.size(), ptr);
       params.insert(params.end(), names.size(), i64);
     } else {
@@ -52,7 +51,7 @@ public:
     fn_->addFnAttr(llvm::Attribute::NoUnwind);
     entry_ = llvm::BasicBlock::Create(ctx_, "entry", fn_);
     b_.SetInsertPoint(entry_);
-    if (nvptx) {
+    if (target_.nvptx()) {
       fn_->setCallingConv(llvm::CallingConv::PTX_Kernel);
       for (size_t i = 0; i < k_.buffers.size(); ++i) {
         fn_->getArg(static_cast<unsigned>(i))->setName(k_.buffers[i].name);
@@ -106,11 +105,10 @@ private:
   // A math function: the LLVM intrinsic or libm on the host, libdevice's __nv_ form on the GPU
   // (NVPTX has no lowering for exp, log, sin, ...).
   llvm::Value *math(const char *libmName, llvm::Intrinsic::ID id, std::vector<llvm::Value *> args) {
-    bool nvptx = target_.kind == Target::Kind::Nvptx;
-    if (!nvptx && id != llvm::Intrinsic::not_intrinsic)
+    if (!target_.nvptx() && id != llvm::Intrinsic::not_intrinsic)
       return call(id, args);
     std::vector<llvm::Type *> types(args.size(), args[0]->getType());
-    llvm::FunctionCallee f = m_.getOrInsertFunction(nvptx ? std::string("__nv_") + libmName : libmName,
+    llvm::FunctionCallee f = m_.getOrInsertFunction(target_.nvptx() ? std::string("__nv_") + libmName : libmName,
                                                     llvm::FunctionType::get(args[0]->getType(), types, false));
     return b_.CreateCall(f, args);
   }
@@ -580,7 +578,7 @@ private:
         llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x,   llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x,
         llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x, llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x,
         llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_y, llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_y};
-    llvm::Value *v = target_.kind == Target::Kind::Nvptx ? b_.CreateIntrinsic(ids[r], {}, {})
+    llvm::Value *v = target_.nvptx() ? b_.CreateIntrinsic(ids[r], {}, {})
                                                            : b_.CreateCall(simHook("dnnc_sim_sreg", b_.getInt32Ty(), {b_.getInt32Ty()}),
                                                                            {b_.getInt32(r)});
     return b_.CreateZExt(v, b_.getInt64Ty());
@@ -592,7 +590,7 @@ private:
     return f;
   }
   void barrier() {
-    if (target_.kind == Target::Kind::Nvptx)
+    if (target_.nvptx())
       b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
     else
       b_.CreateCall(simHook("dnnc_sim_barrier", b_.getVoidTy(), {}));
@@ -601,7 +599,7 @@ private:
   llvm::Value *shuffleXor(llvm::Value *v, unsigned laneMask) {
     llvm::Type *i32 = b_.getInt32Ty(), *t = v->getType();
     auto word = [&](llvm::Value *x) -> llvm::Value * {
-      if (target_.kind == Target::Kind::Nvptx)
+      if (target_.nvptx())
         return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_shfl_sync_bfly_i32, {},
                                   {b_.getInt32(0xffffffffu), x, b_.getInt32(laneMask), b_.getInt32(31)});
       return b_.CreateCall(simHook("dnnc_sim_shfl_bfly", i32, {i32, i32}), {x, b_.getInt32(laneMask)});
@@ -694,7 +692,7 @@ private:
   // A zero-filled float array in the block's shared memory (a plain global for the
   // simulator, which runs one block at a time).
   llvm::Value *sharedArray(const std::string &name, int64_t elements) {
-    unsigned space = target_.kind == Target::Kind::Nvptx ? 3 : 0;
+    unsigned space = target_.nvptx() ? 3 : 0;
     auto *type = llvm::ArrayType::get(b_.getFloatTy(), static_cast<uint64_t>(elements));
     llvm::Constant *init = space == 3 ? llvm::UndefValue::get(type) : llvm::Constant::getNullValue(type);
     auto *g = new llvm::GlobalVariable(m_, type, false, llvm::GlobalValue::InternalLinkage, init, k_.name + "." + name, nullptr,

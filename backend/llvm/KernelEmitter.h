@@ -27,6 +27,7 @@ struct Target {
   Kind kind = Kind::Host;
   unsigned vectorWidth = 4; // f32 lanes of the widest vector register (the CPU GEMM's tiles)
   bool gpuMapping() const { return kind != Kind::Host; }
+  bool nvptx() const { return kind == Kind::Nvptx; }
 };
 
 void emitKernel(llvm::Module &m, const kir::Kernel &k, const Target &target);

@@ -941,6 +941,14 @@ ExprRef workOf(const Stmt &s) {
 }
 } // namespace
 
+std::unique_ptr<rt::Executable> executable(const ir::Graph &g, const LoweredGraph &lowered, std::vector<rt::KernelInfo> infos,
+                                           std::unique_ptr<rt::Device> device, bool memoryPlan) {
+  auto exe = std::make_unique<rt::Executable>(g, lowered.kernelOf(), std::move(infos), std::move(device));
+  if (memoryPlan)
+    exe->setArenaPlan(arenaPlan(g, lowered));
+  return exe;
+}
+
 rt::KernelInfo kernelInfo(const kir::Kernel &k) {
   rt::KernelInfo info;
   info.name = k.name;

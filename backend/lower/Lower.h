@@ -37,6 +37,10 @@ LoweredGraph lowerGraph(const ir::Graph &g, bool forGpu = false);
 // The memory plan of `g` for the kernels in `lowered` (ir/transforms/MemoryPlan.h), in
 // the runtime's terms.
 rt::ArenaPlan arenaPlan(const ir::Graph &g, const LoweredGraph &lowered);
+// The executable that runs `g` with `lowered`'s kernels (described by `infos`) on
+// `device`; memoryPlan: intermediates in the planned arena.
+std::unique_ptr<rt::Executable> executable(const ir::Graph &g, const LoweredGraph &lowered, std::vector<rt::KernelInfo> infos,
+                                           std::unique_ptr<rt::Device> device, bool memoryPlan);
 // What the runtime needs to launch `k`: its dim names, parallel extent and work estimate.
 rt::KernelInfo kernelInfo(const kir::Kernel &k);
 

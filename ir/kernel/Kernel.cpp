@@ -272,7 +272,6 @@ std::vector<const Stmt *> gpuLoopNest(const Stmt &root, GpuMapping mapping) {
 GpuGrid gpuGrid(const Kernel &k) {
   GpuGrid g;
   g.y = sym::constant(1);
-  const Stmt *p = k.parallelLoop();
   std::vector<const Stmt *> gridLoops = gpuGridLoops(k);
   GpuMapping mapping = gpuMapping(k);
   if (gridLoops.empty() && mapping != GpuMapping::Blocks) { // one thread (or one warp) runs the body
@@ -281,23 +280,22 @@ GpuGrid gpuGrid(const Kernel &k) {
     return g;
   }
   auto ceilDiv = [](sym::ExprRef a, int64_t b) { return sym::floorDiv(sym::add(a, sym::constant(b - 1)), sym::constant(b)); };
-  sym::ExprRef iterations = nullptr; // of the largest grid loop
+  auto widen = [](sym::ExprRef &largest, sym::ExprRef e) { largest = largest ? sym::max(largest, e) : e; };
+  sym::ExprRef iterations = nullptr, columnTiles = nullptr; // of the largest grid loop, GEMM
   for (const Stmt *root : gridLoops) {
     sym::ExprRef n = sym::constant(1);
     for (const Stmt *loop : gpuLoopNest(*root, mapping))
       n = sym::mul(n, loop->extent);
-    iterations = iterations ? sym::max(iterations, n) : n;
+    widen(iterations, n);
   }
   switch (mapping) {
   case GpuMapping::Threads: g.x = ceilDiv(iterations, kGpuBlockThreads); break;
   case GpuMapping::Warps: g.x = ceilDiv(iterations, kGpuBlockThreads / 32); break;
   case GpuMapping::Blocks:
-    g.x = p->extent;
-    g.y = nullptr;
-    for (const StmtPtr &b : p->body) {
-      sym::ExprRef tiles = ceilDiv(b->gemm.n, kGpuGemmTile);
-      g.y = g.y ? sym::max(g.y, tiles) : tiles;
-    }
+    g.x = k.parallelLoop()->extent;
+    for (const StmtPtr &b : k.parallelLoop()->body)
+      widen(columnTiles, ceilDiv(b->gemm.n, kGpuGemmTile));
+    g.y = columnTiles;
     break;
   }
   return g;

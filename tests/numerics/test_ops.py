@@ -112,14 +112,19 @@ class Ops(unittest.TestCase):
     dnnc: Dnnc
 
 
+def write_model(d, name, header, args, result, expr):
+    """Writes `header` then `model main(args) -> result { return expr; }` to d/name.dnn."""
+    model = os.path.join(d, f"{name}.dnn")
+    with open(model, "w") as f:
+        f.write(f"{header}\nmodel main({args}) -> {result} {{\n  return {expr};\n}}\n")
+    return model
+
+
 def make_test(name, expr, result, ref):
     def test(self):
         rng = np.random.default_rng(abs(hash(name)) % 2**32)
         with tempfile.TemporaryDirectory() as d:
-            model = os.path.join(d, f"{name}.dnn")
-            with open(model, "w") as f:
-                f.write(f"dim A; dim B;\nmodel main(x: f32[A, B], y: f32[A, B], m: bool[A, B], i: i32[A, B]) -> {result} {{\n"
-                        f"  return {expr};\n}}\n")
+            model = write_model(d, name, "dim A; dim B;", "x: f32[A, B], y: f32[A, B], m: bool[A, B], i: i32[A, B]", result, expr)
             for a, b in SHAPES:
                 x, y = rng.standard_normal((a, b)).astype(np.float32), rng.standard_normal((a, b)).astype(np.float32)
                 m, i = rng.random((a, b)) < 0.5, rng.integers(0, 9, (a, b)).astype(np.int32)
@@ -157,10 +162,8 @@ def make_gemm_test(name, args, result, shapes):
     def test(self):
         rng = np.random.default_rng(7)
         with tempfile.TemporaryDirectory() as d:
-            model = os.path.join(d, f"gemm_{name}.dnn")
-            with open(model, "w") as f:
-                expr, ref = GEMM_EXPRESSIONS.get(name, ("a @ b", np.matmul))
-                f.write(f"dim M; dim K; dim N;\nmodel main({args}) -> {result} {{\n  return {expr};\n}}\n")
+            expr, ref = GEMM_EXPRESSIONS.get(name, ("a @ b", np.matmul))
+            model = write_model(d, f"gemm_{name}", "dim M; dim K; dim N;", args, result, expr)
             for m, k, n in GEMM_SHAPES:
                 dtype = np.float16 if name == "f16" else np.float32
                 sa, sb = shapes(m, k, n)
@@ -273,10 +276,7 @@ def make_reduction_test(name, expr, result, ref):
     def test(self):
         rng = np.random.default_rng(11)
         with tempfile.TemporaryDirectory() as d:
-            model = os.path.join(d, f"reduce_{name}.dnn")
-            with open(model, "w") as f:
-                f.write(f"import nn;\ndim R; dim L;\nmodel main(x: f32[R, L], i: i32[R, L]) -> {result} {{\n"
-                        f"  return {expr};\n}}\n")
+            model = write_model(d, f"reduce_{name}", "import nn;\ndim R; dim L;", "x: f32[R, L], i: i32[R, L]", result, expr)
             for r, l in REDUCTION_SHAPES:
                 x = (np.round(rng.standard_normal((r, l)) * 2) / 2).astype(np.float32)
                 i = rng.integers(-5, 5, (r, l)).astype(np.int32)

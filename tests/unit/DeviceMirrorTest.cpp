@@ -28,6 +28,16 @@ struct Heap : DeviceMirror::Memory {
 
 float *onDevice(uint64_t address) { return reinterpret_cast<float *>(address); }
 
+// A mirror over a 64-byte arena (host memory only "kernels" write).
+struct ArenaMirror {
+  Heap heap;
+  DeviceMirror mirror{heap};
+  std::vector<uint8_t> arena = std::vector<uint8_t>(64, 0);
+  // `n` floats of the arena from byte `offset`.
+  Tensor view(size_t offset, int64_t n) { return Tensor::view(DType::F32, {n}, arena.data() + offset); }
+  void beginRun() { mirror.beginRun({}, {{arena.data(), arena.size()}}); }
+};
+
 Tensor filled(std::vector<int64_t> shape, float v) {
   Tensor t = Tensor::zeros(DType::F32, std::move(shape));
   for (size_t k = 0; k < t.numel(); ++k)
@@ -67,12 +77,8 @@ TEST_CASE("results stay on the device until the host reads them", "[mirror]") {
   CHECK(heap.live == 0); // every device buffer freed
 }
 
-TEST_CASE("results in the arenas stay on the device across host phases", "[mirror]") {
-  Heap heap;
-  DeviceMirror mirror(heap);
-  std::vector<uint8_t> arena(64, 0);
-  auto view = [&](size_t offset, int64_t n) { return Tensor::view(DType::F32, {n}, arena.data() + offset); };
-  mirror.beginRun({}, {{arena.data(), arena.size()}});
+TEST_CASE_METHOD(ArenaMirror, "results in the arenas stay on the device across host phases", "[mirror]") {
+  beginRun();
   Tensor a = view(0, 4), b = view(16, 4);
   onDevice(mirror.output(a))[0] = 5;
   onDevice(mirror.output(b))[0] = 6;
@@ -88,12 +94,9 @@ TEST_CASE("results in the arenas stay on the device across host phases", "[mirro
   CHECK(mirror.downloads() == 2);
 }
 
-TEST_CASE("a result replaces the dead results it overlaps; reads of partly newer ranges copy back first", "[mirror]") {
-  Heap heap;
-  DeviceMirror mirror(heap);
-  std::vector<uint8_t> arena(64, 0);
-  auto view = [&](size_t offset, int64_t n) { return Tensor::view(DType::F32, {n}, arena.data() + offset); };
-  mirror.beginRun({}, {{arena.data(), arena.size()}});
+TEST_CASE_METHOD(ArenaMirror, "a result replaces the dead results it overlaps; reads of partly newer ranges copy back first",
+                 "[mirror]") {
+  beginRun();
   Tensor a = view(0, 8), b = view(16, 8);
   onDevice(mirror.output(a))[0] = 5;
   mirror.launchDone();
@@ -112,16 +115,12 @@ TEST_CASE("a result replaces the dead results it overlaps; reads of partly newer
   CHECK(mirror.downloads() == 2);
 }
 
-TEST_CASE("buffers forgotten during a launch are not reused in it", "[mirror]") {
-  Heap heap;
-  DeviceMirror mirror(heap);
-  std::vector<uint8_t> arena(64, 0);
+TEST_CASE_METHOD(ArenaMirror, "buffers forgotten during a launch are not reused in it", "[mirror]") {
   mirror.beginRun({}, {});
-  Tensor a = Tensor::view(DType::F32, {8}, arena.data()), b = Tensor::view(DType::F32, {4}, arena.data() + 8);
-  uint64_t first = mirror.output(a);
+  uint64_t first = mirror.output(view(0, 8));
   mirror.launchDone();
-  uint64_t second = mirror.output(b); // forgets a's mirror ...
-  uint64_t third = mirror.output(Tensor::view(DType::F32, {8}, arena.data() + 32));
+  uint64_t second = mirror.output(view(8, 4)); // forgets the first mirror ...
+  uint64_t third = mirror.output(view(32, 8));
   CHECK(third != first); // ... but its buffer waits for the launch to finish
   CHECK(second != first);
 }
@@ -140,12 +139,10 @@ TEST_CASE("a param read whole after a view of its first row replaces the view's 
   CHECK(heap.live == 0);
 }
 
-TEST_CASE("an arena that moves while the device holds a result in it is an internal error", "[mirror]") {
-  Heap heap;
-  DeviceMirror mirror(heap);
-  std::vector<uint8_t> arena(64, 0), moved(128, 0);
-  mirror.beginRun({}, {{arena.data(), arena.size()}});
-  mirror.output(Tensor::view(DType::F32, {4}, arena.data()));
+TEST_CASE_METHOD(ArenaMirror, "an arena that moves while the device holds a result in it is an internal error", "[mirror]") {
+  std::vector<uint8_t> moved(128, 0);
+  beginRun();
+  mirror.output(view(0, 4));
   CHECK_THROWS_WITH(mirror.setArenas({{moved.data(), moved.size()}}), Catch::Contains("arena memory that moved"));
 }
 

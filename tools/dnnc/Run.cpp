@@ -119,32 +119,24 @@ int runModel(Program &p, const RunOptions &o) {
   const ir::Graph &g = *m->graph;
   // Compiled devices run every statically shaped op as a kernel; auto takes the GPU when
   // one works.
-  std::unique_ptr<backend::CpuExecutable> cpu;
-  std::unique_ptr<rt::Executable> gpu;
-  rt::Executable *compiled = nullptr;
+  std::unique_ptr<rt::Executable> compiled; // none: the reference interpreter
   try {
     if (o.device == "cuda-sim") {
-      gpu = backend::compileForSimulatedGpu(g, o.memoryPlan);
-      compiled = gpu.get();
+      compiled = backend::compileForSimulatedGpu(g, o.memoryPlan);
     } else if (o.device != "ref") {
       rt::CudaProbe probe;
       if (o.device != "cpu")
         probe = rt::probeCuda();
       if (o.device == "cuda" && !probe.ok)
         throw DataError("--device cuda: " + probe.error);
-      if (probe.ok) {
-        gpu = backend::compileForCuda(g, backend::archFor(probe), o.memoryPlan);
-        compiled = gpu.get();
-      } else {
-        cpu = std::make_unique<backend::CpuExecutable>(g, o.memoryPlan);
-        compiled = &cpu->executable();
-      }
+      compiled = probe.ok ? backend::compileForCuda(g, backend::archFor(probe), o.memoryPlan)
+                          : backend::compileForCpu(g, o.memoryPlan);
     }
   } catch (const DataError &e) {
     std::cerr << "dnnc: error: " << e.what() << "\n";
     return kUserError;
   }
-  return execute(g, compiled, o);
+  return execute(g, compiled.get(), o);
 }
 
 int runArtifact(const std::string &path, const RunOptions &o) {

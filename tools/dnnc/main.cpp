@@ -1,7 +1,7 @@
 // dnnc: the command-line driver (check, shapes, emit, repl).
 #include "frontend/Ast.h"
 #include "backend/Build.h"
-#include "backend/CpuExecutable.h"
+#include "backend/llvm/CpuBackend.h"
 #include "runtime/Artifact.h"
 #include "runtime/TensorIO.h"
 #include "runtime/ThreadPool.h"
