@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Bad inputs to `dnnc run`: each gives one clear message, exit status 1, and no output."""
 import argparse
+import json
 import os
 import struct
 import subprocess
@@ -141,6 +142,29 @@ class BadArtifacts(unittest.TestCase):
     def test_wrong_device(self):
         self.fails(self.good, ["--device", "cuda"], "was built for cpu, not for --device cuda")
         self.fails(self.good, ["--device", "cuda-sim"], "--device cuda-sim compiles the model for the simulator: give it the .dnn file")
+
+    def resealed(self, edit):
+        """The artifact with its JSON header changed by `edit` and its checksum made valid
+        again: damage a checksum cannot catch (another dnnc's output, a hand-made file)."""
+        header_size, payload_size = struct.unpack("<QQ", self.bytes[8:24])
+        header = json.loads(self.bytes[32:32 + header_size])
+        edit(header)
+        text, payload = json.dumps(header).encode(), self.bytes[32 + header_size:]
+
+        def fnv1a(data, h=1469598103934665603):
+            for byte in data:
+                h = ((h ^ byte) * 1099511628211) % (1 << 64)
+            return h
+        return self.bytes[:8] + struct.pack("<QQQ", len(text), payload_size, fnv1a(payload, fnv1a(text))) + text + payload
+
+    def test_other_format(self):
+        self.fails("%d/m.dnnc", [], "has artifact format 1, this runtime reads format 2 (rebuild it with this dnnc)",
+                   {"m.dnnc": self.resealed(lambda h: h.update(format=1))})
+
+    def test_bad_block_threads(self):
+        def zero_threads(h):
+            h["kernels"][0]["block_threads"] = 0
+        self.fails("%d/m.dnnc", [], "has a kernel with 0 threads per block", {"m.dnnc": self.resealed(zero_threads)})
 
     def test_unknown_dim(self):
         self.fails(self.good, ["--bind", "Q=3"], "model 'main' has no dim 'Q'")
