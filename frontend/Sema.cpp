@@ -10,6 +10,7 @@
 #include "frontend/Parser.h"
 #include "ir/graph/OpRegistry.h"
 #include "ir/transforms/RankDimPropagation.h"
+#include "runtime/Size.h"
 
 #include <fmt/format.h>
 
@@ -233,6 +234,7 @@ private:
                SourceRange loc, std::optional<ir::ShapeClass> cls = std::nullopt, bool typeByRule = true);
   ExprRef freshDim(const std::string &hint, SourceRange loc, const std::string &origin);
   [[noreturn]] void ruleFailure(const ir::RuleError &err, const ir::Op &op, SourceRange loc);
+  void checkResultSize(const ir::Op &op, const ir::TensorType &t, SourceRange loc);
 
   // ---- types ----
   void checkAgainst(const SVal &v, const ast::Type &t, ScopePtr scope, const std::string &what, DiagKind kind,
@@ -593,10 +595,33 @@ ir::Op *Program::Sema::emit(OpKind kind, std::vector<ir::Value *> operands, std:
       ir::inferOp(*op, ctx);
     } catch (const ir::RuleError &err) {
       ruleFailure(err, *op, loc);
+    } catch (const std::overflow_error &) {
+      fail(DiagKind::Range, loc, fmt::format("the result of '{}' has a dim past 64 bits", ir::opInfo(kind).spelling));
     }
+    for (const ir::Value *r : op->results)
+      checkResultSize(*op, r->type, loc);
   }
   st_->cur->ops.push_back(op);
   return op;
+}
+
+// A size known to be negative, or past 64 bits or rt::kMaxTensorBytes for every binding,
+// is an error where the op is written, not at run time.
+void Program::Sema::checkResultSize(const ir::Op &op, const ir::TensorType &t, SourceRange loc) {
+  std::string spelling = ir::opInfo(op.kind).spelling;
+  for (size_t k = 0; k < t.dims.size(); ++k)
+    if (!t.dims[k]->asVar() && !(t.dims[k]->isConst() && *t.dims[k]->asConst() >= 0) &&
+        an().canProve(t.dims[k], Rel::LT, sym::constant(0)))
+      fail(DiagKind::Range, loc, fmt::format("the result of '{}' would be {}: dim {} ({}) is negative", spelling, t.str(), k,
+                                             t.dims[k]->str()));
+  try {
+    auto bytes = an().simplify(t.bytes())->asConst();
+    if (bytes && *bytes > rt::kMaxTensorBytes)
+      fail(DiagKind::Range, loc, fmt::format("the result of '{}' would be {}: {} bytes, over the limit of {} bytes", spelling,
+                                             t.str(), *bytes, rt::kMaxTensorBytes));
+  } catch (const std::overflow_error &) {
+    fail(DiagKind::Range, loc, fmt::format("the result of '{}' would be {}: its size overflows 64 bits", spelling, t.str()));
+  }
 }
 
 ir::Value *Program::Sema::materialize(const SVal &v, std::optional<DType> adopt, SourceRange loc) {

@@ -2,6 +2,7 @@
 #include "runtime/Executable.h"
 
 #include "frontend/Diagnostics.h"
+#include "runtime/Size.h"
 
 #include <fmt/format.h>
 
@@ -20,12 +21,35 @@ Executable::Executable(const ir::Graph &graph, std::map<const ir::Op *, size_t> 
           [this](const std::vector<const Tensor *> &reads) { device_->hostReads(reads, true); }) {}
 
 namespace {
-// `e` under the binding a launch of `what` sees: every dim it names is bound by then.
+// `e` under the binding a launch of `what` sees: every dim it names is bound by then, so
+// no value means the user's sizes overflow 64 bits (a launch grid, an offset).
 int64_t evaluateAtLaunch(const std::string &what, sym::ExprRef e, const interp::Binding &b) {
   auto v = sym::evaluate(e, b);
-  if (!v)
-    throw InternalError(fmt::format("{}: dim {} is unbound at launch", what, e->str()));
-  return *v;
+  if (v)
+    return *v;
+  for (const std::string &name : sym::freeVars(e))
+    if (!b.count(name))
+      throw InternalError(fmt::format("{}: dim {} is unbound at launch", what, e->str()));
+  throw DataError(fmt::format("{}: {} overflows 64 bits at these dims", what, e->str()));
+}
+
+// The bytes of an arena under `b`, which may be more than memory holds.
+size_t arenaSize(sym::ExprRef bytes, const interp::Binding &b) {
+  int64_t n = evaluateAtLaunch("the memory plan", bytes, b);
+  if (n < 0)
+    throw InternalError(fmt::format("the arena size {} is {} at these dims", bytes->str(), n));
+  return static_cast<size_t>(n);
+}
+
+void growArena(std::vector<uint8_t> &arena, size_t bytes) {
+  if (arena.size() >= bytes)
+    return;
+  requireMemory(static_cast<int64_t>(bytes), "the planned intermediates");
+  try {
+    arena.resize(bytes);
+  } catch (const std::bad_alloc &) {
+    throw DataError(fmt::format("out of memory: the planned intermediates need {} bytes", bytes));
+  }
 }
 
 // Data-dependent indices must lie inside their buffers: kernels trust them.
@@ -145,14 +169,16 @@ bool Executable::runOp(const ir::Op &op, const std::vector<const Tensor *> &in, 
       // The first late value whose binding knows every dim of the late arena sizes it;
       // late values made before that (other sync points still ahead) get memory of their
       // own, which cannot overlap the arena.
-      auto bytes = sym::evaluate(plan_.lateBytes, b);
-      if (!bytes) {
+      bool bound = true;
+      for (const std::string &name : sym::freeVars(plan_.lateBytes))
+        bound = bound && b.count(name);
+      if (!bound) {
         out.push_back(Tensor::zeros(r->type.dtype, shape));
         continue;
       }
-      lateArenaBytes_ = *bytes;
+      lateArenaBytes_ = static_cast<int64_t>(arenaSize(plan_.lateBytes, b));
       if (lateArena_.size() < static_cast<size_t>(lateArenaBytes_)) {
-        lateArena_.resize(static_cast<size_t>(lateArenaBytes_));
+        growArena(lateArena_, static_cast<size_t>(lateArenaBytes_));
         device_->setArenas(arenas());
       }
     }
@@ -178,12 +204,9 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor> &inputs, const std
     for (const Tensor &t : inputs)
       given.push_back(&t);
     interp::Binding b = interpreter_.bindInputs(given, preset);
-    auto bytes = sym::evaluate(plan_.bytes, b);
-    if (!bytes || *bytes < 0)
-      throw InternalError("the arena size " + plan_.bytes->str() + " cannot be evaluated from the inputs' dims");
-    arenaBytes_ = *bytes;
-    if (arena_.size() < static_cast<size_t>(arenaBytes_))
-      arena_.resize(static_cast<size_t>(arenaBytes_));
+    interpreter_.checkBinding(b); // each value's size first: its error names the op
+    arenaBytes_ = static_cast<int64_t>(arenaSize(plan_.bytes, b));
+    growArena(arena_, static_cast<size_t>(arenaBytes_));
   }
   std::vector<const Tensor *> paramTensors;
   for (const auto &[name, t] : params)

@@ -1,6 +1,10 @@
 // Host tensors and the float16 / bfloat16 conversions (round to nearest even).
 #include "runtime/Tensor.h"
 
+#include "runtime/Size.h"
+
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstring>
 
@@ -10,7 +14,14 @@ Tensor Tensor::zeros(DType dtype, std::vector<int64_t> shape) {
   Tensor t;
   t.dtype = dtype;
   t.shape = std::move(shape);
-  t.bytes.assign(t.numel() * dtypeBytes(dtype), 0);
+  int64_t bytes = checkedBytes(dtype, t.shape, "a tensor");
+  std::string what = fmt::format("a {} tensor", t.typeText());
+  requireMemory(bytes, what);
+  try {
+    t.bytes.assign(static_cast<size_t>(bytes), 0);
+  } catch (const std::bad_alloc &) {
+    throw DataError(fmt::format("out of memory: {} needs {} bytes", what, bytes));
+  }
   return t;
 }
 
@@ -97,12 +108,7 @@ void Tensor::setInt(size_t k, int64_t v) {
   }
 }
 
-std::string Tensor::typeText() const {
-  std::string s = std::string(dtypeName(dtype)) + "[";
-  for (size_t k = 0; k < shape.size(); ++k)
-    s += (k ? ", " : "") + std::to_string(shape[k]);
-  return s + "]";
-}
+std::string Tensor::typeText() const { return shapeText(dtype, shape); }
 
 uint16_t floatToHalf(float value) {
   uint32_t x;

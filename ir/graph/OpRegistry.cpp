@@ -477,7 +477,10 @@ std::vector<TensorType> indexRule(const RuleContext &c, DType dt) {
       out.push_back(c.freshDim("S"));
       continue;
     }
-    ExprRef stop = sym::min(stops[i], in[i]), start = sym::min(starts[i], in[i]);
+    // NumPy's bounds: each clamps into [0, size] (sema has already added the size to
+    // negative constants, so -10 on 7 elements arrives here as -3 and clamps to 0).
+    ExprRef zero = sym::constant(0);
+    ExprRef stop = sym::max(zero, sym::min(stops[i], in[i])), start = sym::max(zero, sym::min(starts[i], in[i]));
     ExprRef step = steps[i];
     ExprRef len = sym::floorDiv(sym::add(sym::sub(stop, start), sym::sub(step, one())), step);
     len = c.analyzer.simplify(sym::max(len, sym::constant(0)));

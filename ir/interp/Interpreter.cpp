@@ -4,12 +4,14 @@
 #include "frontend/Diagnostics.h"
 #include "ir/graph/OpRegistry.h"
 #include "ir/interp/RefOps.h"
+#include "runtime/Size.h"
 
 #include <fmt/format.h>
 
 #include <random>
 #include <regex>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace dnnc::interp {
 namespace {
@@ -53,10 +55,61 @@ std::string unify(const ir::TensorType &expected, const std::vector<int64_t> &ac
   return "";
 }
 
+std::string bindingText(const Binding &b, const std::vector<std::string> &names) {
+  std::string out;
+  for (const std::string &n : names)
+    if (auto it = b.find(n); it != b.end())
+      out += fmt::format("{}{} = {}", out.empty() ? "" : ", ", n, it->second);
+  return out;
+}
+
+// Checks the sizes a value will have under `b` before anything is allocated for it: a dim
+// that evaluates negative or past 64 bits, or a tensor past the byte limit, comes from the
+// user's bindings or data, so it is a DataError naming the op, the dim and the binding.
+// Returns false when a dim of `v` is not bound yet (a size an EDO op or a loop decides).
+bool checkValueSize(const ir::Op &op, const ir::Value &v, const Binding &b) {
+  std::vector<int64_t> shape;
+  for (size_t k = 0; k < v.type.dims.size(); ++k) {
+    sym::ExprRef d = v.type.dims[k];
+    auto value = sym::evaluate(d, b);
+    if (!value) {
+      std::vector<std::string> names = sym::freeVars(d);
+      for (const std::string &n : names)
+        if (!b.count(n))
+          return false;
+      throw DataError(fmt::format("the result of {} is {}: dim {} ({}) cannot be computed at {}: it overflows 64 bits or divides by zero",
+                                  where(op), v.type.str(), k, d->str(), bindingText(b, names)));
+    }
+    if (*value < 0)
+      throw DataError(fmt::format("the result of {} is {}: dim {} is {} = {}, which is negative at {}", where(op), v.type.str(),
+                                  k, d->str(), *value, bindingText(b, sym::freeVars(d))));
+    shape.push_back(*value);
+  }
+  rt::checkedBytes(v.type.dtype, shape, fmt::format("the result of {}", where(op)));
+  return true;
+}
+
+void checkAssert(const ir::Op &op, const Binding &b) {
+  if (!std::holds_alternative<sym::ExprRef>(op.attrs.at("lhs")))
+    return; // a pinned fresh dim: checked where its op's result is bound
+  sym::ExprRef l = op.get<sym::ExprRef>("lhs"), r = op.get<sym::ExprRef>("rhs");
+  auto lv = sym::evaluate(l, b), rv = sym::evaluate(r, b);
+  if (!lv || !rv)
+    throw InternalError(fmt::format("assert at line {} has an unbound dim", op.loc.begin.line));
+  const std::string &rel = op.get<std::string>("rel");
+  bool ok = rel == "==" ? *lv == *rv : rel == "!=" ? *lv != *rv : rel == "<" ? *lv < *rv : rel == "<=" ? *lv <= *rv
+          : rel == ">" ? *lv > *rv : *lv >= *rv;
+  if (!ok)
+    throw DataError(fmt::format("assert {} {} {} at line {} fails: {} = {} and {} = {}", l->str(), rel, r->str(),
+                                op.loc.begin.line, l->str(), *lv, r->str(), *rv));
+}
+
 class Run {
 public:
-  Run(const ir::Graph &g, Binding &b, size_t &count, const OpRunner &runner, const HostAccess &beforeHostAccess)
-      : graph_(g), binding_(b), count_(count), runner_(runner), beforeHostAccess_(beforeHostAccess) {}
+  Run(const ir::Graph &g, Binding &b, size_t &count, const OpRunner &runner, const HostAccess &beforeHostAccess,
+      const std::unordered_set<const ir::Value *> &sizesChecked)
+      : graph_(g), binding_(b), count_(count), runner_(runner), beforeHostAccess_(beforeHostAccess),
+        sizesChecked_(sizesChecked) {}
 
   void hostAccess(const std::vector<const Tensor *> &reads) const {
     if (beforeHostAccess_)
@@ -111,6 +164,9 @@ public:
     case ir::OpKind::While: return loop(op, b);
     default: break;
     }
+    for (const ir::Value *r : op.results)
+      if (!sizesChecked_.count(r))
+        checkValueSize(op, *r, b);
     std::vector<const Tensor *> in;
     for (const ir::Value *v : op.operands)
       in.push_back(&values.at(v));
@@ -194,27 +250,13 @@ public:
       setResult(op, op.results[k], carried[k], b);
   }
 
-  void checkAssert(const ir::Op &op, const Binding &b) {
-    if (!std::holds_alternative<sym::ExprRef>(op.attrs.at("lhs")))
-      return; // a pinned fresh dim: checked where its op's result is bound
-    sym::ExprRef l = op.get<sym::ExprRef>("lhs"), r = op.get<sym::ExprRef>("rhs");
-    auto lv = sym::evaluate(l, b), rv = sym::evaluate(r, b);
-    if (!lv || !rv)
-      throw InternalError(fmt::format("assert at line {} has an unbound dim", op.loc.begin.line));
-    const std::string &rel = op.get<std::string>("rel");
-    bool ok = rel == "==" ? *lv == *rv : rel == "!=" ? *lv != *rv : rel == "<" ? *lv < *rv : rel == "<=" ? *lv <= *rv
-            : rel == ">" ? *lv > *rv : *lv >= *rv;
-    if (!ok)
-      throw DataError(fmt::format("assert {} {} {} at line {} fails: {} = {} and {} = {}", l->str(), rel, r->str(),
-                                  op.loc.begin.line, l->str(), *lv, r->str(), *rv));
-  }
-
 private:
   const ir::Graph &graph_;
   Binding &binding_;
   size_t &count_;
   const OpRunner &runner_;
   const HostAccess &beforeHostAccess_;
+  const std::unordered_set<const ir::Value *> &sizesChecked_;
 };
 
 } // namespace
@@ -272,23 +314,39 @@ Binding Interpreter::bindInputs(const std::vector<const Tensor *> &inputs, Bindi
   return b;
 }
 
+void Interpreter::checkBinding(const Binding &b) {
+  if (sizesCheckedValid_ && b == sizesCheckedFor_)
+    return;
+  sizesCheckedValid_ = false;
+  sizesChecked_.clear();
+  // Asserts about input dims come first: they state what the sizes below rely on.
+  for (const ir::Op *op : graph_.body.ops)
+    if (op->kind == ir::OpKind::AssertDims && std::holds_alternative<sym::ExprRef>(op->attrs.at("lhs"))) {
+      bool bound = true;
+      for (const char *side : {"lhs", "rhs"})
+        bound = bound && sym::evaluate(op->get<sym::ExprRef>(side), b).has_value();
+      if (bound)
+        checkAssert(*op, b);
+    }
+  // Only the ops that always run: a branch not taken or a loop that runs no times may
+  // hold sizes that would be negative under this binding, and that is no error.
+  for (const ir::Op *op : graph_.body.ops)
+    for (const ir::Value *v : op->results)
+      if (op->kind != ir::OpKind::Param && checkValueSize(*op, *v, b))
+        sizesChecked_.insert(v);
+  sizesCheckedFor_ = b;
+  sizesCheckedValid_ = true;
+}
+
 std::vector<Tensor> Interpreter::run(const std::vector<Tensor> &inputs, const std::map<std::string, Tensor> &params,
                                      const Binding &preset) {
   std::vector<const Tensor *> given;
   for (const Tensor &t : inputs)
     given.push_back(&t);
   binding_ = bindInputs(given, preset);
+  checkBinding(binding_);
   opsExecuted_ = 0;
-  Run run(graph_, binding_, opsExecuted_, runner_, beforeHostAccess_);
-  // Asserts about input dims are checked before anything runs.
-  for (const ir::Op *op : graph_.body.ops)
-    if (op->kind == ir::OpKind::AssertDims && std::holds_alternative<sym::ExprRef>(op->attrs.at("lhs"))) {
-      bool bound = true;
-      for (const char *side : {"lhs", "rhs"})
-        bound = bound && sym::evaluate(op->get<sym::ExprRef>(side), binding_).has_value();
-      if (bound)
-        run.checkAssert(*op, binding_);
-    }
+  Run run(graph_, binding_, opsExecuted_, runner_, beforeHostAccess_, sizesChecked_);
   // Inputs and params are read, never written: the run sees them in place (views), and
   // whatever it returns is copied out.
   auto inPlace = [](const Tensor &t) { return Tensor::view(t.dtype, t.shape, const_cast<uint8_t *>(t.data())); };

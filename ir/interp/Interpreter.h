@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace dnnc::interp {
@@ -47,6 +48,11 @@ public:
   // Dims bound by the inputs (null: not given) and `preset`, checked against the inputs'
   // types and the dims' ranges; what run() starts from.
   Binding bindInputs(const std::vector<const rt::Tensor *> &inputs, Binding preset) const;
+  // Checks, before anything is allocated, the asserts about input dims and the sizes of
+  // the ops that always run: a failed assert, a negative dim, a dim past 64 bits or a
+  // tensor past rt::kMaxTensorBytes is a DataError naming the op (run() calls it; other
+  // sizes are checked as their ops run).
+  void checkBinding(const Binding &b);
   const Binding &binding() const { return binding_; }
   size_t opsExecuted() const { return opsExecuted_; }
 
@@ -56,6 +62,9 @@ private:
   HostAccess beforeHostAccess_;
   Binding binding_;
   size_t opsExecuted_ = 0;
+  std::unordered_set<const ir::Value *> sizesChecked_; // under sizesCheckedFor_
+  Binding sizesCheckedFor_;
+  bool sizesCheckedValid_ = false;
 };
 
 // The shape an input must have under a binding, or an empty optional for each unbound

@@ -39,6 +39,61 @@ class BadInputs(unittest.TestCase):
             self.assertIn(message, lines[0])
             self.assertFalse(os.path.exists(os.path.join(d, "out")), "output was written despite the error")
 
+    def fails_everywhere(self, source, args, message, env=None):
+        """`source` (model text) fails with `message` on every device, sizes checked before
+        anything is allocated."""
+        with tempfile.TemporaryDirectory() as d:
+            model = os.path.join(d, "m.dnn")
+            with open(model, "w") as f:
+                f.write(source)
+            for device in ("ref", "cpu", "cuda-sim"):
+                with self.subTest(device=device):
+                    old = {k: os.environ.get(k) for k in (env or {})}
+                    os.environ.update(env or {})
+                    try:
+                        self.fails(model, args + ["--device", device], message)
+                    finally:
+                        for k, v in old.items():
+                            if v is None:
+                                os.environ.pop(k)
+                            else:
+                                os.environ[k] = v
+
+    def test_negative_size(self):
+        self.fails_everywhere("dim A;\nmodel main(x: f32[A]) -> f32[M] {\n  return zeros([A - 5]) + 1.0;\n}\n",
+                              ["--bind", "A=2"], "dim 0 is A - 5 = -3, which is negative at A = 2")
+        self.fails_everywhere("dim H;\nmodel main(x: f32[1, 1, H, H], w: f32[1, 1, 5, 5]) -> f32[1, 1, P, P] {\n"
+                              "  return conv2d(x, w);\n}\n", ["--bind", "H=3"],
+                              "the result of 'conv2d' at line 3 is f32[1, 1, H - 4, H - 4]: dim 2 is H - 4 = -1, which is negative at H = 3")
+
+    def test_size_overflow(self):
+        # 2^21 cubed is 2^63 elements: the byte count once wrapped to 0 and the run wrote
+        # through a null buffer.
+        self.fails_everywhere("dim A;\nmodel main(x: f32[A]) -> f32[A, A, A] {\n  return zeros([A, A, A]) + 1.0;\n}\n",
+                              ["--bind", "A=2097152"], "would be f32[2097152, 2097152, 2097152]: its element count overflows 64 bits")
+
+    def test_out_of_memory(self):
+        self.fails_everywhere("dim A;\nmodel main(x: f32[A]) -> f32[A, A, A] {\n  return zeros([A, A, A]) + 1.0;\n}\n",
+                              ["--bind", "A=200"], "out of memory: a f32[200, 200, 200] tensor needs 32000000 bytes, more than "
+                              "the 1000000 bytes available (DNNC_MAX_MEMORY)", env={"DNNC_MAX_MEMORY": "1000000"})
+
+    def test_outputs_all_or_nothing(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "out")
+            os.makedirs(os.path.join(out, "out1.npy"))  # the second output cannot be written
+            run = [self.exe, "run", os.path.join(self.examples, "detect.dnn"), "--bind", "A=5", "--out", out]
+            p = subprocess.run(run, capture_output=True, text=True, timeout=120)
+            self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+            self.assertIn("cannot write", p.stderr)
+            self.assertEqual(sorted(os.listdir(out)), ["out1.npy"], "the first output was written despite the error")
+            os.rmdir(os.path.join(out, "out1.npy"))
+            # Outputs an earlier run left beyond this run's count go; other files stay.
+            for stale in ("out2.npy", "out17.npy", "notes.txt"):
+                open(os.path.join(out, stale), "w").close()
+            p = subprocess.run(run, capture_output=True, text=True, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(sorted(os.listdir(out)), ["notes.txt", "out0.npy", "out1.npy"])
+
     def tokens(self, shape, dtype=np.int32):
         return ["--input", "tokens=%d/t.npy"], {"t.npy": np.zeros(shape, dtype)}
 

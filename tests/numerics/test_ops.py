@@ -87,6 +87,11 @@ OPS = {
     "one_hot": ("one_hot(i, 4)", "f32[A, B, 4]", lambda x, y, m, i: np.eye(4)[np.clip(i, 0, 3)] * (i < 4)[..., None]),
     "slice": ("x[1:, ::2]", "f32[max(0, A - 1), (B + 1) / 2]", lambda x, y, m, i: x[1:, ::2]),
     "point": ("x[-1, ...]", "f32[B]", lambda x, y, m, i: x[-1]),
+    # Bounds outside the axis clamp as in NumPy (a start before the beginning once typed the
+    # slice longer than its input and read past it).
+    "slice_out_of_range": ("x[-10:, -20:3]", "f32[P, Q]", lambda x, y, m, i: x[-10:, -20:3]),
+    "slice_past_end": ("x[5:100, 1:-1]", "f32[P, Q]", lambda x, y, m, i: x[5:100, 1:-1]),
+    "slice_empty": ("x[3:1, -1:]", "f32[P, Q]", lambda x, y, m, i: x[3:1, -1:]),
     "topk": ("topk(x, 1, axis = 1)[0]", "f32[A, 1]", lambda x, y, m, i: topk(x, 1)[0]),
     "nonzero": ("nonzero(m)", "i64[N, 2]", lambda x, y, m, i: np.stack(np.nonzero(m), 1)),
     "masked_select": ("masked_select(x, m)", "f32[N]", lambda x, y, m, i: x[m]),

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <unistd.h>
 #include <iostream>
 
 namespace dnnc::tool {
@@ -22,6 +23,53 @@ using rt::DataError;
 using rt::Tensor;
 
 namespace {
+
+namespace fs = std::filesystem;
+
+// Writes out0.npy, out1.npy, ... into `dir` all or nothing: every file is written into a
+// private folder inside `dir` first, and only when all of them are complete are they moved
+// into place and the outputs an earlier run left beyond this run's count (a stale out2.npy
+// beside a new out0.npy) removed. Returns the lines that report each output.
+std::vector<std::string> writeOutputs(const std::vector<Tensor> &outputs, const std::string &dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec)
+    throw DataError(fmt::format("cannot create '{}': {}", dir, ec.message()));
+  fs::path staging = fs::path(dir) / fmt::format(".dnnc-out-{}", ::getpid());
+  fs::remove_all(staging, ec);
+  if (!fs::create_directory(staging, ec) || ec)
+    throw DataError(fmt::format("cannot write into '{}': {}", dir, ec ? ec.message() : "it exists"));
+  struct Cleanup {
+    fs::path p;
+    ~Cleanup() {
+      std::error_code ignored;
+      fs::remove_all(p, ignored);
+    }
+  } cleanup{staging};
+  std::vector<std::string> lines;
+  for (size_t k = 0; k < outputs.size(); ++k)
+    rt::writeNpy((staging / fmt::format("out{}.npy", k)).string(), outputs[k]);
+  for (size_t k = 0; k < outputs.size(); ++k) { // what would stop a move, before any is made
+    fs::path path = fs::path(dir) / fmt::format("out{}.npy", k);
+    if (fs::is_directory(path, ec))
+      throw DataError(fmt::format("cannot write '{}': it is a directory", path.string()));
+  }
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    fs::path path = fs::path(dir) / fmt::format("out{}.npy", k);
+    fs::rename(staging / path.filename(), path, ec);
+    if (ec)
+      throw DataError(fmt::format("cannot write '{}': {}", path.string(), ec.message()));
+    lines.push_back(fmt::format("out{}: {} -> {}", k, outputs[k].typeText(), path.string()));
+  }
+  for (const fs::directory_entry &e : fs::directory_iterator(dir, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.size() > 7 && name.size() < 24 && name.rfind("out", 0) == 0 && name.substr(name.size() - 4) == ".npy" &&
+        std::all_of(name.begin() + 3, name.end() - 4, [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }) &&
+        std::stoull(name.substr(3, name.size() - 7)) >= outputs.size())
+      fs::remove(e.path(), ec);
+  }
+  return lines;
+}
 
 // Runs `g` on `compiled` (null: the reference interpreter): reads or makes the inputs and
 // weights, runs, and writes the outputs only once everything has succeeded.
@@ -63,15 +111,8 @@ int execute(const ir::Graph &g, rt::Executable *compiled, const RunOptions &o) {
       runOnce();
       times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
     }
-    std::error_code ec;
-    std::filesystem::create_directories(o.outDir, ec);
-    if (ec)
-      throw DataError(fmt::format("cannot create '{}': {}", o.outDir, ec.message()));
-    for (size_t k = 0; k < outputs.size(); ++k) {
-      std::string path = (std::filesystem::path(o.outDir) / fmt::format("out{}.npy", k)).string();
-      rt::writeNpy(path, outputs[k]);
-      std::cout << fmt::format("out{}: {} -> {}\n", k, outputs[k].typeText(), path);
-    }
+    for (const std::string &line : writeOutputs(outputs, o.outDir))
+      std::cout << line << "\n";
     if (o.stats) {
       std::string dims;
       for (auto &[name, v] : interpreter.binding())

@@ -1,0 +1,76 @@
+// Checked size arithmetic (see Size.h).
+#include "runtime/Size.h"
+
+#include "runtime/Tensor.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <unistd.h>
+
+namespace dnnc::rt {
+
+std::optional<int64_t> checkedMul(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r))
+    return std::nullopt;
+  return r;
+}
+
+std::optional<int64_t> checkedAdd(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r))
+    return std::nullopt;
+  return r;
+}
+
+int64_t memoryLimit() {
+  if (const char *env = std::getenv("DNNC_MAX_MEMORY")) {
+    char *end = nullptr;
+    long long v = std::strtoll(env, &end, 10);
+    if (end != env && *end == '\0' && v > 0)
+      return v;
+  }
+  long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0)
+    return kMaxTensorBytes;
+  return checkedMul(pages, page).value_or(kMaxTensorBytes);
+}
+
+void requireMemory(int64_t bytes, const std::string &what) {
+  int64_t limit = memoryLimit();
+  if (bytes > limit)
+    throw DataError(fmt::format("out of memory: {} needs {} bytes, more than the {} bytes available{}", what, bytes, limit,
+                                std::getenv("DNNC_MAX_MEMORY") ? " (DNNC_MAX_MEMORY)" : ""));
+}
+
+std::string shapeText(DType dtype, const std::vector<int64_t> &shape) {
+  std::string s = std::string(dtypeName(dtype)) + "[";
+  for (size_t k = 0; k < shape.size(); ++k)
+    s += (k ? ", " : "") + std::to_string(shape[k]);
+  return s + "]";
+}
+
+int64_t checkedBytes(DType dtype, const std::vector<int64_t> &shape, const std::string &what) {
+  // Every dim is checked before any product, so that a negative dim is named even when a
+  // zero elsewhere would make the count 0.
+  for (size_t k = 0; k < shape.size(); ++k)
+    if (shape[k] < 0)
+      throw DataError(fmt::format("{} would be {}: dim {} is {}, which is negative", what, shapeText(dtype, shape), k,
+                                  shape[k]));
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    auto next = checkedMul(n, d);
+    if (!next)
+      throw DataError(fmt::format("{} would be {}: its element count overflows 64 bits", what, shapeText(dtype, shape)));
+    n = *next;
+  }
+  auto bytes = checkedMul(n, static_cast<int64_t>(dtypeBytes(dtype)));
+  if (!bytes || *bytes > kMaxTensorBytes)
+    throw DataError(fmt::format("{} would be {}: it needs {} bytes, over the limit of {} bytes", what,
+                                shapeText(dtype, shape), bytes ? std::to_string(*bytes) : fmt::format("{} x {}", n, dtypeBytes(dtype)),
+                                kMaxTensorBytes));
+  return *bytes;
+}
+
+} // namespace dnnc::rt
