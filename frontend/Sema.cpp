@@ -1647,8 +1647,11 @@ void Program::Sema::execLoop(const ast::Stmt &s, ScopePtr scope) {
           auto [it, isNew] = groups.try_emplace(key, nullptr);
           if (isNew) {
             it->second = freshDim("L", s.range, origin);
+            // The entry size bounds it from below only while the loop cannot shrink it: a
+            // loop that drops an element per iteration may reach 0.
             sym::Interval entryRange = an().bounds(types[k].dims[axis]);
-            an().declare(it->second->asVar()->name, std::max<int64_t>(0, entryRange.lo));
+            bool grows = an().canProve(growth, Rel::GE, sym::constant(0));
+            an().declare(it->second->asVar()->name, grows ? std::max<int64_t>(0, entryRange.lo) : 0);
           }
           members[key].push_back({k, axis});
           types[k].dims[axis] = it->second;

@@ -253,6 +253,17 @@ class Windows(unittest.TestCase):
                                        f"{kind}_pool2d k={k} on {n}x{h}x{wd}")
 
 
+    def test_loop_shrinks_to_empty(self):
+        # A loop-carried dim may fall to 0: its type once assumed the entry size's lower
+        # bound (N >= 1), and a slice of the emptied value was an internal error.
+        text = "dim N;\nmodel main(x: f32[N]) -> f32[M] {\n  var y = x;\n  for i in 0..6 {\n    y = y[1:] * 2.0;\n  }\n  return y;\n}\n"
+        with tempfile.TemporaryDirectory() as d:
+            for n in (1, 4, 6, 9):
+                x = np.arange(n, dtype=np.float32)
+                got = self.run_model(d, "shrink", text, {"x": x})
+                assert_matches(got, x[6:] * 64, 0, 0, f"N={n}")
+
+
 # Reductions along rows of widths around a GPU warp (32 lanes split each row and combine
 # partials with shuffles): 1, primes on either side of 32 and 64, and long rows. x holds
 # few distinct values, so argmax/argmin meet ties and must keep the first index.
