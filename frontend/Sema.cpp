@@ -349,7 +349,7 @@ void Program::Sema::declareGlobals(ModuleCtx &m) {
         if (*lo < 0 || *lo > *hi)
           fail(DiagKind::Range, d.value->range,
                fmt::format("the range {}..{} of dim '{}' is empty or negative", *lo, *hi, d.name));
-        globalAn_.setRange(d.name, *lo, *hi);
+        globalAn_.declare(d.name, *lo, *hi); // its own range, 0 allowed (not the default 1..inf narrowed)
       }
       globalDims_.push_back({d.name, d.nameRange, "declared", false});
       break;

@@ -14,6 +14,8 @@ DeviceMirror::~DeviceMirror() {
   launchDone();
   for (auto &[capacity, address] : pool_)
     memory_.release(address);
+  if (empty_)
+    memory_.release(empty_);
 }
 
 uint64_t DeviceMirror::acquire(size_t bytes, size_t &capacity) {
@@ -80,9 +82,19 @@ void DeviceMirror::forgetOverlapping(const uint8_t *begin, size_t bytes) {
   }
 }
 
+uint64_t DeviceMirror::emptyBuffer() {
+  // An empty tensor shares its host address with whatever the plan put there (it takes no
+  // bytes), so it must neither replace nor reuse that value's mirror.
+  if (!empty_)
+    empty_ = acquire(1, emptyCapacity_);
+  return empty_;
+}
+
 uint64_t DeviceMirror::input(const Tensor &t) {
   const uint8_t *host = t.data();
   size_t bytes = t.byteSize();
+  if (bytes == 0)
+    return emptyBuffer();
   if (auto it = mirrors_.find(host); it != mirrors_.end() && it->second.bytes >= bytes)
     return it->second.address;
   // The host's copy is the one to upload, once what the device has newer of it is back.
@@ -103,6 +115,8 @@ uint64_t DeviceMirror::input(const Tensor &t) {
 uint64_t DeviceMirror::output(const Tensor &t) {
   const uint8_t *host = t.data();
   size_t bytes = t.byteSize();
+  if (bytes == 0)
+    return emptyBuffer();
   // The buffer at this address is reused when it fits; older results this one overwrites
   // are dead.
   Mirror m;

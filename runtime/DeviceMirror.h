@@ -73,6 +73,7 @@ private:
   void download(const uint8_t *host, Mirror &m);
   void downloadOverlapping(const uint8_t *begin, size_t bytes);
   bool inside(const std::vector<Range> &ranges, const uint8_t *begin, size_t bytes) const;
+  uint64_t emptyBuffer(); // what empty tensors are given: no mirror
 
   Memory &memory_;
   std::map<const uint8_t *, Mirror> mirrors_;
@@ -80,6 +81,8 @@ private:
   std::multimap<size_t, uint64_t> pool_; // free device buffers by capacity
   std::vector<std::pair<size_t, uint64_t>> retired_; // forgotten during the current launch
   size_t uploads_ = 0, downloads_ = 0;
+  uint64_t empty_ = 0;
+  size_t emptyCapacity_ = 0;
 };
 
 } // namespace dnnc::rt

@@ -264,6 +264,15 @@ class Windows(unittest.TestCase):
                 assert_matches(got, x[6:] * 64, 0, 0, f"N={n}")
 
 
+    def test_dim_range_from_zero(self):
+        # `dim E in 0..8` allows E = 0 (the declared range once narrowed the default 1..inf).
+        text = "dim E in 0..8;\nmodel main(x: f32[E, 2]) -> f32[E] {\n  return sum(x, axis = 1) + 1.0;\n}\n"
+        with tempfile.TemporaryDirectory() as d:
+            for e in (0, 1, 8):
+                x = np.ones((e, 2), np.float32)
+                assert_matches(self.run_model(d, "from_zero", text, {"x": x}), x.sum(1) + 1, 0, 0, f"E={e}")
+
+
 # Reductions along rows of widths around a GPU warp (32 lanes split each row and combine
 # partials with shuffles): 1, primes on either side of 32 and 64, and long rows. x holds
 # few distinct values, so argmax/argmin meet ties and must keep the first index.

@@ -147,3 +147,19 @@ TEST_CASE_METHOD(ArenaMirror, "an arena that moves while the device holds a resu
 }
 
 } // namespace
+
+TEST_CASE("an empty result at a live value's address leaves that value's mirror alone", "[mirror]") {
+  ArenaMirror a;
+  a.beginRun();
+  Tensor live = a.view(0, 4), empty = a.view(0, 0); // the plan may put an empty value anywhere
+  uint64_t r = a.mirror.output(live);
+  for (int k = 0; k < 4; ++k)
+    onDevice(r)[k] = static_cast<float>(k + 1);
+  a.mirror.launchDone();
+  uint64_t e = a.mirror.output(empty); // a kernel over nothing
+  CHECK(e != r);
+  a.mirror.launchDone();
+  CHECK(a.mirror.input(live) == r);
+  a.mirror.hostReads({&live}, false);
+  CHECK(live.get(3) == 4.0f); // once read back as the arena's stale zeros
+}
