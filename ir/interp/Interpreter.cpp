@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <random>
 #include <regex>
 #include <unordered_map>
@@ -19,7 +20,15 @@ namespace {
 using rt::DataError;
 using rt::Tensor;
 
-std::string where(const ir::Op &op) { return fmt::format("'{}' at line {}", ir::opInfo(op.kind).spelling, op.loc.begin.line); }
+// "'conv2d' at line 3"; a fused group is named by the op that makes its first result, as
+// the user wrote it.
+std::string where(const ir::Op &op) {
+  const ir::Op *named = &op;
+  while (named->kind == ir::OpKind::Fused && !named->regions.empty() && !named->regions[0]->yields.empty() &&
+         named->regions[0]->yields[0]->def)
+    named = named->regions[0]->yields[0]->def;
+  return fmt::format("'{}' at line {}", ir::opInfo(named->kind).spelling, named->loc.begin.line);
+}
 
 // Makes `actual` agree with `expected` under `b`: known dims must match, and a dim with one
 // unbound name in it (T, or T0 + iters) binds that name. Returns an error text or "".
@@ -85,7 +94,14 @@ bool checkValueSize(const ir::Op &op, const ir::Value &v, const Binding &b) {
                                   k, d->str(), *value, bindingText(b, sym::freeVars(d))));
     shape.push_back(*value);
   }
-  rt::checkedBytes(v.type.dtype, shape, fmt::format("the result of {}", where(op)));
+  std::vector<std::string> names;
+  for (sym::ExprRef d : v.type.dims)
+    for (std::string &n : sym::freeVars(d))
+      if (std::find(names.begin(), names.end(), n) == names.end())
+        names.push_back(std::move(n));
+  rt::checkedBytes(v.type.dtype, shape,
+                   names.empty() ? fmt::format("the result of {}", where(op))
+                                 : fmt::format("the result of {} ({} at {})", where(op), v.type.str(), bindingText(b, names)));
   return true;
 }
 
