@@ -7,6 +7,8 @@
 //   e.g.   run_artifact mlp.dnnc x=2x16
 #include "runtime/dnnc_runtime.h"
 
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -72,10 +74,18 @@ int main(int argc, char **argv) {
       return 2;
     }
     std::vector<int64_t> &shape = shapes[arg.substr(0, eq)];
-    for (size_t p = eq + 1; p < arg.size();) {
-      size_t x = arg.find('x', p);
-      shape.push_back(std::stoll(arg.substr(p, x == std::string::npos ? std::string::npos : x - p)));
-      p = x == std::string::npos ? arg.size() : x + 1;
+    for (size_t p = eq + 1; p <= arg.size();) {
+      size_t x = std::min(arg.find('x', p), arg.size());
+      std::string dim = arg.substr(p, x - p);
+      char *end = nullptr;
+      errno = 0;
+      long long d = std::strtoll(dim.c_str(), &end, 10);
+      if (dim.empty() || *end || errno || d < 0 || d > (int64_t{1} << 40)) {
+        std::fprintf(stderr, "run_artifact: '%s' is not a dim (a count from 0 to 2^40) in '%s'\n", dim.c_str(), argv[a]);
+        return 2;
+      }
+      shape.push_back(d);
+      p = x + 1;
     }
   }
   size_t n = dnnc_num_inputs(model);
@@ -93,7 +103,11 @@ int main(int argc, char **argv) {
     t.rank = static_cast<int32_t>(it->second.size());
     size_t count = 1;
     for (int32_t d = 0; d < t.rank; ++d)
-      count *= static_cast<size_t>(t.shape[d] = it->second[static_cast<size_t>(d)]);
+      if (__builtin_mul_overflow(count, static_cast<size_t>(t.shape[d] = it->second[static_cast<size_t>(d)]), &count) ||
+          count > (size_t{1} << 40) / elementBytes(t.dtype)) {
+        std::fprintf(stderr, "run_artifact: input '%s' is too large\n", name);
+        return 2;
+      }
     storage[k].resize(count * elementBytes(t.dtype));
     t.data = storage[k].data();
     for (size_t i = 0; i < count; ++i)
