@@ -48,7 +48,7 @@ void growArena(std::vector<uint8_t> &arena, size_t bytes) {
   try {
     arena.resize(bytes);
   } catch (const std::bad_alloc &) {
-    throw DataError(fmt::format("out of memory: the planned intermediates need {} bytes", bytes));
+    throw DataError(fmt::format("out of memory: {} bytes for the planned intermediates could not be allocated", bytes));
   }
 }
 

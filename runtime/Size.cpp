@@ -40,7 +40,7 @@ int64_t memoryLimit() {
 void requireMemory(int64_t bytes, const std::string &what) {
   int64_t limit = memoryLimit();
   if (bytes > limit)
-    throw DataError(fmt::format("out of memory: {} needs {} bytes, more than the {} bytes available{}", what, bytes, limit,
+    throw DataError(fmt::format("out of memory: {} bytes for {}, more than the {} bytes available{}", bytes, what, limit,
                                 std::getenv("DNNC_MAX_MEMORY") ? " (DNNC_MAX_MEMORY)" : ""));
 }
 

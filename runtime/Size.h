@@ -29,7 +29,7 @@ int64_t checkedBytes(DType dtype, const std::vector<int64_t> &shape, const std::
 // The most bytes one allocation may ask for: $DNNC_MAX_MEMORY (bytes) when set, else the
 // machine's physical memory (asking for more would only end in the kernel's OOM killer).
 int64_t memoryLimit();
-// Throws DataError("out of memory: <what> needs N bytes ...") when `bytes` exceeds
+// Throws DataError("out of memory: N bytes for <what>, ...") when `bytes` exceeds
 // memoryLimit(); callers also turn std::bad_alloc into the same message.
 void requireMemory(int64_t bytes, const std::string &what);
 

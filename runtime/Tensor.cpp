@@ -20,7 +20,7 @@ Tensor Tensor::zeros(DType dtype, std::vector<int64_t> shape) {
   try {
     t.bytes.assign(static_cast<size_t>(bytes), 0);
   } catch (const std::bad_alloc &) {
-    throw DataError(fmt::format("out of memory: {} needs {} bytes", what, bytes));
+    throw DataError(fmt::format("out of memory: {} bytes for {} could not be allocated", bytes, what));
   }
   return t;
 }

@@ -74,8 +74,16 @@ class BadInputs(unittest.TestCase):
 
     def test_out_of_memory(self):
         self.fails_everywhere("dim A;\nmodel main(x: f32[A]) -> f32[A, A, A] {\n  return zeros([A, A, A]) + 1.0;\n}\n",
-                              ["--bind", "A=200"], "out of memory: a f32[200, 200, 200] tensor needs 32000000 bytes, more than "
+                              ["--bind", "A=200"], "out of memory: 32000000 bytes for a f32[200, 200, 200] tensor, more than "
                               "the 1000000 bytes available (DNNC_MAX_MEMORY)", env={"DNNC_MAX_MEMORY": "1000000"})
+
+    def test_arena_out_of_memory(self):
+        os.environ["DNNC_MAX_MEMORY"] = "10000000"
+        try:
+            self.fails("transformer.dnn", ["--bind", "B=8,T=512", "--device", "cpu"],
+                       "out of memory: 88080384 bytes for the planned intermediates, more than the 10000000 bytes available")
+        finally:
+            os.environ.pop("DNNC_MAX_MEMORY")
 
     def test_outputs_all_or_nothing(self):
         with tempfile.TemporaryDirectory() as d:
