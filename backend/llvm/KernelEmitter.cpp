@@ -232,7 +232,7 @@ private:
     case OpKind::Rsqrt: return b_.CreateFDiv(one, call(llvm::Intrinsic::sqrt, {x}));
     case OpKind::Tanh: return libm("tanhf", x);
     case OpKind::Sigmoid: return sigmoid(x);
-    case OpKind::Relu: return b_.CreateSelect(b_.CreateFCmpOGT(x, zero), x, zero);
+    case OpKind::Relu: return b_.CreateSelect(b_.CreateFCmpUGT(x, zero), x, zero); // NaN propagates
     case OpKind::Gelu:
       return b_.CreateFMul(b_.CreateFMul(llvm::ConstantFP::get(f, 0.5), x),
                            b_.CreateFAdd(one, libm("erff", b_.CreateFMul(x, llvm::ConstantFP::get(f, M_SQRT1_2)))));
@@ -245,7 +245,8 @@ private:
     case OpKind::Round: return call(llvm::Intrinsic::roundeven, {x});
     case OpKind::Sign:
       return b_.CreateSelect(b_.CreateFCmpOGT(x, zero), one,
-                             b_.CreateSelect(b_.CreateFCmpOLT(x, zero), llvm::ConstantFP::get(f, -1.0), zero));
+                             b_.CreateSelect(b_.CreateFCmpOLT(x, zero), llvm::ConstantFP::get(f, -1.0),
+                                             b_.CreateSelect(b_.CreateFCmpUNO(x, x), x, zero))); // sign(NaN) is NaN
     default: throw InternalError(std::string("no float form of ") + ir::opInfo(k).spelling);
     }
   }

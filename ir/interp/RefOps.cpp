@@ -99,7 +99,7 @@ double unaryFn(OpKind k, double x) {
   case OpKind::Rsqrt: return 1.0 / std::sqrt(x);
   case OpKind::Tanh: return std::tanh(x);
   case OpKind::Sigmoid: return 1.0 / (1.0 + std::exp(-x));
-  case OpKind::Relu: return x > 0 ? x : 0.0;
+  case OpKind::Relu: return std::isnan(x) ? x : x > 0 ? x : 0.0; // NaN propagates, as np.maximum(x, 0)
   case OpKind::Gelu: return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
   case OpKind::Silu: return x / (1.0 + std::exp(-x));
   case OpKind::Erf: return std::erf(x);
@@ -108,7 +108,7 @@ double unaryFn(OpKind k, double x) {
   case OpKind::Floor: return std::floor(x);
   case OpKind::Ceil: return std::ceil(x);
   case OpKind::Round: return std::nearbyint(x); // half to even, as NumPy
-  case OpKind::Sign: return (x > 0) - (x < 0);
+  case OpKind::Sign: return std::isnan(x) ? x : (x > 0) - (x < 0); // sign(NaN) is NaN, as in NumPy
   case OpKind::Not: return x == 0;
   default: throw InternalError("not a unary op");
   }
@@ -533,7 +533,7 @@ Tensor pool2d(const RefContext &c, bool isMax) {
             int64_t ih = oh * stride - pad + kh, iw = ow * stride - pad + kw;
             bool inside = ih >= 0 && ih < H && iw >= 0 && iw < W;
             double v = inside ? x.get((nc * H + ih) * W + iw) : (isMax ? -INFINITY : 0.0);
-            acc = isMax ? std::max(acc, v) : acc + v;
+            acc = isMax ? binaryFn(OpKind::Maximum, acc, v, false) : acc + v; // NaN propagates
           }
         // Average pooling counts the padding, as PyTorch's default does.
         r.set((nc * OH + oh) * OW + ow, isMax ? acc : acc / static_cast<double>(k * k));

@@ -112,13 +112,13 @@ class Semantics(unittest.TestCase):
 
     def test_nan_elementwise(self):
         with tempfile.TemporaryDirectory() as d:
-            m = self.model(d, "nan_ew", "dim N;\nmodel main(x: f32[N], y: f32[N]) -> (f32[N], f32[N], bool[N], bool[N], bool[N], f32[N], bool[N]) {\n"
-                           "  return (maximum(x, y), minimum(x, y), x < y, x != y, x == x, clip(x, -1.0, 1.0), cast(x, bool));\n}\n")
+            m = self.model(d, "nan_ew", "dim N;\nmodel main(x: f32[N], y: f32[N]) -> (f32[N], f32[N], bool[N], bool[N], bool[N], f32[N], bool[N], f32[N], f32[N]) {\n"
+                           "  return (maximum(x, y), minimum(x, y), x < y, x != y, x == x, clip(x, -1.0, 1.0), cast(x, bool), relu(x), sign(x));\n}\n")
             vals = np.array([np.nan, 1, -np.inf, np.nan, 0, 2, -3, np.inf, 0.5], np.float32)
             for n in (1, 9, 37):
                 x = np.resize(vals, n)
                 y = np.resize(vals[::-1].copy(), n)
-                outs = self.run_ok(m, {"x": x, "y": y}, n=7)
+                outs = self.run_ok(m, {"x": x, "y": y}, n=9)
                 msg = f"N={n}"
                 self.check(outs[0], np.maximum(x, y), "maximum " + msg, 0, 0)
                 self.check(outs[1], np.minimum(x, y), "minimum " + msg, 0, 0)
@@ -127,6 +127,20 @@ class Semantics(unittest.TestCase):
                 self.check(outs[4], x == x, "eq " + msg)
                 self.check(outs[5], np.clip(x, -1, 1), "clip " + msg, 0, 0)
                 self.check(outs[6], x.astype(bool), "cast bool " + msg)
+                self.check(outs[7], np.maximum(x, 0), "relu " + msg, 0, 0)
+                self.check(outs[8], np.sign(x), "sign " + msg, 0, 0)
+
+    def test_nan_max_pool(self):
+        with tempfile.TemporaryDirectory() as d:
+            m = self.model(d, "nan_pool", "dim H; dim W;\nmodel main(x: f32[1, 2, H, W]) -> f32[1, 2, H / 2, W / 2] {\n"
+                           "  return max_pool2d(x, 2);\n}\n")
+            for h, w in ((2, 2), (5, 7), (8, 9)):
+                x = np.arange(2 * h * w, dtype=np.float32).reshape(1, 2, h, w)
+                x[0, 0, 1, 1] = np.nan
+                x[0, 1, 0, 0] = np.nan
+                outs = self.run_ok(m, {"x": x})
+                v = x[:, :, :h // 2 * 2, :w // 2 * 2].reshape(1, 2, h // 2, 2, w // 2, 2)
+                self.check(outs[0], v.max(axis=(3, 5)), f"max_pool2d {h}x{w}", 0, 0)
 
     # ---- bools ----
     def test_bool_ops(self):
