@@ -197,7 +197,11 @@ private:
   // A value of dtype `t` computed in f32: f16 and bf16 results are rounded to their type
   // after every op, as the oracle (which stores each op's result) does; a fused chain of
   // f16 ops or cast(cast(x, f16), f32) must not keep f32 precision.
+  // Likewise i32 results (computed in i64) wrap to 32 bits after every op, so that a fused
+  // (a + b) < c compares the wrapped sum as the oracle does.
   llvm::Value *roundTo(llvm::Value *v, DType t) {
+    if (t == DType::I32 && v->getType()->isIntegerTy(64))
+      return b_.CreateSExt(b_.CreateTrunc(v, b_.getInt32Ty()), v->getType());
     if (t == DType::F16)
       return b_.CreateFPExt(b_.CreateFPTrunc(v, b_.getHalfTy()), b_.getFloatTy());
     if (t == DType::BF16)
@@ -365,7 +369,7 @@ private:
     case kir::Value::Kind::Unary: {
       const kir::Value &a = *v.args[0];
       llvm::Value *x = value(a);
-      return isFloat(a.dtype) ? roundTo(floatUnary(v.op, x), v.dtype) : intUnary(v.op, x);
+      return roundTo(isFloat(a.dtype) ? floatUnary(v.op, x) : intUnary(v.op, x), v.dtype);
     }
     case kir::Value::Kind::Binary: {
       const kir::Value &a = *v.args[0], &c = *v.args[1];

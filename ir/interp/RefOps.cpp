@@ -649,8 +649,16 @@ Tensor topk(const RefContext &c, int64_t k, size_t axis, Tensor &indices) {
       return;
     std::vector<int64_t> order(static_cast<size_t>(x.shape[axis]));
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int64_t a, int64_t b) { return x.get(flat + a * st[axis]) > x.get(flat + b * st[axis]); });
+    // Descending; NaN counts as the largest value (as torch.topk), which also keeps the
+    // order strict-weak (a plain > with NaN is undefined behaviour in std::stable_sort).
+    // Integers compare exactly.
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      size_t ia = flat + a * st[axis], ib = flat + b * st[axis];
+      if (integral(x.dtype))
+        return x.getInt(ia) > x.getInt(ib);
+      double va = x.get(ia), vb = x.get(ib);
+      return std::isnan(va) ? !std::isnan(vb) : (!std::isnan(vb) && va > vb);
+    });
     size_t base = 0;
     for (size_t d = 0; d < idx.size(); ++d)
       base += static_cast<size_t>(idx[d] * ost[d]);
@@ -1024,10 +1032,19 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
     const Tensor &x = *c.in[0];
     std::vector<size_t> order(x.numel());
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return x.get(a) < x.get(b); });
+    // Ascending with NaNs last and collapsed into one, as np.unique (equal_nan=True);
+    // integers compare exactly.
+    bool exact = integral(x.dtype);
+    auto less = [&](size_t a, size_t b) {
+      if (exact)
+        return x.getInt(a) < x.getInt(b);
+      double va = x.get(a), vb = x.get(b);
+      return std::isnan(vb) ? !std::isnan(va) : (!std::isnan(va) && va < vb);
+    };
+    std::stable_sort(order.begin(), order.end(), less);
     std::vector<size_t> keep;
     for (size_t k : order)
-      if (keep.empty() || x.get(keep.back()) != x.get(k))
+      if (keep.empty() || less(keep.back(), k))
         keep.push_back(k);
     Tensor r = Tensor::zeros(x.dtype, {static_cast<int64_t>(keep.size())});
     for (size_t k = 0; k < keep.size(); ++k)

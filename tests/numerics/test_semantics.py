@@ -171,6 +171,31 @@ class Semantics(unittest.TestCase):
                 for k, w in enumerate(want):
                     self.check(outs[k], w, f"int op {k} N={n}")
 
+    def test_i32_wraps_inside_fused_kernels(self):
+        with tempfile.TemporaryDirectory() as d:
+            m = self.model(d, "i32_wrap", "dim N;\nmodel main(c: i32[N], a: i64[N]) -> (bool[N], i32[N], bool[N]) {\n"
+                           "  return ((c + c) < 0, (c * c) / 3, cast(a, i32) < 0);\n}\n")
+            c = np.array([2 ** 30 + 5, -2 ** 30 - 7, 3, I32_MAX, I32_MIN, -1, 46341], np.int32)
+            a = np.array([2 ** 31, 2 ** 32 - 1, -2 ** 31 - 1, 5, 2 ** 40 + 2 ** 31, -3, 0], np.int64)
+            for n in (1, 7):
+                outs = self.run_ok(m, {"c": c[:n], "a": a[:n]}, n=3)
+                with np.errstate(all="ignore"):
+                    want = [(c[:n] + c[:n]) < 0, (c[:n] * c[:n]) // np.int32(3), a[:n].astype(np.int32) < 0]
+                for k, w in enumerate(want):
+                    self.check(outs[k], w, f"i32 wrap {k} N={n}")
+
+    def test_nan_topk_unique(self):
+        with tempfile.TemporaryDirectory() as d:
+            m = self.model(d, "nan_sort", "dim N;\nmodel main(x: f32[N], i: i64[N]) -> (f32[2], i64[2], f32[U], i64[V]) {\n"
+                           "  let (v, at) = topk(x, 2);\n  return (v, at, unique(x), unique(i));\n}\n")
+            x = np.array([1, np.nan, 3, np.nan, 3, -np.inf, 2], np.float32)
+            i = np.array([2 ** 53 + 1, 2 ** 53, 2 ** 53 + 1, 7, -1, 7, 2 ** 53], np.int64)
+            outs = self.run_ok(m, {"x": x, "i": i}, n=4)
+            self.check(outs[0], np.array([np.nan, np.nan], np.float32), "topk values with NaN", 0, 0)
+            self.check(outs[1], np.array([1, 3]), "topk indices with NaN")
+            self.check(outs[2], np.unique(x), "unique with NaN", 0, 0)
+            self.check(outs[3], np.unique(i), "unique of i64 past 2^53")
+
     # ---- casts ----
     def test_float_to_int_casts(self):
         special = np.array([np.inf, -np.inf, np.nan, 1e10, -1e10, 3e9, 2.0 ** 31, -2.0 ** 31, 2.0 ** 63, -2.0 ** 63,
