@@ -260,7 +260,8 @@ private:
     switch (k) {
     case OpKind::Neg: return b_.CreateSub(zero, x);
     case OpKind::Abs: return b_.CreateSelect(b_.CreateICmpSLT(x, zero), b_.CreateSub(zero, x), x);
-    case OpKind::Relu: return b_.CreateSelect(b_.CreateICmpSGT(x, zero), x, zero);
+    case OpKind::Relu: // a bool is its own relu (i1 true is -1 when signed)
+      return x->getType()->isIntegerTy(1) ? x : b_.CreateSelect(b_.CreateICmpSGT(x, zero), x, zero);
     case OpKind::Sign:
       return b_.CreateSub(b_.CreateZExt(b_.CreateICmpSGT(x, zero), x->getType()), b_.CreateZExt(b_.CreateICmpSLT(x, zero), x->getType()));
     case OpKind::Not: return b_.CreateICmpEQ(x, zero); // x == 0, for bools and integers

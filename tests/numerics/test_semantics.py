@@ -145,13 +145,14 @@ class Semantics(unittest.TestCase):
     # ---- bools ----
     def test_bool_ops(self):
         with tempfile.TemporaryDirectory() as d:
-            m = self.model(d, "bools", "dim N;\nmodel main(a: bool[N], b: bool[N]) -> (bool[N], bool[N], bool[N], bool[N], bool[N], bool[N], bool[N], bool[N], bool[N], bool[N]) {\n"
-                           "  return (a < b, a <= b, a > b, a >= b, a == b, a != b, maximum(a, b), minimum(a, b), a + b, a * b);\n}\n")
+            m = self.model(d, "bools", "dim N;\nmodel main(a: bool[N], b: bool[N]) -> (bool[N], bool[N], bool[N], bool[N], bool[N], bool[N], bool[N], bool[N], bool[N], bool[N], bool[N], bool[N]) {\n"
+                           "  return (a < b, a <= b, a > b, a >= b, a == b, a != b, maximum(a, b), minimum(a, b), a + b, a * b, relu(a), abs(a));\n}\n")
             for n in (1, 4, 33):
                 a = np.resize(np.array([False, False, True, True]), n)
                 b = np.resize(np.array([False, True, False, True]), n)
-                outs = self.run_ok(m, {"a": a, "b": b}, n=10)
-                want = [a < b, a <= b, a > b, a >= b, a == b, a != b, np.maximum(a, b), np.minimum(a, b), a + b, a * b]
+                outs = self.run_ok(m, {"a": a, "b": b}, n=12)
+                want = [a < b, a <= b, a > b, a >= b, a == b, a != b, np.maximum(a, b), np.minimum(a, b), a + b, a * b,
+                        np.maximum(a, False), np.abs(a)]
                 for k, w in enumerate(want):
                     self.check(outs[k], w, f"bool op {k} N={n}")
 
