@@ -430,7 +430,7 @@ Tensor softmax(const RefContext &c, bool logarithm) {
       return; // one pass per row along the axis
     double mx = -INFINITY, sum = 0;
     for (int64_t j = 0; j < n; ++j)
-      mx = std::max(mx, x.get(flat + j * st[axis]));
+      mx = binaryFn(OpKind::Maximum, mx, x.get(flat + j * st[axis]), false); // NaN propagates, as the kernels' maximum
     for (int64_t j = 0; j < n; ++j)
       sum += std::exp(x.get(flat + j * st[axis]) - mx);
     for (int64_t j = 0; j < n; ++j) {
@@ -808,7 +808,7 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
   case OpKind::AssertDims: throw InternalError("structural ops are run by the interpreter itself");
   case OpKind::Constant: {
     Tensor t = Tensor::zeros(outType, {});
-    t.set(0, op.get<double>("value"));
+    storeDouble(t, 0, op.get<double>("value"));
     return one(t);
   }
   case OpKind::DimValue: {
@@ -822,7 +822,7 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
     Tensor t = Tensor::zeros(outType, valueList(c, "shape"));
     double v = op.kind == OpKind::Zeros ? 0 : op.kind == OpKind::Ones ? 1 : c.floatAttr("value", 0);
     for (size_t k = 0; k < t.numel(); ++k)
-      t.set(k, v);
+      storeDouble(t, k, v); // full([n], 1e30, dtype = i32) saturates, as a cast
     return one(t);
   }
   case OpKind::Arange: {

@@ -202,16 +202,19 @@ class Semantics(unittest.TestCase):
         special = np.array([np.inf, -np.inf, np.nan, 1e10, -1e10, 3e9, 2.0 ** 31, -2.0 ** 31, 2.0 ** 63, -2.0 ** 63,
                             1e30, -1e30, 2.5, -2.5, 0.99, -0.99, 0.0, 16777217.0], np.float32)
         with tempfile.TemporaryDirectory() as d:
-            m = self.model(d, "casts", "dim N;\nmodel main(x: f32[N]) -> (i32[N], i64[N], i32[N], f32[N]) {\n"
-                           "  return (cast(x, i32), cast(x, i64), cast(x * 2.0, i32) + 1, cast(cast(x, i64), f32));\n}\n")
+            m = self.model(d, "casts", "dim N;\nmodel main(x: f32[N]) -> (i32[N], i64[N], i32[N], f32[N], i32[N], i64[N]) {\n"
+                           "  return (cast(x, i32), cast(x, i64), cast(x * 2.0, i32) + 1, cast(cast(x, i64), f32),\n"
+                           "          full([N], 1e30, dtype = i32) + cast(x * 0.0, i32), full([N], -1e30, dtype = i64));\n}\n")
             for n in (1, 5, len(special)):
                 x = special[:n]
-                outs = self.run_ok(m, {"x": x}, n=4)
+                outs = self.run_ok(m, {"x": x}, n=6)
                 with np.errstate(all="ignore"):
                     self.check(outs[0], saturating(x, np.int32), f"f32->i32 N={n}")
                     self.check(outs[1], saturating(x, np.int64), f"f32->i64 N={n}")
                     self.check(outs[2], saturating(x * np.float32(2), np.int32) + np.int32(1), f"fused f32->i32 N={n}")
                     self.check(outs[3], saturating(x, np.int64).astype(np.float32), f"f32->i64->f32 N={n}", 0, 0)
+                    self.check(outs[4], np.full(n, I32_MAX, np.int32) + saturating(x * np.float32(0), np.int32), f"full 1e30 i32 N={n}")
+                    self.check(outs[5], np.full(n, I64_MIN, np.int64), f"full -1e30 i64 N={n}")
 
     # ---- logsumexp ----
     def test_logsumexp_masked_rows(self):
