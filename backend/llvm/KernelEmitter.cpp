@@ -154,8 +154,12 @@ private:
     if (v->getType() == target)
       return v;
     if (isFloat(from)) {
-      if (to == DType::Bool)
+      if (to == DType::Bool) // NaN is true, as in NumPy
         return b_.CreateFCmpUNE(v, llvm::ConstantFP::get(v->getType(), 0.0));
+      // Truncation that saturates at the result type's bounds (not i64's, which a store
+      // to i32 would then wrap) and makes NaN 0: defined for every input, like the oracle.
+      if (to == DType::I32)
+        return b_.CreateSExt(b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {b_.getInt32Ty(), v->getType()}, {v}), target);
       return b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {target, v->getType()}, {v});
     }
     if (from == DType::Bool)
@@ -181,17 +185,36 @@ private:
     }
   }
 
+  // f32 bits rounded to the nearest even bfloat16 (the upper 16 bits of the result); NaN
+  // stays a (quiet) NaN instead of carrying into infinity.
+  llvm::Value *bfloat16Bits(llvm::Value *v) {
+    llvm::Value *bits = b_.CreateBitCast(v, b_.getInt32Ty());
+    llvm::Value *lsb = b_.CreateAnd(b_.CreateLShr(bits, 16), b_.getInt32(1));
+    llvm::Value *rounded = b_.CreateAdd(bits, b_.CreateAdd(b_.getInt32(0x7fff), lsb));
+    llvm::Value *quiet = b_.CreateOr(bits, b_.getInt32(0x400000));
+    return b_.CreateSelect(b_.CreateFCmpUNO(v, v), quiet, rounded);
+  }
+  // A value of dtype `t` computed in f32: f16 and bf16 results are rounded to their type
+  // after every op, as the oracle (which stores each op's result) does; a fused chain of
+  // f16 ops or cast(cast(x, f16), f32) must not keep f32 precision.
+  // Likewise i32 results (computed in i64) wrap to 32 bits after every op, so that a fused
+  // (a + b) < c compares the wrapped sum as the oracle does.
+  llvm::Value *roundTo(llvm::Value *v, DType t) {
+    if (t == DType::I32 && v->getType()->isIntegerTy(64))
+      return b_.CreateSExt(b_.CreateTrunc(v, b_.getInt32Ty()), v->getType());
+    if (t == DType::F16)
+      return b_.CreateFPExt(b_.CreateFPTrunc(v, b_.getHalfTy()), b_.getFloatTy());
+    if (t == DType::BF16)
+      return b_.CreateBitCast(b_.CreateAnd(bfloat16Bits(v), b_.getInt32(0xffff0000u)), b_.getFloatTy());
+    return v;
+  }
+
   void storeValue(int buffer, sym::ExprRef idx, llvm::Value *v, DType from) {
     DType t = k_.buffers[buffer].dtype;
     v = convert(v, from, t);
     switch (t) {
     case DType::F16: v = b_.CreateFPTrunc(v, b_.getHalfTy()); break;
-    case DType::BF16: { // round to nearest even on the bits
-      llvm::Value *bits = b_.CreateBitCast(v, b_.getInt32Ty());
-      llvm::Value *lsb = b_.CreateAnd(b_.CreateLShr(bits, 16), b_.getInt32(1));
-      v = b_.CreateTrunc(b_.CreateLShr(b_.CreateAdd(bits, b_.CreateAdd(b_.getInt32(0x7fff), lsb)), 16), b_.getInt16Ty());
-      break;
-    }
+    case DType::BF16: v = b_.CreateTrunc(b_.CreateLShr(bfloat16Bits(v), 16), b_.getInt16Ty()); break;
     case DType::I32: v = b_.CreateTrunc(v, b_.getInt32Ty()); break;
     case DType::Bool: v = b_.CreateZExt(v, b_.getInt8Ty()); break;
     default: break;
@@ -213,7 +236,7 @@ private:
     case OpKind::Rsqrt: return b_.CreateFDiv(one, call(llvm::Intrinsic::sqrt, {x}));
     case OpKind::Tanh: return libm("tanhf", x);
     case OpKind::Sigmoid: return sigmoid(x);
-    case OpKind::Relu: return b_.CreateSelect(b_.CreateFCmpOGT(x, zero), x, zero);
+    case OpKind::Relu: return b_.CreateSelect(b_.CreateFCmpUGT(x, zero), x, zero); // NaN propagates
     case OpKind::Gelu:
       return b_.CreateFMul(b_.CreateFMul(llvm::ConstantFP::get(f, 0.5), x),
                            b_.CreateFAdd(one, libm("erff", b_.CreateFMul(x, llvm::ConstantFP::get(f, M_SQRT1_2)))));
@@ -226,7 +249,8 @@ private:
     case OpKind::Round: return call(llvm::Intrinsic::roundeven, {x});
     case OpKind::Sign:
       return b_.CreateSelect(b_.CreateFCmpOGT(x, zero), one,
-                             b_.CreateSelect(b_.CreateFCmpOLT(x, zero), llvm::ConstantFP::get(f, -1.0), zero));
+                             b_.CreateSelect(b_.CreateFCmpOLT(x, zero), llvm::ConstantFP::get(f, -1.0),
+                                             b_.CreateSelect(b_.CreateFCmpUNO(x, x), x, zero))); // sign(NaN) is NaN
     default: throw InternalError(std::string("no float form of ") + ir::opInfo(k).spelling);
     }
   }
@@ -236,12 +260,31 @@ private:
     switch (k) {
     case OpKind::Neg: return b_.CreateSub(zero, x);
     case OpKind::Abs: return b_.CreateSelect(b_.CreateICmpSLT(x, zero), b_.CreateSub(zero, x), x);
-    case OpKind::Relu: return b_.CreateSelect(b_.CreateICmpSGT(x, zero), x, zero);
+    case OpKind::Relu: // a bool is its own relu (i1 true is -1 when signed)
+      return x->getType()->isIntegerTy(1) ? x : b_.CreateSelect(b_.CreateICmpSGT(x, zero), x, zero);
     case OpKind::Sign:
       return b_.CreateSub(b_.CreateZExt(b_.CreateICmpSGT(x, zero), x->getType()), b_.CreateZExt(b_.CreateICmpSLT(x, zero), x->getType()));
-    case OpKind::Not: return b_.CreateNot(x);
+    case OpKind::Not: return b_.CreateICmpEQ(x, zero); // x == 0, for bools and integers
     default: throw InternalError(std::string("no integer form of ") + ir::opInfo(k).spelling);
     }
+  }
+
+  // a ** e on i64, exact with wrapping (square and multiply over e's 63 bits); a negative
+  // exponent gives the truncated 1 / a^-e: 1 for a = 1, +-1 for a = -1, else 0.
+  llvm::Value *intPow(llvm::Value *a, llvm::Value *e) {
+    llvm::Type *t = a->getType();
+    llvm::Value *one = llvm::ConstantInt::get(t, 1), *zero = llvm::ConstantInt::get(t, 0);
+    llvm::Value *p = one, *base = a;
+    for (int bit = 0; bit < 63; ++bit) {
+      llvm::Value *set = b_.CreateICmpNE(b_.CreateAnd(b_.CreateLShr(e, bit), one), zero);
+      p = b_.CreateSelect(set, b_.CreateMul(p, base), p);
+      base = b_.CreateMul(base, base);
+    }
+    llvm::Value *odd = b_.CreateICmpNE(b_.CreateAnd(e, one), zero);
+    llvm::Value *minusOne = llvm::ConstantInt::get(t, -1, true);
+    llvm::Value *negative = b_.CreateSelect(b_.CreateICmpEQ(a, one), one,
+                                            b_.CreateSelect(b_.CreateICmpEQ(a, minusOne), b_.CreateSelect(odd, minusOne, one), zero));
+    return b_.CreateSelect(b_.CreateICmpSLT(e, zero), negative, p);
   }
 
   llvm::Value *binaryOp(OpKind k, llvm::Value *a, llvm::Value *c, bool fp) {
@@ -270,19 +313,34 @@ private:
       }
     } else {
       llvm::Value *zero = llvm::ConstantInt::get(a->getType(), 0);
-      auto safe = [&](llvm::Value *d) { return b_.CreateSelect(b_.CreateICmpEQ(d, zero), llvm::ConstantInt::get(d->getType(), 1), d); };
+      if (a->getType()->isIntegerTy(1)) { // bools: false < true (i1 is signed: true is -1)
+        switch (k) {
+        case OpKind::Add: case OpKind::Maximum: return b_.CreateOr(a, c);
+        case OpKind::Mul: case OpKind::Minimum: return b_.CreateAnd(a, c);
+        case OpKind::Sub: return b_.CreateXor(a, c);
+        case OpKind::Lt: return b_.CreateICmpULT(a, c);
+        case OpKind::Le: return b_.CreateICmpULE(a, c);
+        case OpKind::Gt: return b_.CreateICmpUGT(a, c);
+        case OpKind::Ge: return b_.CreateICmpUGE(a, c);
+        default: break;
+        }
+      }
+      // Divisors 0 and -1 are answered apart (x / 0 = x % 0 = 0, x / -1 = -x wrapping,
+      // x % -1 = 0), so that sdiv never traps on them (INT64_MIN / -1 raises SIGFPE).
+      llvm::Value *minusOne = llvm::ConstantInt::get(a->getType(), -1, true);
+      auto special = [&](llvm::Value *d) { return b_.CreateOr(b_.CreateICmpEQ(d, zero), b_.CreateICmpEQ(d, minusOne)); };
+      auto safe = [&](llvm::Value *d) { return b_.CreateSelect(special(d), llvm::ConstantInt::get(d->getType(), 1), d); };
       switch (k) {
       case OpKind::Add: return b_.CreateAdd(a, c);
       case OpKind::Sub: return b_.CreateSub(a, c);
       case OpKind::Mul: return b_.CreateMul(a, c);
-      case OpKind::Div: // floor division; 0 for a zero divisor, as the reference does
-        return b_.CreateSelect(b_.CreateICmpEQ(c, zero), zero, floorDivMod(a, safe(c), false));
-      case OpKind::Mod: return b_.CreateSelect(b_.CreateICmpEQ(c, zero), zero, floorDivMod(a, safe(c), true));
+      case OpKind::Div: // floor division, as the oracle (docs/semantics.md)
+        return b_.CreateSelect(b_.CreateICmpEQ(c, zero), zero,
+                               b_.CreateSelect(b_.CreateICmpEQ(c, minusOne), b_.CreateSub(zero, a), floorDivMod(a, safe(c), false)));
+      case OpKind::Mod: return b_.CreateSelect(special(c), zero, floorDivMod(a, safe(c), true));
       case OpKind::Maximum: return b_.CreateSelect(b_.CreateICmpSGT(a, c), a, c);
       case OpKind::Minimum: return b_.CreateSelect(b_.CreateICmpSLT(a, c), a, c);
-      case OpKind::Pow:
-        return b_.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {a->getType(), b_.getDoubleTy()},
-                                  {math("pow", llvm::Intrinsic::pow, {b_.CreateSIToFP(a, b_.getDoubleTy()), b_.CreateSIToFP(c, b_.getDoubleTy())})});
+      case OpKind::Pow: return intPow(a, c);
       case OpKind::Eq: return b_.CreateICmpEQ(a, c);
       case OpKind::Ne: return b_.CreateICmpNE(a, c);
       case OpKind::Lt: return b_.CreateICmpSLT(a, c);
@@ -301,31 +359,41 @@ private:
     switch (v.kind) {
     case kir::Value::Kind::Const:
       if (isFloat(v.dtype))
-        return llvm::ConstantFP::get(b_.getFloatTy(), v.number);
+        return roundTo(llvm::ConstantFP::get(b_.getFloatTy(), v.number), v.dtype);
       if (v.dtype == DType::Bool)
         return b_.getInt1(v.number != 0);
-      // Saturated: the largest i64 (a min reduction's start) is 2^63 as a double, one past it.
-      return b_.getInt64(v.number >= 0x1p63 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(v.number));
+      { // saturated as a cast (the largest i64, a min reduction's start, is 2^63 as a double)
+        bool i32 = v.dtype == DType::I32;
+        double lo = i32 ? -0x1p31 : -0x1p63, hi = i32 ? 0x1p31 : 0x1p63;
+        int64_t n = std::isnan(v.number) ? 0
+                    : v.number >= hi     ? (i32 ? std::numeric_limits<int32_t>::max() : std::numeric_limits<int64_t>::max())
+                    : v.number <= lo     ? (i32 ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int64_t>::min())
+                                         : static_cast<int64_t>(v.number);
+        return b_.getInt64(n);
+      }
     case kir::Value::Kind::Load: return loadValue(v);
     case kir::Value::Kind::Index: return index(v.index);
     case kir::Value::Kind::Local: return b_.CreateLoad(computeType(v.dtype), locals_.at(v.local));
     case kir::Value::Kind::Unary: {
       const kir::Value &a = *v.args[0];
       llvm::Value *x = value(a);
-      return isFloat(a.dtype) ? floatUnary(v.op, x) : intUnary(v.op, x);
+      return roundTo(isFloat(a.dtype) ? floatUnary(v.op, x) : intUnary(v.op, x), v.dtype);
     }
     case kir::Value::Kind::Binary: {
       const kir::Value &a = *v.args[0], &c = *v.args[1];
       // Both sides compute in the wider of their types.
       DType t = isFloat(a.dtype) || isFloat(c.dtype) ? DType::F32 : (a.dtype == DType::Bool && c.dtype == DType::Bool ? DType::Bool : DType::I64);
-      return binaryOp(v.op, convert(value(a), a.dtype, t), convert(value(c), c.dtype, t), isFloat(t));
+      return roundTo(binaryOp(v.op, convert(value(a), a.dtype, t), convert(value(c), c.dtype, t), isFloat(t)), v.dtype);
     }
     case kir::Value::Kind::Select: {
       llvm::Value *cond = convert(value(*v.args[0]), v.args[0]->dtype, DType::Bool);
       return b_.CreateSelect(cond, convert(value(*v.args[1]), v.args[1]->dtype, v.dtype),
                              convert(value(*v.args[2]), v.args[2]->dtype, v.dtype));
     }
-    case kir::Value::Kind::Cast: return convert(value(*v.args[0]), v.args[0]->dtype, v.dtype);
+    case kir::Value::Kind::Cast: {
+      llvm::Value *x = convert(value(*v.args[0]), v.args[0]->dtype, v.dtype);
+      return v.args[0]->dtype == v.dtype ? x : roundTo(x, v.dtype);
+    }
     }
     return nullptr;
   }
@@ -624,8 +692,14 @@ private:
         continue;
       }
       llvm::Value *myAt = b_.CreateLoad(b_.getInt64Ty(), atSlot), *theirAt = shuffleXor(myAt, mask);
-      llvm::Value *tie = b_.CreateAnd(binaryOp(ir::OpKind::Eq, theirs, mine, fp), b_.CreateICmpSLT(theirAt, myAt));
-      llvm::Value *take = b_.CreateOr(binaryOp(r.combine, theirs, mine, fp), tie);
+      llvm::Value *same = binaryOp(ir::OpKind::Eq, theirs, mine, fp), *better = binaryOp(r.combine, theirs, mine, fp);
+      if (fp) { // NaN beats any number, and of two NaNs the first index wins (as in the serial loop)
+        llvm::Value *theirNan = b_.CreateFCmpUNO(theirs, theirs), *myNan = b_.CreateFCmpUNO(mine, mine);
+        better = b_.CreateOr(better, b_.CreateAnd(theirNan, b_.CreateNot(myNan)));
+        same = b_.CreateOr(same, b_.CreateAnd(theirNan, myNan));
+      }
+      llvm::Value *tie = b_.CreateAnd(same, b_.CreateICmpSLT(theirAt, myAt));
+      llvm::Value *take = b_.CreateOr(better, tie);
       b_.CreateStore(b_.CreateSelect(take, theirs, mine), slot);
       b_.CreateStore(b_.CreateSelect(take, theirAt, myAt), atSlot);
     }

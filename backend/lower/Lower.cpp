@@ -307,9 +307,66 @@ StmtPtr Lowering::reduction() {
   ExprRef count = c(1);
   for (ExprRef d : redShape)
     count = sym::mul(count, d);
+  // Float sums are blocked: each reduced axis longer than kSumBlock is split into blocks
+  // whose partial sums are added to the total, and each iteration of an outer reduced axis
+  // adds the fresh partial of the axes inside it. A serial f32 sum of n terms has an error
+  // bound of n * eps (2^25 ones sum to 2^24); this one's is about (kSumBlock + n / kSumBlock)
+  // * eps per axis. The oracle sums in double (docs/semantics.md). `term(idx)` is the value
+  // added at input index idx; the outermost loop over elements is the GPU lanes' Reduce loop.
+  constexpr int64_t kSumBlock = 4096;
+  auto blockedSum = [&](const std::string &total, const std::function<ValuePtr(const Dims &)> &term) {
+    Dims at = inIdx;
+    std::vector<size_t> redAxes;
+    for (size_t a = 0; a < in.size(); ++a)
+      if (reduced.count(a))
+        redAxes.push_back(a);
+    // Statements adding the sum over reduced axes k.. into local `target`.
+    std::function<StmtPtr(size_t, const std::string &)> level = [&](size_t k, const std::string &target) -> StmtPtr {
+      size_t a = redAxes[k];
+      ExprRef extent = in[a];
+      bool blocked = !(extent->asConst() && *extent->asConst() <= kSumBlock);
+      std::string partial = fmt::format("sum.p{}", k), inner = fmt::format("sum.q{}", k);
+      ExprRef block = blocked ? sym::var(kir::loopVar(next_++)) : nullptr, j = sym::var(kir::loopVar(next_++));
+      at[a] = blocked ? sym::add(sym::mul(block, c(kSumBlock)), j) : j;
+      std::string into = blocked ? partial : target;
+      // One iteration's value: the term, or the fresh partial of the axes inside.
+      std::vector<StmtPtr> iteration;
+      if (k + 1 == redAxes.size()) {
+        iteration.push_back(kir::assign(into, kir::binary(OpKind::Add, kir::local(into, DType::F32), term(at), DType::F32)));
+      } else {
+        iteration.push_back(kir::let(inner, kir::constant(0, DType::F32)));
+        iteration.push_back(level(k + 1, inner));
+        iteration.push_back(kir::assign(into, kir::binary(OpKind::Add, kir::local(into, DType::F32), kir::local(inner, DType::F32), DType::F32)));
+      }
+      ExprRef elements = blocked ? sym::min(c(kSumBlock), sym::sub(extent, sym::mul(block, c(kSumBlock)))) : extent;
+      StmtPtr elementLoop = k == 0 ? kir::reduceLoop(j->asVar()->name, elements, std::move(iteration), {{into, OpKind::Add, ""}})
+                                   : kir::loop(j->asVar()->name, elements, std::move(iteration));
+      if (!blocked)
+        return elementLoop;
+      std::vector<StmtPtr> perBlock;
+      perBlock.push_back(kir::let(partial, kir::constant(0, DType::F32)));
+      perBlock.push_back(std::move(elementLoop));
+      perBlock.push_back(kir::assign(target, kir::binary(OpKind::Add, kir::local(target, DType::F32), kir::local(partial, DType::F32), DType::F32)));
+      return kir::loop(block->asVar()->name, sym::floorDiv(sym::add(extent, c(kSumBlock - 1)), c(kSumBlock)), std::move(perBlock));
+    };
+    body.push_back(kir::let(total, kir::constant(0, DType::F32)));
+    if (!redAxes.empty())
+      body.push_back(level(0, total));
+    else
+      body.push_back(kir::assign(total, term(at)));
+  };
   switch (kind) {
   case OpKind::Sum:
   case OpKind::Mean:
+    if (acc == DType::F32) {
+      blockedSum("acc", [&](const Dims &at) { return kir::cast(read(0, at), DType::F32); });
+      ValuePtr r = kir::local("acc", acc);
+      if (kind == OpKind::Mean) // an empty mean is 0 / 0: NaN
+        r = kir::binary(OpKind::Div, r, kir::cast(kir::indexValue(count), DType::F32), DType::F32);
+      body.push_back(kir::store(out(), outFlat, kir::cast(r, t)));
+      break;
+    }
+    [[fallthrough]];
   case OpKind::Prod: {
     bool prod = kind == OpKind::Prod;
     body.push_back(kir::let("acc", kir::constant(prod ? 1 : 0, acc)));
@@ -317,8 +374,8 @@ StmtPtr Lowering::reduction() {
                                                              kir::cast(x, acc), acc)),
                                  {{"acc", prod ? OpKind::Mul : OpKind::Add, ""}}));
     ValuePtr r = kir::local("acc", acc);
-    if (kind == OpKind::Mean)
-      r = kir::binary(OpKind::Div, r, kir::cast(kir::indexValue(count), acc), acc);
+    if (kind == OpKind::Mean) // of integers: the exact i64 sum divided in f32, not floor division
+      r = kir::binary(OpKind::Div, kir::cast(r, DType::F32), kir::cast(kir::indexValue(count), DType::F32), DType::F32);
     body.push_back(kir::store(out(), outFlat, kir::cast(r, t)));
     break;
   }
@@ -334,6 +391,11 @@ StmtPtr Lowering::reduction() {
     body.push_back(kir::let("at", kir::constant(0, DType::I64)));
     ExprRef along = redIdx.empty() ? c(0) : kir::flatIndex(redShape, redIdx);
     ValuePtr better = kir::binary(wantMax ? OpKind::Gt : OpKind::Lt, kir::cast(x, acc), kir::local("best", acc), DType::Bool);
+    if (acc == DType::F32) { // NaN beats any number and the first NaN stays, as in NumPy
+      ValuePtr xNan = kir::binary(OpKind::Ne, kir::cast(x, acc), kir::cast(x, acc), DType::Bool);
+      ValuePtr bestNumber = kir::binary(OpKind::Eq, kir::local("best", acc), kir::local("best", acc), DType::Bool);
+      better = kir::binary(OpKind::Or, better, kir::binary(OpKind::And, xNan, bestNumber, DType::Bool), DType::Bool);
+    }
     std::vector<StmtPtr> update;
     update.push_back(kir::assign("best", kir::cast(x, acc)));
     update.push_back(kir::assign("at", kir::indexValue(along)));
@@ -346,14 +408,15 @@ StmtPtr Lowering::reduction() {
     body.push_back(kir::let("best", kir::constant(-INFINITY, DType::F32)));
     body.push_back(accumulate(kir::assign("best", kir::binary(OpKind::Maximum, kir::local("best", DType::F32), x, DType::F32)),
                               {{"best", OpKind::Maximum, ""}}));
-    body.push_back(kir::let("acc", kir::constant(0, DType::F32)));
-    ValuePtr e = kir::unary(OpKind::Exp, kir::binary(OpKind::Sub, x, kir::local("best", DType::F32), DType::F32), DType::F32);
-    body.push_back(accumulate(kir::assign("acc", kir::binary(OpKind::Add, kir::local("acc", DType::F32), e, DType::F32)),
-                              {{"acc", OpKind::Add, ""}}));
-    body.push_back(kir::store(out(), outFlat,
-                              kir::cast(kir::binary(OpKind::Add, kir::local("best", DType::F32),
-                                                    kir::unary(OpKind::Log, kir::local("acc", DType::F32), DType::F32), DType::F32),
-                                        t)));
+    blockedSum("acc", [&](const Dims &at) {
+      return kir::unary(OpKind::Exp, kir::binary(OpKind::Sub, read(0, at), kir::local("best", DType::F32), DType::F32), DType::F32);
+    });
+    // A row whose maximum is infinite is that infinity: all -inf (a fully masked row) is
+    // -inf, as in SciPy, where best + log(sum) would be NaN (exp(-inf - -inf)).
+    ValuePtr best = kir::local("best", DType::F32);
+    ValuePtr infinite = kir::binary(OpKind::Eq, kir::unary(OpKind::Abs, best, DType::F32), kir::constant(INFINITY, DType::F32), DType::Bool);
+    ValuePtr lse = kir::binary(OpKind::Add, best, kir::unary(OpKind::Log, kir::local("acc", DType::F32), DType::F32), DType::F32);
+    body.push_back(kir::store(out(), outFlat, kir::cast(kir::select(infinite, best, lse), t)));
     break;
   }
   default: return nullptr;
@@ -465,18 +528,20 @@ StmtPtr Lowering::matmul(const ir::Op &mm) {
   }
   if (epilogue || transposedB)
     throw InternalError("only f32 matmuls take fused epilogues or transposed operands");
-  // Other dtypes: one dot product per output element, accumulated in f32.
+  // Other dtypes: one dot product per output element, accumulated in f32 (f16, bf16) or
+  // exactly in i64 with wrapping (integers and bools, as the oracle).
   Dims oIdx = vars(batch + 2); // batch..., i, j
   ExprRef kVar = sym::var(kir::loopVar(next_++));
   Dims full(oIdx.begin(), oIdx.begin() + static_cast<long>(batch));
   ExprRef i = oIdx[batch], j = oIdx[batch + 1];
-  ValuePtr prod = kir::binary(OpKind::Mul, kir::load(aBuf, operandIndex(a, full, i, kVar), aType),
-                              kir::load(bBuf, operandIndex(b, full, kVar, j), bType), DType::F32);
+  DType accType = isFloat(aType) ? DType::F32 : DType::I64;
+  ValuePtr prod = kir::binary(OpKind::Mul, kir::cast(kir::load(aBuf, operandIndex(a, full, i, kVar), aType), accType),
+                              kir::cast(kir::load(bBuf, operandIndex(b, full, kVar, j), bType), accType), accType);
   std::vector<StmtPtr> body;
-  body.push_back(kir::let("acc", kir::constant(0, DType::F32)));
+  body.push_back(kir::let("acc", kir::constant(0, accType)));
   body.push_back(kir::loop(kVar->asVar()->name, depth,
-                           one(kir::assign("acc", kir::binary(OpKind::Add, kir::local("acc", DType::F32), prod, DType::F32)))));
-  body.push_back(kir::store(out(), outIndex(full, i, j), kir::cast(kir::local("acc", DType::F32), dtype(out()))));
+                           one(kir::assign("acc", kir::binary(OpKind::Add, kir::local("acc", accType), prod, accType)))));
+  body.push_back(kir::store(out(), outIndex(full, i, j), kir::cast(kir::local("acc", accType), dtype(out()))));
   Dims loopShape(o.begin(), o.begin() + static_cast<long>(batch));
   loopShape.push_back(m);
   loopShape.push_back(n);

@@ -6,6 +6,9 @@
 #include "runtime/Tensor.h"
 
 #include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 namespace dnnc::ir {
@@ -98,8 +101,8 @@ json attrToJson(const Attr &a) {
         using T = std::decay_t<decltype(v)>;
         if constexpr (std::is_same_v<T, int64_t>)
           return {{"int", v}};
-        else if constexpr (std::is_same_v<T, double>)
-          return {{"float", v}};
+        else if constexpr (std::is_same_v<T, double>) // JSON has no inf or NaN: they are strings
+          return std::isfinite(v) ? json{{"float", v}} : json{{"float", std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf"}};
         else if constexpr (std::is_same_v<T, bool>)
           return {{"bool", v}};
         else if constexpr (std::is_same_v<T, std::string>)
@@ -125,8 +128,16 @@ Attr attrFromJson(const json &j) {
   const json &v = j.begin().value();
   if (kind == "int")
     return get<int64_t>(v, "int");
-  if (kind == "float")
+  if (kind == "float") {
+    if (v.is_string()) {
+      const std::string &text = v.get_ref<const std::string &>();
+      if (text == "nan")
+        return std::numeric_limits<double>::quiet_NaN();
+      if (text == "inf" || text == "-inf")
+        return text == "inf" ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
+    }
     return get<double>(v, "float");
+  }
   if (kind == "bool")
     return get<bool>(v, "bool");
   if (kind == "str")

@@ -99,7 +99,7 @@ double unaryFn(OpKind k, double x) {
   case OpKind::Rsqrt: return 1.0 / std::sqrt(x);
   case OpKind::Tanh: return std::tanh(x);
   case OpKind::Sigmoid: return 1.0 / (1.0 + std::exp(-x));
-  case OpKind::Relu: return x > 0 ? x : 0.0;
+  case OpKind::Relu: return std::isnan(x) ? x : x > 0 ? x : 0.0; // NaN propagates, as np.maximum(x, 0)
   case OpKind::Gelu: return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
   case OpKind::Silu: return x / (1.0 + std::exp(-x));
   case OpKind::Erf: return std::erf(x);
@@ -108,7 +108,7 @@ double unaryFn(OpKind k, double x) {
   case OpKind::Floor: return std::floor(x);
   case OpKind::Ceil: return std::ceil(x);
   case OpKind::Round: return std::nearbyint(x); // half to even, as NumPy
-  case OpKind::Sign: return (x > 0) - (x < 0);
+  case OpKind::Sign: return std::isnan(x) ? x : (x > 0) - (x < 0); // sign(NaN) is NaN, as in NumPy
   case OpKind::Not: return x == 0;
   default: throw InternalError("not a unary op");
   }
@@ -142,51 +142,147 @@ double binaryFn(OpKind k, double a, double b, bool integer) {
   }
 }
 
-// Integer arithmetic done exactly in int64 (doubles lose precision past 2^53).
+// Integer arithmetic done exactly in int64, wrapping on overflow (two's complement, as
+// NumPy's fixed-width integers and the kernels do); i32 results wrap when they are stored.
+// Division is floor division; x / 0 and x % 0 are 0 and INT64_MIN / -1 wraps to INT64_MIN
+// (docs/semantics.md): no operand traps.
+int64_t wrap(uint64_t v) { return static_cast<int64_t>(v); }
 std::optional<int64_t> integerFn(OpKind k, int64_t a, int64_t b) {
+  uint64_t ua = static_cast<uint64_t>(a), ub = static_cast<uint64_t>(b);
   switch (k) {
-  case OpKind::Add: return a + b;
-  case OpKind::Sub: return a - b;
-  case OpKind::Mul: return a * b;
-  case OpKind::Neg: return -a;
-  case OpKind::Abs: return a < 0 ? -a : a;
+  case OpKind::Add: return wrap(ua + ub);
+  case OpKind::Sub: return wrap(ua - ub);
+  case OpKind::Mul: return wrap(ua * ub);
+  case OpKind::Neg: return wrap(0 - ua);
+  case OpKind::Abs: return a < 0 ? wrap(0 - ua) : a;
+  case OpKind::Relu: return a > 0 ? a : 0;
   case OpKind::Sign: return (a > 0) - (a < 0);
+  case OpKind::Not: return a == 0;
   case OpKind::Maximum: return std::max(a, b);
   case OpKind::Minimum: return std::min(a, b);
-  case OpKind::Div: // floor division; 0 for a zero divisor, as NumPy's // gives
-    return b == 0 ? 0 : a / b - ((a % b != 0) && ((a < 0) != (b < 0)));
-  case OpKind::Mod: return b == 0 ? 0 : ((a % b) + b) % b;
+  case OpKind::Div:
+    if (b == 0)
+      return 0;
+    if (b == -1)
+      return wrap(0 - ua);
+    return a / b - ((a % b != 0) && ((a < 0) != (b < 0)));
+  case OpKind::Mod: {
+    if (b == 0 || b == -1)
+      return 0;
+    int64_t r = a % b;
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+  }
+  case OpKind::Eq: return a == b;
+  case OpKind::Ne: return a != b;
+  case OpKind::Lt: return a < b;
+  case OpKind::Le: return a <= b;
+  case OpKind::Gt: return a > b;
+  case OpKind::Ge: return a >= b;
+  case OpKind::And: return a != 0 && b != 0;
+  case OpKind::Or: return a != 0 || b != 0;
   default: return std::nullopt;
   }
 }
+
+// Float to integer conversion: truncation toward zero, saturating at the integer type's
+// bounds, NaN to 0 (LLVM's fptosi.sat, which the kernels use).
+int64_t saturatingInt(double v, DType to) {
+  if (std::isnan(v))
+    return 0;
+  double lo = to == DType::I32 ? -0x1p31 : -0x1p63, hi = to == DType::I32 ? 0x1p31 : 0x1p63;
+  if (v <= lo)
+    return to == DType::I32 ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int64_t>::min();
+  if (v >= hi)
+    return to == DType::I32 ? std::numeric_limits<int32_t>::max() : std::numeric_limits<int64_t>::max();
+  return static_cast<int64_t>(std::trunc(v));
+}
+
+// Stores a value computed in double into r[k]: floats round to r's dtype (Tensor::set),
+// integers saturate as a cast does.
+void storeDouble(Tensor &r, size_t k, double v) {
+  if (isInteger(r.dtype))
+    r.setInt(k, saturatingInt(v, r.dtype));
+  else
+    r.set(k, v);
+}
+
+// An integer (or bool) converted to a float dtype: rounded once to f32 as the kernels'
+// sitofp does (not through double), then to f16/bf16.
+void storeIntAsFloat(Tensor &r, size_t k, int64_t v) { r.set(k, static_cast<double>(static_cast<float>(v))); }
+
+bool integral(DType d) { return isInteger(d) || d == DType::Bool; }
 
 Tensor elementwise(const RefContext &c, DType out) {
   Shape shape = broadcastShape(c.in);
   Tensor r = Tensor::zeros(out, shape);
   OpKind k = c.op.kind;
-  bool integer = isInteger(c.in[0]->dtype) && isInteger(out);
+  // Integer and bool operands compute exactly in int64 (doubles lose precision past 2^53).
+  bool intIn = integral(c.in[k == OpKind::Where ? 1 : 0]->dtype);
   forEach(shape, [&](const Shape &idx, size_t flat) {
     auto at = [&](size_t i) { return c.in[i]->get(broadcastFlat(*c.in[i], idx)); };
-    if (integer && k != OpKind::Cast && k != OpKind::Clip) {
-      int64_t a = c.in[0]->getInt(broadcastFlat(*c.in[0], idx));
-      int64_t b = c.in.size() > 1 ? c.in[1]->getInt(broadcastFlat(*c.in[1], idx)) : 0;
+    auto atInt = [&](size_t i) { return c.in[i]->getInt(broadcastFlat(*c.in[i], idx)); };
+    if (k == OpKind::Where) {
+      bool cond = atInt(0) != 0;
+      if (intIn)
+        r.setInt(flat, atInt(cond ? 1 : 2));
+      else
+        r.set(flat, at(cond ? 1 : 2));
+      return;
+    }
+    if (k == OpKind::Cast) {
+      if (intIn && integral(out))
+        r.setInt(flat, atInt(0));
+      else if (intIn)
+        storeIntAsFloat(r, flat, atInt(0));
+      else if (out == DType::Bool)
+        r.setInt(flat, at(0) != 0); // NaN is true, as in NumPy
+      else
+        storeDouble(r, flat, at(0));
+      return;
+    }
+    if (intIn) {
+      if (k == OpKind::Clip) {
+        r.setInt(flat, std::min(std::max(atInt(0), atInt(1)), atInt(2)));
+        return;
+      }
+      int64_t a = atInt(0), b = c.in.size() > 1 ? atInt(1) : 0;
+      if (out == DType::Bool && !(k == OpKind::Not || k == OpKind::Eq || k == OpKind::Ne || k == OpKind::Lt ||
+                                 k == OpKind::Le || k == OpKind::Gt || k == OpKind::Ge || k == OpKind::And || k == OpKind::Or)) {
+        // bool arithmetic: NumPy's logical forms (+ and maximum are or, * and minimum are and)
+        a = a != 0, b = b != 0;
+        switch (k) {
+        case OpKind::Add: case OpKind::Maximum: r.setInt(flat, a | b); return;
+        case OpKind::Mul: case OpKind::Minimum: case OpKind::Relu: r.setInt(flat, k == OpKind::Relu ? a : a & b); return;
+        case OpKind::Sub: r.setInt(flat, a ^ b); return;
+        case OpKind::Abs: case OpKind::Sign: r.setInt(flat, a); return;
+        case OpKind::Neg: r.setInt(flat, a); return;
+        default: break;
+        }
+      }
       if (auto v = integerFn(k, a, b)) {
         r.setInt(flat, *v);
         return;
       }
+      if (k == OpKind::Pow) { // exact, wrapping; negative exponents give 1 / a^-b truncated
+        uint64_t base = static_cast<uint64_t>(a), p = 1;
+        if (b < 0)
+          p = a == 1 ? 1 : a == -1 ? ((b & 1) ? static_cast<uint64_t>(-1) : 1) : 0;
+        else
+          for (int64_t e = b; e > 0; e >>= 1, base *= base)
+            if (e & 1)
+              p *= base;
+        r.setInt(flat, wrap(p));
+        return;
+      }
     }
     double v;
-    if (k == OpKind::Where)
-      v = at(0) != 0 ? at(1) : at(2);
-    else if (k == OpKind::Clip)
-      v = std::min(std::max(at(0), at(1)), at(2));
-    else if (k == OpKind::Cast)
-      v = at(0);
+    if (k == OpKind::Clip)
+      v = binaryFn(OpKind::Minimum, binaryFn(OpKind::Maximum, at(0), at(1), false), at(2), false);
     else if (c.in.size() == 1)
       v = unaryFn(k, at(0));
     else
-      v = binaryFn(k, at(0), at(1), integer);
-    r.set(flat, v);
+      v = binaryFn(k, at(0), at(1), false);
+    storeDouble(r, flat, v);
   });
   return r;
 }
@@ -203,7 +299,10 @@ std::vector<size_t> reduceAxes(const RefContext &c, size_t rank) {
   return out;
 }
 
-// Folds the values of each output position's reduction group.
+// Folds the values of each output position's reduction group, streaming over x in
+// row-major order (so the first of equal candidates is the first index). Floats
+// accumulate in double (exact enough to be the reference for any f32 sum the kernels'
+// blocked accumulation computes), integers exactly in int64 with wrapping.
 Tensor reduce(const RefContext &c, DType out) {
   const Tensor &x = *c.in[0];
   auto axes = reduceAxes(c, x.shape.size());
@@ -221,62 +320,101 @@ Tensor reduce(const RefContext &c, DType out) {
   }
   size_t groups = numelOf(kept);
   OpKind k = c.op.kind;
-  std::vector<std::vector<std::pair<double, int64_t>>> members(groups); // value, index along the axis
-  forEach(x.shape, [&](const Shape &idx, size_t flat) {
-    size_t g = 0, stride = 1;
-    int64_t along = 0;
+  bool intIn = integral(x.dtype);
+  if (x.numel() == 0 && groups > 0 && (k == OpKind::Max || k == OpKind::Min || k == OpKind::Argmax || k == OpKind::Argmin))
+    throw DataError(emptyReductionMessage(c.op, x.typeText()));
+  struct Acc {
+    double f = 0;
+    uint64_t i = 0;
+    int64_t at = -1, n = 0;
+  };
+  std::vector<Acc> acc(groups);
+  bool prod = k == OpKind::Prod;
+  if (prod)
+    for (Acc &a : acc)
+      a.f = 1, a.i = 1;
+  // The group of x's element `idx` and its flat position among the reduced axes.
+  auto locate = [&](const Shape &idx, size_t &g, int64_t &along) {
+    size_t stride = 1;
+    int64_t aStride = 1;
+    g = 0, along = 0;
     for (size_t a = x.shape.size(); a-- > 0;) {
       if (!reduced[a])
         g += static_cast<size_t>(idx[a]) * stride, stride *= static_cast<size_t>(x.shape[a]);
       else
-        along = idx[a];
+        along += idx[a] * aStride, aStride *= x.shape[a];
     }
-    members[g].push_back({x.get(flat), along});
-  });
-  Tensor r = Tensor::zeros(out, outShape);
-  for (size_t g = 0; g < groups; ++g) {
-    auto &m = members[g];
-    if (m.empty() && (k == OpKind::Max || k == OpKind::Min || k == OpKind::Argmax || k == OpKind::Argmin))
-      throw DataError(fmt::format("'{}' of an empty tensor ({})", ir::opInfo(k).spelling, x.typeText()));
-    double v = 0;
+  };
+  bool wantMax = k == OpKind::Max || k == OpKind::Argmax || k == OpKind::Logsumexp;
+  forEach(x.shape, [&](const Shape &idx, size_t flat) {
+    size_t g;
+    int64_t along;
+    locate(idx, g, along);
+    Acc &a = acc[g];
     switch (k) {
     case OpKind::Sum:
     case OpKind::Mean:
-      for (auto &p : m)
-        v += p.first;
-      if (k == OpKind::Mean)
-        v /= static_cast<double>(m.size());
+      if (intIn)
+        a.i += static_cast<uint64_t>(x.getInt(flat));
+      else
+        a.f += x.get(flat);
       break;
     case OpKind::Prod:
-      v = 1;
-      for (auto &p : m)
-        v *= p.first;
+      if (intIn)
+        a.i *= static_cast<uint64_t>(x.getInt(flat));
+      else
+        a.f *= x.get(flat);
       break;
-    case OpKind::Max:
-    case OpKind::Min:
+    default: { // max, min, argmax, argmin, and logsumexp's maximum
+      bool better;
+      if (intIn) {
+        int64_t v = x.getInt(flat), best = static_cast<int64_t>(a.i);
+        better = a.n == 0 || (wantMax ? v > best : v < best);
+        if (better)
+          a.i = static_cast<uint64_t>(v);
+      } else {
+        // NaN wins over any number and the first NaN stays: NumPy propagates NaN in max
+        // and min, and argmax/argmin give the index of the first NaN.
+        double v = x.get(flat);
+        better = a.n == 0 || (std::isnan(v) ? !std::isnan(a.f) : (wantMax ? v > a.f : v < a.f));
+        if (better)
+          a.f = v;
+      }
+      if (better)
+        a.at = along;
+    }
+    }
+    ++a.n;
+  });
+  if (k == OpKind::Logsumexp) { // the sum of exp(x - max) of each group
+    std::vector<double> sums(groups, 0);
+    forEach(x.shape, [&](const Shape &idx, size_t flat) {
+      size_t g;
+      int64_t along;
+      locate(idx, g, along);
+      sums[g] += std::exp(x.get(flat) - acc[g].f);
+    });
+    for (size_t g = 0; g < groups; ++g) {
+      double mx = acc[g].n ? acc[g].f : -INFINITY;
+      // An all -inf group (a fully masked row) is -inf, a +inf one +inf, as in SciPy.
+      acc[g].f = std::isinf(mx) ? mx : mx + std::log(sums[g]);
+    }
+  }
+  Tensor r = Tensor::zeros(out, outShape);
+  for (size_t g = 0; g < groups; ++g) {
+    const Acc &a = acc[g];
+    switch (k) {
     case OpKind::Argmax:
-    case OpKind::Argmin: {
-      bool wantMax = k == OpKind::Max || k == OpKind::Argmax;
-      auto best = m[0];
-      for (auto &p : m)
-        if (std::isnan(p.first) ? !std::isnan(best.first) : (wantMax ? p.first > best.first : p.first < best.first))
-          best = p; // first occurrence wins; NaN propagates as in NumPy
-      v = (k == OpKind::Argmax || k == OpKind::Argmin) ? static_cast<double>(best.second) : best.first;
+    case OpKind::Argmin: r.setInt(g, a.at); break;
+    case OpKind::Mean: // an empty mean is 0 / 0: NaN, as NumPy gives
+      r.set(g, (intIn ? static_cast<double>(static_cast<int64_t>(a.i)) : a.f) / static_cast<double>(a.n));
       break;
+    default:
+      if (intIn && integral(out))
+        r.setInt(g, static_cast<int64_t>(a.i));
+      else
+        storeDouble(r, g, intIn ? static_cast<double>(static_cast<int64_t>(a.i)) : a.f);
     }
-    case OpKind::Logsumexp: {
-      double mx = -INFINITY;
-      for (auto &p : m)
-        mx = std::max(mx, p.first);
-      double s = 0;
-      for (auto &p : m)
-        s += std::exp(p.first - mx);
-      v = std::isinf(mx) ? mx : mx + std::log(s);
-      break;
-    }
-    default: throw InternalError("not a reduction");
-    }
-    r.set(g, v);
   }
   return r;
 }
@@ -292,7 +430,7 @@ Tensor softmax(const RefContext &c, bool logarithm) {
       return; // one pass per row along the axis
     double mx = -INFINITY, sum = 0;
     for (int64_t j = 0; j < n; ++j)
-      mx = std::max(mx, x.get(flat + j * st[axis]));
+      mx = binaryFn(OpKind::Maximum, mx, x.get(flat + j * st[axis]), false); // NaN propagates, as the kernels' maximum
     for (int64_t j = 0; j < n; ++j)
       sum += std::exp(x.get(flat + j * st[axis]) - mx);
     for (int64_t j = 0; j < n; ++j) {
@@ -326,10 +464,18 @@ Tensor matmul(const RefContext &c) {
     size_t ao = broadcastFlat(ba, idx) * aMat, bo = broadcastFlat(bb, idx) * bMat;
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
+        size_t to = flat * m * n + i * n + j;
+        if (integral(a.dtype)) { // exact, wrapping
+          uint64_t s = 0;
+          for (int64_t p = 0; p < k; ++p)
+            s += static_cast<uint64_t>(a.getInt(ao + i * k + p)) * static_cast<uint64_t>(b.getInt(bo + p * n + j));
+          r.setInt(to, static_cast<int64_t>(s));
+          continue;
+        }
         double s = 0;
         for (int64_t p = 0; p < k; ++p)
           s += a.get(ao + i * k + p) * b.get(bo + p * n + j);
-        r.set(flat * m * n + i * n + j, s);
+        r.set(to, s);
       }
   });
   Shape finalShape = batch;
@@ -387,7 +533,7 @@ Tensor pool2d(const RefContext &c, bool isMax) {
             int64_t ih = oh * stride - pad + kh, iw = ow * stride - pad + kw;
             bool inside = ih >= 0 && ih < H && iw >= 0 && iw < W;
             double v = inside ? x.get((nc * H + ih) * W + iw) : (isMax ? -INFINITY : 0.0);
-            acc = isMax ? std::max(acc, v) : acc + v;
+            acc = isMax ? binaryFn(OpKind::Maximum, acc, v, false) : acc + v; // NaN propagates
           }
         // Average pooling counts the padding, as PyTorch's default does.
         r.set((nc * OH + oh) * OW + ow, isMax ? acc : acc / static_cast<double>(k * k));
@@ -503,8 +649,16 @@ Tensor topk(const RefContext &c, int64_t k, size_t axis, Tensor &indices) {
       return;
     std::vector<int64_t> order(static_cast<size_t>(x.shape[axis]));
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int64_t a, int64_t b) { return x.get(flat + a * st[axis]) > x.get(flat + b * st[axis]); });
+    // Descending; NaN counts as the largest value (as torch.topk), which also keeps the
+    // order strict-weak (a plain > with NaN is undefined behaviour in std::stable_sort).
+    // Integers compare exactly.
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      size_t ia = flat + a * st[axis], ib = flat + b * st[axis];
+      if (integral(x.dtype))
+        return x.getInt(ia) > x.getInt(ib);
+      double va = x.get(ia), vb = x.get(ib);
+      return std::isnan(va) ? !std::isnan(vb) : (!std::isnan(vb) && va > vb);
+    });
     size_t base = 0;
     for (size_t d = 0; d < idx.size(); ++d)
       base += static_cast<size_t>(idx[d] * ost[d]);
@@ -582,6 +736,41 @@ Shape valueList(const RefContext &c, const std::string &name) {
 
 } // namespace
 
+std::vector<int64_t> refValueList(const RefContext &c, const std::string &name) { return valueList(c, name); }
+
+std::string emptyReductionMessage(const ir::Op &op, const std::string &operand) {
+  const char *name = op.kind == OpKind::Max ? "maximum" : op.kind == OpKind::Min ? "minimum" : ir::opInfo(op.kind).spelling;
+  return fmt::format("'{}' at line {}: zero-size array to reduction operation {} which has no identity (its operand is {})",
+                     ir::opInfo(op.kind).spelling, op.loc.begin.line, name, operand);
+}
+
+void checkEmptyReduction(const ir::Op &op, const std::map<std::string, int64_t> &binding) {
+  if (op.kind == OpKind::Fused) {
+    for (const ir::Op *inner : op.regions[0]->ops)
+      checkEmptyReduction(*inner, binding);
+    return;
+  }
+  if (op.kind != OpKind::Max && op.kind != OpKind::Min && op.kind != OpKind::Argmax && op.kind != OpKind::Argmin)
+    return;
+  const ir::TensorType &t = op.operands[0]->type;
+  std::vector<bool> reduced(t.dims.size(), !op.has("axis"));
+  if (op.has("axis"))
+    for (sym::ExprRef a : op.get<ir::DimList>("axis"))
+      if (auto v = a->asConst())
+        reduced[normAxis(*v, t.dims.size())] = true;
+  bool emptyAxis = false, emptyResult = false;
+  Shape shape;
+  for (size_t k = 0; k < t.dims.size(); ++k) {
+    auto v = sym::evaluate(t.dims[k], binding);
+    if (!v)
+      return; // not known yet: the op's own run checks
+    shape.push_back(*v);
+    (reduced[k] ? emptyAxis : emptyResult) |= *v == 0;
+  }
+  if (emptyAxis && !emptyResult)
+    throw DataError(emptyReductionMessage(op, rt::Tensor::view(t.dtype, shape, nullptr).typeText()));
+}
+
 int64_t RefContext::dim(sym::ExprRef e) const {
   auto v = sym::evaluate(e, binding);
   if (!v)
@@ -619,7 +808,7 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
   case OpKind::AssertDims: throw InternalError("structural ops are run by the interpreter itself");
   case OpKind::Constant: {
     Tensor t = Tensor::zeros(outType, {});
-    t.set(0, op.get<double>("value"));
+    storeDouble(t, 0, op.get<double>("value"));
     return one(t);
   }
   case OpKind::DimValue: {
@@ -633,7 +822,7 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
     Tensor t = Tensor::zeros(outType, valueList(c, "shape"));
     double v = op.kind == OpKind::Zeros ? 0 : op.kind == OpKind::Ones ? 1 : c.floatAttr("value", 0);
     for (size_t k = 0; k < t.numel(); ++k)
-      t.set(k, v);
+      storeDouble(t, k, v); // full([n], 1e30, dtype = i32) saturates, as a cast
     return one(t);
   }
   case OpKind::Arange: {
@@ -843,10 +1032,19 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
     const Tensor &x = *c.in[0];
     std::vector<size_t> order(x.numel());
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return x.get(a) < x.get(b); });
+    // Ascending with NaNs last and collapsed into one, as np.unique (equal_nan=True);
+    // integers compare exactly.
+    bool exact = integral(x.dtype);
+    auto less = [&](size_t a, size_t b) {
+      if (exact)
+        return x.getInt(a) < x.getInt(b);
+      double va = x.get(a), vb = x.get(b);
+      return std::isnan(vb) ? !std::isnan(va) : (!std::isnan(va) && va < vb);
+    };
+    std::stable_sort(order.begin(), order.end(), less);
     std::vector<size_t> keep;
     for (size_t k : order)
-      if (keep.empty() || x.get(keep.back()) != x.get(k))
+      if (keep.empty() || less(keep.back(), k))
         keep.push_back(k);
     Tensor r = Tensor::zeros(x.dtype, {static_cast<int64_t>(keep.size())});
     for (size_t k = 0; k < keep.size(); ++k)
