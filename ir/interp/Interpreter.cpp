@@ -9,7 +9,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <functional>
 #include <random>
 #include <regex>
 #include <unordered_map>
@@ -189,7 +188,6 @@ public:
       in.push_back(&values.at(v));
     std::vector<Tensor> out;
     checkEmptyReduction(op, b); // the same error on every device, before any kernel runs
-    bindFusedShapes(op, in, b);
     if (!runner_ || !runner_(op, in, out, b)) {
       hostAccess(in);
       if (op.kind == ir::OpKind::Fused) { // its ops, one by one
@@ -206,56 +204,6 @@ public:
     }
     for (size_t k = 0; k < out.size(); ++k)
       setResult(op, op.results[k], std::move(out[k]), b);
-  }
-
-  // A fused group's value-sized fills (zeros([k]), ones([2 * k]) with k an i64[] value)
-  // have fresh dims that only their own run would bind; the group's kernel needs them at
-  // launch, so they are bound here from the group's operands, running the rank-0 ops of
-  // the group that compute the sizes (k * 2) on the host.
-  void bindFusedShapes(const ir::Op &op, const std::vector<const Tensor *> &in, Binding &b) {
-    if (op.kind != ir::OpKind::Fused)
-      return;
-    const ir::Region &body = *op.regions[0];
-    std::unordered_map<const ir::Value *, Tensor> scalars;
-    std::function<const Tensor *(const ir::Value *)> scalar = [&](const ir::Value *v) -> const Tensor * {
-      auto arg = std::find(body.args.begin(), body.args.end(), v);
-      if (arg != body.args.end())
-        return in[static_cast<size_t>(arg - body.args.begin())];
-      if (auto known = scalars.find(v); known != scalars.end())
-        return &known->second;
-      const ir::Op *p = v->def;
-      if (!p || p->results.size() != 1 || v->type.rank() != 0 || !p->regions.empty() ||
-          std::find(body.ops.begin(), body.ops.end(), p) == body.ops.end())
-        return nullptr;
-      std::vector<const Tensor *> operands;
-      for (const ir::Value *o : p->operands)
-        if (const Tensor *t = scalar(o))
-          operands.push_back(t);
-        else
-          return nullptr;
-      return &(scalars[v] = std::move(runRefOp(RefContext{*p, operands, b})[0]));
-    };
-    for (const ir::Op *inner : body.ops) {
-      bool fill = inner->kind == ir::OpKind::Zeros || inner->kind == ir::OpKind::Ones || inner->kind == ir::OpKind::Full ||
-                  inner->kind == ir::OpKind::BroadcastTo;
-      if (!fill || !inner->has("value_dims"))
-        continue;
-      std::vector<const Tensor *> operands;
-      for (const ir::Value *v : inner->operands)
-        if (const Tensor *t = scalar(v))
-          operands.push_back(t);
-      if (operands.size() != inner->operands.size())
-        continue;
-      std::vector<int64_t> shape = refValueList(RefContext{*inner, operands, b}, "shape");
-      if (inner->kind == ir::OpKind::BroadcastTo && std::find(shape.begin(), shape.end(), -1) != shape.end())
-        continue;
-      for (int64_t d : shape)
-        if (d < 0)
-          throw DataError(fmt::format("{} is asked for a shape with the negative dim {}", where(*inner), d));
-      std::string err = unify(inner->results[0]->type, shape, b);
-      if (!err.empty())
-        throw DataError(fmt::format("the result of {} is {}: {}", where(*inner), inner->results[0]->type.str(), err));
-    }
   }
 
   void loop(const ir::Op &op, Binding &b) {

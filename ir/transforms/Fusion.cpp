@@ -99,6 +99,10 @@ private:
     return p.results[0]->type.dims == root.results[0]->type.dims;
   }
   bool mayJoin(const Op &root, const Op &p) const {
+    // A fill sized by run-time values (zeros([k]) for an i64[] k) binds its fresh dims when
+    // it runs, which a kernel launch needs before: it stays a host op.
+    if (p.has("value_dims"))
+      return false;
     if (isElementwise(p.kind) || isFill(p.kind))
       return elementwise_ || (reduction_ && isReduction(root.kind));
     return injective_ && isInjective(p);
