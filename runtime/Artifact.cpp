@@ -97,12 +97,15 @@ void writeArtifact(const std::string &path, const ir::Graph &g, const std::map<c
                  {"graph", ir::toJson(g)}, {"kernels", std::move(table)},
                  {"arena", {{"bytes", ir::exprToJson(plan.bytes)}, {"late_bytes", ir::exprToJson(plan.lateBytes)},
                             {"offsets", std::move(offsets)}}}};
-  std::string text = header.dump();
+  writeFileAtomically(path, sealArtifact(header.dump(), payload));
+}
+
+std::string sealArtifact(const std::string &text, const std::string &payload) {
   std::string out(kMagic, sizeof kMagic);
   putU64(out, text.size());
   putU64(out, payload.size());
   putU64(out, fnv1a(payload.data(), payload.size(), fnv1a(text.data(), text.size())));
-  writeFileAtomically(path, out + text + payload);
+  return out + text + payload;
 }
 
 bool isArtifact(const std::string &path) {
@@ -111,8 +114,7 @@ bool isArtifact(const std::string &path) {
   return in.read(magic, sizeof magic) && std::memcmp(magic, kMagic, sizeof magic) == 0;
 }
 
-std::unique_ptr<Executable> loadArtifact(const std::string &path, ArtifactInfo *infoOut) {
-  std::string bytes = readFile(path);
+ArtifactContents readArtifactBytes(const std::string &bytes, const std::string &path) {
   if (bytes.size() < sizeof kMagic || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
     throw DataError(fmt::format("'{}' is not a dnnc artifact (build one with `dnnc build`)", path));
   if (bytes.size() < kPrefix)
@@ -126,11 +128,12 @@ std::unique_ptr<Executable> loadArtifact(const std::string &path, ArtifactInfo *
   json j = json::parse(header, header + headerSize, nullptr, false);
   if (j.is_discarded() || !j.is_object())
     throw DataError(fmt::format("'{}' has a malformed header", path));
-  ArtifactInfo info;
-  std::vector<KernelInfo> kernels;
+  ArtifactContents c;
+  ArtifactInfo &info = c.info;
+  std::vector<KernelInfo> &kernels = c.kernels;
   std::vector<int64_t> opIndex;
-  std::shared_ptr<const ir::Graph> graph;
-  ArenaPlan plan;
+  std::shared_ptr<const ir::Graph> &graph = c.graph;
+  ArenaPlan &plan = c.plan;
   try {
     if (j.value("format", 0) != kFormat)
       throw DataError(fmt::format("'{}' has artifact format {}, this runtime reads format {} (rebuild it with this dnnc)", path,
@@ -143,6 +146,9 @@ std::unique_ptr<Executable> loadArtifact(const std::string &path, ArtifactInfo *
                          ir::exprFromJson(k.at("parallel_extent")), ir::exprFromJson(k.at("work")),
                          ir::exprFromJson(k.at("grid").at(0)), ir::exprFromJson(k.at("grid").at(1)),
                          k.at("block_threads").get<int64_t>()});
+      const KernelInfo &ki = kernels.back();
+      if (!ki.parallelExtent || !ki.work || !ki.gridX || !ki.gridY)
+        throw DataError(fmt::format("'{}' has a kernel without its extents", path));
       if (kernels.back().blockThreads < 1 || kernels.back().blockThreads > 1024)
         throw DataError(fmt::format("'{}' has a kernel with {} threads per block", path, kernels.back().blockThreads));
       opIndex.push_back(k.at("op").get<int64_t>());
@@ -156,7 +162,11 @@ std::unique_ptr<Executable> loadArtifact(const std::string &path, ArtifactInfo *
       if (id < 0 || id >= static_cast<int64_t>(graph->values().size()))
         throw DataError(fmt::format("'{}' plans a value it does not have", path));
       const ir::Value *v = graph->values()[static_cast<size_t>(id)].get();
+      if (plan.offsets.count(v))
+        throw DataError(fmt::format("'{}' plans value {} twice", path, id));
       plan.offsets[v] = ir::exprFromJson(entry.at(1));
+      if (!plan.offsets[v])
+        throw DataError(fmt::format("'{}' plans value {} without an offset", path, id));
       if (entry.at(2).get<bool>()) {
         if (!plan.lateBytes)
           throw DataError(fmt::format("'{}' plans a late value without a late arena", path));
@@ -167,13 +177,20 @@ std::unique_ptr<Executable> loadArtifact(const std::string &path, ArtifactInfo *
     throw DataError(fmt::format("'{}' has a malformed header: {}", path, e.what()));
   }
   auto ops = ir::opsPostOrder(*graph);
-  std::map<const ir::Op *, size_t> kernelOf;
+  std::map<const ir::Op *, size_t> &kernelOf = c.kernelOf;
   for (size_t k = 0; k < kernels.size(); ++k) {
     if (opIndex[k] < 0 || opIndex[k] >= static_cast<int64_t>(ops.size()) || kernelOf.count(ops[static_cast<size_t>(opIndex[k])]))
       throw DataError(fmt::format("'{}' has a malformed kernel table", path));
     kernelOf[ops[static_cast<size_t>(opIndex[k])]] = k;
   }
-  std::string code(payload, payloadSize);
+  c.code.assign(payload, payloadSize);
+  return c;
+}
+
+std::unique_ptr<Executable> loadArtifact(const std::string &path, ArtifactInfo *infoOut) {
+  ArtifactContents c = readArtifactBytes(readFile(path), path);
+  const ArtifactInfo &info = c.info;
+  std::string &code = c.code;
   std::unique_ptr<Device> device;
   if (info.target == "cpu") {
     if (!cpuHas(info.vectorIsa))
@@ -181,7 +198,7 @@ std::unique_ptr<Executable> loadArtifact(const std::string &path, ArtifactInfo *
                                   info.vectorIsa, info.arch));
     std::shared_ptr<void> so = openSharedObject(code, path);
     std::vector<KernelFn> fns;
-    for (const KernelInfo &k : kernels) {
+    for (const KernelInfo &k : c.kernels) {
       void *fn = dlsym(so.get(), k.name.c_str());
       if (!fn)
         throw DataError(fmt::format("'{}' lacks the code of kernel {}", path, k.name));
@@ -189,16 +206,16 @@ std::unique_ptr<Executable> loadArtifact(const std::string &path, ArtifactInfo *
     }
     device = std::make_unique<CpuDevice>(std::move(fns), so);
   } else if (info.target == "cuda") {
-    device = std::make_unique<CudaDevice>(code, kernels);
+    device = std::make_unique<CudaDevice>(code, c.kernels);
   } else {
     throw DataError(fmt::format("'{}' targets '{}', which this runtime cannot run", path, info.target));
   }
   if (infoOut)
     *infoOut = info;
-  const ir::Graph &ref = *graph;
-  auto exe = std::make_unique<Executable>(ref, std::move(kernelOf), std::move(kernels), std::move(device), std::move(graph));
-  if (plan.bytes)
-    exe->setArenaPlan(std::move(plan));
+  const ir::Graph &ref = *c.graph;
+  auto exe = std::make_unique<Executable>(ref, std::move(c.kernelOf), std::move(c.kernels), std::move(device), std::move(c.graph));
+  if (c.plan.bytes)
+    exe->setArenaPlan(std::move(c.plan));
   return exe;
 }
 

@@ -4,6 +4,7 @@
 #include "ir/transforms/Pipeline.h"
 #include "ir/transforms/MemoryPlan.h"
 #include "tools/dnnc/Driver.h"
+#include "tools/dnnc/Repl.h"
 
 #include <editline/readline.h>
 #include <fmt/format.h>
@@ -35,9 +36,12 @@ const char *kHelp = R"(commands:
   :quit                 leave
 )";
 
+} // namespace
+
 class Repl {
 public:
-  Repl(std::vector<std::string> includes, bool interactive) : includes_(std::move(includes)), interactive_(interactive) {}
+  Repl(std::vector<std::string> includes, bool interactive, std::ostream &out, std::ostream &err)
+      : includes_(std::move(includes)), interactive_(interactive), out_(out), err_(err) {}
 
   void load(const std::string &file) {
     auto p = std::make_unique<Program>();
@@ -45,7 +49,7 @@ public:
       p->addIncludePath(i);
     DiagnosticEngine diags(p->sources());
     bool ok = p->load(file, diags);
-    diags.render(std::cerr);
+    diags.render(err_);
     if (!ok)
       return;
     program_ = std::move(p);
@@ -53,7 +57,7 @@ public:
     std::string err;
     model_ = selectModel(*program_, "", err);
     if (!model_)
-      std::cerr << "error: " << err << "\n";
+      err_ << "error: " << err << "\n";
     else if (interactive_) // scripted sessions print results only
       out(fmt::format("loaded {} (model {})", file, model_->name));
   }
@@ -71,7 +75,7 @@ public:
     if (cmd == ":quit" || cmd == ":q" || cmd == ":exit")
       return false;
     if (cmd == ":help")
-      std::cout << kHelp;
+      out_ << kHelp;
     else if (cmd == ":load")
       arg.empty() ? error(":load needs a file") : load(arg);
     else if (line[0] != ':')
@@ -104,8 +108,8 @@ private:
     size_t b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n");
     return b == std::string::npos ? "" : s.substr(b, e - b + 1);
   }
-  void out(const std::string &s) { std::cout << s << "\n" << std::flush; }
-  void error(const std::string &s) { std::cerr << "error: " << s << "\n" << std::flush; }
+  void out(const std::string &s) { out_ << s << "\n" << std::flush; }
+  void error(const std::string &s) { err_ << "error: " << s << "\n" << std::flush; }
 
   const NamedValue *find(const std::string &name) {
     const NamedValue *found = nullptr;
@@ -139,7 +143,7 @@ private:
     }
     DiagnosticEngine diags(program_->sources());
     auto t = program_->typeExpression(*model_, text, diags);
-    diags.render(std::cerr);
+    diags.render(err_);
     if (!t)
       return;
     if (t->tensor)
@@ -310,13 +314,18 @@ private:
   std::unique_ptr<Program> program_;
   ModelInfo *model_ = nullptr;
   Binding binding_;
+  std::ostream &out_, &err_;
 };
 
-} // namespace
+ReplSession::ReplSession(std::vector<std::string> includes, bool interactive, std::ostream &out, std::ostream &err)
+    : impl_(std::make_unique<Repl>(std::move(includes), interactive, out, err)) {}
+ReplSession::~ReplSession() = default;
+void ReplSession::load(const std::string &file) { impl_->load(file); }
+bool ReplSession::handle(const std::string &line) { return impl_->handle(line); }
 
 int runRepl(const std::string &file, const std::vector<std::string> &includes) {
   bool interactive = isatty(STDIN_FILENO);
-  Repl repl(includes, interactive);
+  ReplSession repl(includes, interactive, std::cout, std::cerr);
   if (!file.empty())
     repl.load(file);
   std::string history;
