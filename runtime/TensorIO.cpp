@@ -14,7 +14,7 @@
 namespace dnnc::rt {
 namespace {
 
-constexpr size_t kMaxHeader = 100 * 1024 * 1024;
+constexpr size_t kMaxHeader = 100000000; // as the safetensors crate bounds its header
 
 // The byte size of a tensor of `shape` and `dtype`, every product overflow-checked;
 // `fail(why)` makes the exception for a negative dim or a size beyond 64 bits.
