@@ -365,7 +365,8 @@ private:
                                               {"TiB", 1099511627776.0}};
     double limit = std::strtod(q->number.c_str(), nullptr) * units.at(q->unit);
     if (!std::isfinite(limit)) {
-      error(fmt::format("the size {}{} is too large: it is not a finite number of bytes", q->number, q->unit));
+      error(fmt::format("the size {}{}{} is too large: it is not a finite number of bytes",
+                        q->number.size() > 40 ? q->number.substr(0, 40) + "..." : q->number, q->unit.empty() ? "" : " ", q->unit));
       return;
     }
     const std::string &dim = q->dim;
@@ -407,7 +408,10 @@ private:
       int64_t mid = lo + (hi - lo) / 2;
       (fits(arenaAt(mid)) ? lo : hi) = mid;
     }
-    out(fmt::format("{} = {}", dim, lo));
+    if (!arenaAt(hi)) // the budget was not what stopped the search
+      out(fmt::format("{} = {} (at {} = {} the arena needs more than 2^63 - 1 bytes, which dnnc does not size)", dim, lo, dim, hi));
+    else
+      out(fmt::format("{} = {}", dim, lo));
   }
 
   std::vector<std::string> includes_;
