@@ -115,7 +115,7 @@ class BadInputs(unittest.TestCase):
             ("{'descr': '<i4', 'fortran_order': False, }", "the header has no 'shape'"),
             ("{'descr': '<i4', 'descr': '<i4', 'fortran_order': False, 'shape': (2, 3), }", "the header has 'descr' twice"),
             ("{'descr': '<i4', 'fortran_order': False, 'shape': (2, 3), 'extra': 1}", "the header has an unknown key 'extra'"),
-            ("{'descr': '<i4, 'fortran_order': False, 'shape': (2, 3), }", "expected ',' or '}' at byte 18 of the header"),
+            ("{'descr': '<i4, 'fortran_order': False, 'shape': (2, 3), }", "expected ',' or '}' at byte 17 of the header"),
             ("{'descr': '<i4', 'fortran_order': Maybe, 'shape': (2, 3), }", "'fortran_order' is neither True nor False"),
             ("['descr', '<i4']", "the header is not a Python dict"),
             ("{'descr': '<i4', 'fortran_order': False, 'shape': (2, 3)} junk", "the header has bytes after its dict"),
@@ -123,7 +123,9 @@ class BadInputs(unittest.TestCase):
         for header, message in cases:
             with self.subTest(message=message):
                 self.fails("transformer.dnn", args, message, {"t.npy": self.npy(header, bytes(24))})
-        self.fails("transformer.dnn", args, "the header claims 1000000 bytes, more than",
+        self.fails("transformer.dnn", args, "the header claims 200000000 bytes, more than the 100000000",
+                   {"t.npy": b"\x93NUMPY\x02\x00" + struct.pack("<I", 200000000) + b"{"})
+        self.fails("transformer.dnn", args, "the header is truncated: it claims 1000000 bytes but the file has 1",
                    {"t.npy": b"\x93NUMPY\x02\x00" + struct.pack("<I", 1000000) + b"{"})
 
     def test_npy_long_header(self):
