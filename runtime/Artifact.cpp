@@ -13,7 +13,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <stdexcept>
 #include <fstream>
 
 namespace dnnc::rt {
@@ -73,6 +76,38 @@ bool cpuHas(const std::string &isa) {
   return true;
 }
 
+// How deeply the header's arrays and objects nest, read off its text (strings skipped):
+// the readers of the graph and its dim expressions recurse once per level.
+size_t nestingDepth(const char *text, size_t n) {
+  size_t depth = 0, most = 0;
+  bool inString = false;
+  for (size_t k = 0; k < n; ++k) {
+    char c = text[k];
+    if (inString) {
+      if (c == '\\')
+        ++k;
+      else if (c == '"')
+        inString = false;
+    } else if (c == '"') {
+      inString = true;
+    } else if (c == '[' || c == '{') {
+      most = std::max(most, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return most;
+}
+constexpr size_t kMaxNesting = 512;
+
+// An integer of the header: a JSON integer that fits in 64 bits (a float, which
+// nlohmann would convert with undefined behaviour when out of range, is malformed).
+int64_t intOf(const json &j, const std::string &path, const char *what) {
+  if (!j.is_number_integer() || (j.is_number_unsigned() && j.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)))
+    throw DataError(fmt::format("'{}' has a malformed header: {} is not a 64-bit integer", path, what));
+  return j.get<int64_t>();
+}
+
 } // namespace
 
 void writeArtifact(const std::string &path, const ir::Graph &g, const std::map<const ir::Op *, size_t> &kernelOf,
@@ -125,6 +160,9 @@ ArtifactContents readArtifactBytes(const std::string &bytes, const std::string &
   const char *header = bytes.data() + kPrefix, *payload = header + headerSize;
   if (fnv1a(payload, payloadSize, fnv1a(header, headerSize)) != hash)
     throw DataError(fmt::format("'{}' is corrupt: its checksum does not match", path));
+  if (size_t depth = nestingDepth(header, headerSize); depth > kMaxNesting)
+    throw DataError(fmt::format("'{}' has a malformed header: it nests {} levels deep, more than the {} dnnc writes", path,
+                                depth, kMaxNesting));
   json j = json::parse(header, header + headerSize, nullptr, false);
   if (j.is_discarded() || !j.is_object())
     throw DataError(fmt::format("'{}' has a malformed header", path));
@@ -135,9 +173,10 @@ ArtifactContents readArtifactBytes(const std::string &bytes, const std::string &
   std::shared_ptr<const ir::Graph> &graph = c.graph;
   ArenaPlan &plan = c.plan;
   try {
-    if (j.value("format", 0) != kFormat)
+    int64_t format = j.contains("format") ? intOf(j.at("format"), path, "format") : 0;
+    if (format != kFormat)
       throw DataError(fmt::format("'{}' has artifact format {}, this runtime reads format {} (rebuild it with this dnnc)", path,
-                                  j.value("format", 0), kFormat));
+                                  format, kFormat));
     info.target = j.at("target").get<std::string>();
     info.arch = j.at("arch").get<std::string>();
     info.vectorIsa = j.value("vector_isa", "");
@@ -145,20 +184,20 @@ ArtifactContents readArtifactBytes(const std::string &bytes, const std::string &
       kernels.push_back({k.at("name").get<std::string>(), k.at("dims").get<std::vector<std::string>>(),
                          ir::exprFromJson(k.at("parallel_extent")), ir::exprFromJson(k.at("work")),
                          ir::exprFromJson(k.at("grid").at(0)), ir::exprFromJson(k.at("grid").at(1)),
-                         k.at("block_threads").get<int64_t>()});
+                         intOf(k.at("block_threads"), path, "block_threads")});
       const KernelInfo &ki = kernels.back();
       if (!ki.parallelExtent || !ki.work || !ki.gridX || !ki.gridY)
         throw DataError(fmt::format("'{}' has a kernel without its extents", path));
       if (kernels.back().blockThreads < 1 || kernels.back().blockThreads > 1024)
         throw DataError(fmt::format("'{}' has a kernel with {} threads per block", path, kernels.back().blockThreads));
-      opIndex.push_back(k.at("op").get<int64_t>());
+      opIndex.push_back(intOf(k.at("op"), path, "a kernel's op"));
     }
     graph = ir::fromJson(j.at("graph"));
     const json &arena = j.at("arena");
     plan.bytes = ir::exprFromJson(arena.at("bytes"));
     plan.lateBytes = ir::exprFromJson(arena.at("late_bytes"));
     for (const json &entry : arena.at("offsets")) {
-      int64_t id = entry.at(0).get<int64_t>();
+      int64_t id = intOf(entry.at(0), path, "a planned value's id");
       if (id < 0 || id >= static_cast<int64_t>(graph->values().size()))
         throw DataError(fmt::format("'{}' plans a value it does not have", path));
       const ir::Value *v = graph->values()[static_cast<size_t>(id)].get();
@@ -174,6 +213,8 @@ ArtifactContents readArtifactBytes(const std::string &bytes, const std::string &
       }
     }
   } catch (const json::exception &e) {
+    throw DataError(fmt::format("'{}' has a malformed header: {}", path, e.what()));
+  } catch (const std::overflow_error &e) {
     throw DataError(fmt::format("'{}' has a malformed header: {}", path, e.what()));
   }
   auto ops = ir::opsPostOrder(*graph);

@@ -228,6 +228,39 @@ class BadArtifacts(unittest.TestCase):
         self.fails(self.good, ["--device", "cuda"], "was built for cpu, not for --device cuda")
         self.fails(self.good, ["--device", "cuda-sim"], "--device cuda-sim compiles the model for the simulator: give it the .dnn file")
 
+    def resealed_text(self, edit):
+        """The artifact with the text of its JSON header changed by `edit`, checksum made valid."""
+        header_size, payload_size = struct.unpack("<QQ", self.bytes[8:24])
+        text, payload = edit(self.bytes[32:32 + header_size].decode()).encode(), self.bytes[32 + header_size:]
+
+        def fnv1a(data, h=1469598103934665603):
+            for byte in data:
+                h = ((h ^ byte) * 1099511628211) % (1 << 64)
+            return h
+        return self.bytes[:8] + struct.pack("<QQQ", len(text), payload_size, fnv1a(payload, fnv1a(text))) + text + payload
+
+    def test_header_numbers_checked(self):
+        """Numbers in the header are integers in range (floats such as 1e300 were converted
+        with undefined behaviour), dim expressions that overflow are malformed, and nesting
+        is bounded (the readers recursed until the stack overflowed): fuzz_artifact's findings."""
+        def kernel0(key, value):
+            def edit(h):
+                h["kernels"][0][key] = value
+            return edit
+        self.fails("%d/m.dnnc", [], "has a malformed header: block_threads is not a 64-bit integer",
+                   {"m.dnnc": self.resealed(kernel0("block_threads", 1e300))})
+        self.fails("%d/m.dnnc", [], "has a malformed header: a kernel's op is not a 64-bit integer",
+                   {"m.dnnc": self.resealed(kernel0("op", 2 ** 64 - 1))})
+        self.fails("%d/m.dnnc", [], "malformed model in artifact: 'main_file' has the wrong type",
+                   {"m.dnnc": self.resealed(lambda h: h["graph"].update(main_file=1e300))})
+        self.fails("%d/m.dnnc", [], "malformed model in artifact: 'main_file' is out of range",
+                   {"m.dnnc": self.resealed(lambda h: h["graph"].update(main_file=2 ** 40))})
+        self.fails("%d/m.dnnc", [], "has a malformed header: dim expression overflows 64 bits",
+                   {"m.dnnc": self.resealed(lambda h: h["arena"].update(bytes={"c": 2 ** 63 - 1, "t": [[1]]}))})
+        deep = '{"c":0,"t":[[1,["max",' * 20000 + '{"c":1,"t":[]}' + ',{"c":1,"t":[]}]]]}' * 20000
+        self.fails("%d/m.dnnc", [], "has a malformed header: it nests 80004 levels deep, more than the 512 dnnc writes",
+                   {"m.dnnc": self.resealed_text(lambda t: t.replace('"arena":{"bytes":', '"arena":{"bytes":' + deep + ',"x":', 1))})
+
     def resealed(self, edit):
         """The artifact with its JSON header changed by `edit` and its checksum made valid
         again: damage a checksum cannot catch (another dnnc's output, a hand-made file)."""
