@@ -185,9 +185,6 @@ ArtifactContents readArtifactBytes(const std::string &bytes, const std::string &
                          ir::exprFromJson(k.at("parallel_extent")), ir::exprFromJson(k.at("work")),
                          ir::exprFromJson(k.at("grid").at(0)), ir::exprFromJson(k.at("grid").at(1)),
                          intOf(k.at("block_threads"), path, "block_threads")});
-      const KernelInfo &ki = kernels.back();
-      if (!ki.parallelExtent || !ki.work || !ki.gridX || !ki.gridY)
-        throw DataError(fmt::format("'{}' has a kernel without its extents", path));
       if (kernels.back().blockThreads < 1 || kernels.back().blockThreads > 1024)
         throw DataError(fmt::format("'{}' has a kernel with {} threads per block", path, kernels.back().blockThreads));
       opIndex.push_back(intOf(k.at("op"), path, "a kernel's op"));
