@@ -28,11 +28,13 @@ for h in "${harnesses[@]}"; do
   mkdir -p "$out/corpus"
   par=()
   [ "$jobs" -gt 1 ] && par=(-jobs="$jobs" -workers="$jobs")
+  leaks=(-detect_leaks=1) # see tests/fuzz/CMakeLists.txt: NO_LEAK_CHECK
+  case $h in frontend | repl) leaks=(-detect_leaks=0) ;; esac
   dict=()
   [ -f "tests/fuzz/$h.dict" ] && dict=(-dict="tests/fuzz/$h.dict")
   echo "== $h: ${seconds}s, $jobs job(s), corpus $out/corpus"
   if ! build-fuzz/tests/fuzz/fuzz_"$h" -max_total_time="$seconds" -rss_limit_mb=4096 -timeout=20 \
-      -print_final_stats=1 -artifact_prefix="$out/" "${par[@]}" "${dict[@]}" \
+      -print_final_stats=1 -artifact_prefix="$out/" "${par[@]}" "${leaks[@]}" "${dict[@]}" \
       "$out/corpus" "tests/fuzz/corpus/$h" 2>&1 | tee "$out/log.txt" | grep -E "^#[0-9]+ +(DONE|pulse)|^stat::|ERROR|FINDING|^Done"; then
     :
   fi

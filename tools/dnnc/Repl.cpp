@@ -335,13 +335,13 @@ private:
         return std::nullopt;
     }
     q.number = s.substr(begin, i - begin);
+    size_t afterNumber = i;
     space();
-    size_t unitAt = i;
     std::string unit = word();
     if (unit == "B" || unit == "KiB" || unit == "MiB" || unit == "GiB" || unit == "TiB")
       q.unit = unit;
     else
-      i = unitAt; // no unit: bytes
+      i = afterNumber; // no unit: bytes
     if (!space() || !lit("for") || !space())
       return std::nullopt;
     if (i >= s.size() || std::isdigit(static_cast<unsigned char>(s[i])))
