@@ -93,6 +93,15 @@ namespace {
 // The header dict of a .npy file, e.g. {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }:
 // a Python literal with exactly these three keys. Parsed by hand, byte by byte (no
 // recursion, no regex), so any header the format allows is read in linear time.
+// Text from a file, safe to print: at most 40 characters, bytes outside printable ASCII
+// as \xNN.
+std::string printable(const std::string &text) {
+  std::string out;
+  for (char c : text.substr(0, 40))
+    out += c >= 0x20 && c < 0x7f ? std::string(1, c) : fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+  return text.size() > 40 ? out + "..." : out;
+}
+
 struct NpyHeader {
   std::string descr;
   bool fortran = false;
@@ -175,12 +184,6 @@ private:
     if (seen)
       throw fmt::format("the header has '{}' twice", key);
     seen = true;
-  }
-  static std::string printable(const std::string &text) {
-    std::string out;
-    for (char c : text.substr(0, 40))
-      out += c >= 0x20 && c < 0x7f ? std::string(1, c) : fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
-    return text.size() > 40 ? out + "..." : out;
   }
   std::string quoted(const std::string &what) {
     if (!at('\'') && !at('"'))
@@ -271,7 +274,7 @@ Tensor readNpyBytes(const std::string &bytes, const std::string &path) {
   auto dt = kNpyDescr.find(h.descr);
   if (dt == kNpyDescr.end())
     throw DataError(fmt::format("'{}' holds dtype '{}', which dnnc does not read (it reads float32, float16, int32, "
-                                "int64 and bool, little-endian)", path, h.descr.substr(0, 40)));
+                                "int64 and bool, little-endian)", path, printable(h.descr)));
   if (h.fortran)
     throw DataError(fmt::format("'{}' is in Fortran order; save it with C order (np.ascontiguousarray)", path));
   Tensor t;
@@ -346,13 +349,13 @@ std::map<std::string, Tensor> readSafetensorsBytes(const std::string &bytes, con
   };
   std::vector<Entry> entries;
   for (auto &[name, entry] : header.items()) {
-    std::string shown = name.size() > 64 ? name.substr(0, 64) + "..." : name;
+    std::string shown = printable(name);
     if (name == "__metadata__") {
       if (!entry.is_object())
         throw bad("__metadata__ is not a JSON object");
       for (auto &[key, value] : entry.items())
         if (!value.is_string())
-          throw bad(fmt::format("__metadata__ entry '{}' is not a string", key.substr(0, 64)));
+          throw bad(fmt::format("__metadata__ entry '{}' is not a string", printable(key)));
       continue;
     }
     auto badEntry = [&](const std::string &why) { return bad(fmt::format("tensor '{}': {}", shown, why)); };
@@ -365,7 +368,7 @@ std::map<std::string, Tensor> readSafetensorsBytes(const std::string &bytes, con
     std::string dtype = entry["dtype"].get<std::string>();
     auto dt = kSafeDType.find(dtype);
     if (dt == kSafeDType.end())
-      throw badEntry(fmt::format("dtype \"{}\" is not supported (F32, F16, BF16, I32, I64, BOOL are)", dtype.substr(0, 40)));
+      throw badEntry(fmt::format("dtype \"{}\" is not supported (F32, F16, BF16, I32, I64, BOOL are)", printable(dtype)));
     Entry e{name, Tensor(), 0, 0};
     e.tensor.dtype = dt->second;
     if (!entry["shape"].is_array())
@@ -402,8 +405,8 @@ std::map<std::string, Tensor> readSafetensorsBytes(const std::string &bytes, con
   for (size_t k = 0; k < order.size(); ++k) {
     const Entry &e = *order[k];
     if (e.begin < at)
-      throw bad(fmt::format("tensors '{}' and '{}' overlap: [{}, {}) and [{}, {})", order[k - 1]->name.substr(0, 64),
-                            e.name.substr(0, 64), order[k - 1]->begin, order[k - 1]->end, e.begin, e.end));
+      throw bad(fmt::format("tensors '{}' and '{}' overlap: [{}, {}) and [{}, {})", printable(order[k - 1]->name),
+                            printable(e.name), order[k - 1]->begin, order[k - 1]->end, e.begin, e.end));
     if (e.begin > at)
       throw bad(fmt::format("the data bytes [{}, {}) belong to no tensor", at, e.begin));
     at = e.end;
