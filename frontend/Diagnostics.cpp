@@ -1,8 +1,10 @@
 // Clang-style rendering of diagnostics and the source-file store they point into.
 #include "frontend/Diagnostics.h"
+#include "frontend/Utf8.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <sstream>
 
 namespace dnnc {
@@ -68,12 +70,19 @@ std::string DiagnosticEngine::snippet(const SourceRange &r) const {
   SourceLoc caret = r.caret.valid() ? r.caret : r.begin;
   if (!caret.valid())
     return "";
-  std::string text = sm_.line(caret.file, caret.line);
-  for (char &c : text)
-    if (c == '\t')
-      c = ' '; // one column per character keeps the caret aligned
+  // One column per character keeps the caret aligned; bytes that are not well-formed
+  // UTF-8 and control characters print as '?', never raw.
+  std::string raw = sm_.line(caret.file, caret.line), text;
+  for (size_t i = 0; i < raw.size();) {
+    size_t len = utf8SequenceLength(raw, i);
+    unsigned char c = static_cast<unsigned char>(raw[i]);
+    text += c == '\t' ? std::string(" ") : len == 0 || c < 0x20 || c == 0x7f ? std::string("?") : raw.substr(i, len);
+    i += len ? len : 1;
+  }
+  if (caret.col < 1)
+    caret.col = 1;
   // Underline the part of the range on the caret's line.
-  int from = r.begin.line == caret.line ? r.begin.col : 1;
+  int from = r.begin.line == caret.line ? std::max(r.begin.col, 1) : 1;
   int to = (r.end.valid() && r.end.line == caret.line) ? r.end.col : static_cast<int>(text.size()) + 1;
   if (to <= from)
     to = from + 1;

@@ -1,5 +1,6 @@
 // ANTLR glue: runs the generated parser and converts its tree into the project's AST.
 #include "frontend/Parser.h"
+#include "frontend/Utf8.h"
 
 #include "DnnLexer.h"
 #include "DnnParser.h"
@@ -366,22 +367,21 @@ private:
 } // namespace
 
 namespace {
-// The first byte that is not valid UTF-8 (or a NUL), as a located diagnostic. ANTLR's
-// input stream would throw on it instead.
+// The first byte that is not well-formed UTF-8 (or a NUL), as a located diagnostic:
+// ANTLR's input stream would throw on it instead (an internal error).
 std::optional<Diagnostic> invalidByte(const std::string &text, int file) {
   int line = 1, col = 1;
   for (size_t i = 0; i < text.size();) {
-    unsigned char c = static_cast<unsigned char>(text[i]);
-    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    bool ok = len != 0 && c != 0 && i + len <= text.size();
-    for (size_t k = 1; ok && k < len; ++k)
-      ok = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
-    if (!ok) {
+    size_t len = utf8SequenceLength(text, i);
+    if (len == 0) {
+      unsigned char c = static_cast<unsigned char>(text[i]);
       SourceLoc at{file, line, col};
       return Diagnostic{DiagKind::Parse, {at, {file, line, col + 1}, at},
-                        fmt::format("invalid byte 0x{:02x}: source files must be UTF-8 text", c), {}};
+                        c == 0 ? std::string("invalid NUL byte: source files must be UTF-8 text")
+                               : fmt::format("invalid UTF-8 byte 0x{:02x}: source files must be UTF-8 text", c),
+                        {}};
     }
-    if (c == '\n')
+    if (text[i] == '\n')
       ++line, col = 1;
     else
       ++col;

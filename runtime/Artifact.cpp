@@ -13,7 +13,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <stdexcept>
 #include <fstream>
 
 namespace dnnc::rt {
@@ -73,6 +76,38 @@ bool cpuHas(const std::string &isa) {
   return true;
 }
 
+// How deeply the header's arrays and objects nest, read off its text (strings skipped):
+// the readers of the graph and its dim expressions recurse once per level.
+size_t nestingDepth(const char *text, size_t n) {
+  size_t depth = 0, most = 0;
+  bool inString = false;
+  for (size_t k = 0; k < n; ++k) {
+    char c = text[k];
+    if (inString) {
+      if (c == '\\')
+        ++k;
+      else if (c == '"')
+        inString = false;
+    } else if (c == '"') {
+      inString = true;
+    } else if (c == '[' || c == '{') {
+      most = std::max(most, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return most;
+}
+constexpr size_t kMaxNesting = 512;
+
+// An integer of the header: a JSON integer that fits in 64 bits (a float, which
+// nlohmann would convert with undefined behaviour when out of range, is malformed).
+int64_t intOf(const json &j, const std::string &path, const char *what) {
+  if (!j.is_number_integer() || (j.is_number_unsigned() && j.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)))
+    throw DataError(fmt::format("'{}' has a malformed header: {} is not a 64-bit integer", path, what));
+  return j.get<int64_t>();
+}
+
 } // namespace
 
 void writeArtifact(const std::string &path, const ir::Graph &g, const std::map<const ir::Op *, size_t> &kernelOf,
@@ -97,12 +132,15 @@ void writeArtifact(const std::string &path, const ir::Graph &g, const std::map<c
                  {"graph", ir::toJson(g)}, {"kernels", std::move(table)},
                  {"arena", {{"bytes", ir::exprToJson(plan.bytes)}, {"late_bytes", ir::exprToJson(plan.lateBytes)},
                             {"offsets", std::move(offsets)}}}};
-  std::string text = header.dump();
+  writeFileAtomically(path, sealArtifact(header.dump(), payload));
+}
+
+std::string sealArtifact(const std::string &text, const std::string &payload) {
   std::string out(kMagic, sizeof kMagic);
   putU64(out, text.size());
   putU64(out, payload.size());
   putU64(out, fnv1a(payload.data(), payload.size(), fnv1a(text.data(), text.size())));
-  writeFileAtomically(path, out + text + payload);
+  return out + text + payload;
 }
 
 bool isArtifact(const std::string &path) {
@@ -111,8 +149,7 @@ bool isArtifact(const std::string &path) {
   return in.read(magic, sizeof magic) && std::memcmp(magic, kMagic, sizeof magic) == 0;
 }
 
-std::unique_ptr<Executable> loadArtifact(const std::string &path, ArtifactInfo *infoOut) {
-  std::string bytes = readFile(path);
+ArtifactContents readArtifactBytes(const std::string &bytes, const std::string &path) {
   if (bytes.size() < sizeof kMagic || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
     throw DataError(fmt::format("'{}' is not a dnnc artifact (build one with `dnnc build`)", path));
   if (bytes.size() < kPrefix)
@@ -123,18 +160,23 @@ std::unique_ptr<Executable> loadArtifact(const std::string &path, ArtifactInfo *
   const char *header = bytes.data() + kPrefix, *payload = header + headerSize;
   if (fnv1a(payload, payloadSize, fnv1a(header, headerSize)) != hash)
     throw DataError(fmt::format("'{}' is corrupt: its checksum does not match", path));
+  if (size_t depth = nestingDepth(header, headerSize); depth > kMaxNesting)
+    throw DataError(fmt::format("'{}' has a malformed header: it nests {} levels deep, more than the {} dnnc writes", path,
+                                depth, kMaxNesting));
   json j = json::parse(header, header + headerSize, nullptr, false);
   if (j.is_discarded() || !j.is_object())
     throw DataError(fmt::format("'{}' has a malformed header", path));
-  ArtifactInfo info;
-  std::vector<KernelInfo> kernels;
+  ArtifactContents c;
+  ArtifactInfo &info = c.info;
+  std::vector<KernelInfo> &kernels = c.kernels;
   std::vector<int64_t> opIndex;
-  std::shared_ptr<const ir::Graph> graph;
-  ArenaPlan plan;
+  std::shared_ptr<const ir::Graph> &graph = c.graph;
+  ArenaPlan &plan = c.plan;
   try {
-    if (j.value("format", 0) != kFormat)
+    int64_t format = j.contains("format") ? intOf(j.at("format"), path, "format") : 0;
+    if (format != kFormat)
       throw DataError(fmt::format("'{}' has artifact format {}, this runtime reads format {} (rebuild it with this dnnc)", path,
-                                  j.value("format", 0), kFormat));
+                                  format, kFormat));
     info.target = j.at("target").get<std::string>();
     info.arch = j.at("arch").get<std::string>();
     info.vectorIsa = j.value("vector_isa", "");
@@ -142,21 +184,25 @@ std::unique_ptr<Executable> loadArtifact(const std::string &path, ArtifactInfo *
       kernels.push_back({k.at("name").get<std::string>(), k.at("dims").get<std::vector<std::string>>(),
                          ir::exprFromJson(k.at("parallel_extent")), ir::exprFromJson(k.at("work")),
                          ir::exprFromJson(k.at("grid").at(0)), ir::exprFromJson(k.at("grid").at(1)),
-                         k.at("block_threads").get<int64_t>()});
+                         intOf(k.at("block_threads"), path, "block_threads")});
       if (kernels.back().blockThreads < 1 || kernels.back().blockThreads > 1024)
         throw DataError(fmt::format("'{}' has a kernel with {} threads per block", path, kernels.back().blockThreads));
-      opIndex.push_back(k.at("op").get<int64_t>());
+      opIndex.push_back(intOf(k.at("op"), path, "a kernel's op"));
     }
     graph = ir::fromJson(j.at("graph"));
     const json &arena = j.at("arena");
     plan.bytes = ir::exprFromJson(arena.at("bytes"));
     plan.lateBytes = ir::exprFromJson(arena.at("late_bytes"));
     for (const json &entry : arena.at("offsets")) {
-      int64_t id = entry.at(0).get<int64_t>();
+      int64_t id = intOf(entry.at(0), path, "a planned value's id");
       if (id < 0 || id >= static_cast<int64_t>(graph->values().size()))
         throw DataError(fmt::format("'{}' plans a value it does not have", path));
       const ir::Value *v = graph->values()[static_cast<size_t>(id)].get();
+      if (plan.offsets.count(v))
+        throw DataError(fmt::format("'{}' plans value {} twice", path, id));
       plan.offsets[v] = ir::exprFromJson(entry.at(1));
+      if (!plan.offsets[v])
+        throw DataError(fmt::format("'{}' plans value {} without an offset", path, id));
       if (entry.at(2).get<bool>()) {
         if (!plan.lateBytes)
           throw DataError(fmt::format("'{}' plans a late value without a late arena", path));
@@ -165,15 +211,24 @@ std::unique_ptr<Executable> loadArtifact(const std::string &path, ArtifactInfo *
     }
   } catch (const json::exception &e) {
     throw DataError(fmt::format("'{}' has a malformed header: {}", path, e.what()));
+  } catch (const std::overflow_error &e) {
+    throw DataError(fmt::format("'{}' has a malformed header: {}", path, e.what()));
   }
   auto ops = ir::opsPostOrder(*graph);
-  std::map<const ir::Op *, size_t> kernelOf;
+  std::map<const ir::Op *, size_t> &kernelOf = c.kernelOf;
   for (size_t k = 0; k < kernels.size(); ++k) {
     if (opIndex[k] < 0 || opIndex[k] >= static_cast<int64_t>(ops.size()) || kernelOf.count(ops[static_cast<size_t>(opIndex[k])]))
       throw DataError(fmt::format("'{}' has a malformed kernel table", path));
     kernelOf[ops[static_cast<size_t>(opIndex[k])]] = k;
   }
-  std::string code(payload, payloadSize);
+  c.code.assign(payload, payloadSize);
+  return c;
+}
+
+std::unique_ptr<Executable> loadArtifact(const std::string &path, ArtifactInfo *infoOut) {
+  ArtifactContents c = readArtifactBytes(readFile(path), path);
+  const ArtifactInfo &info = c.info;
+  std::string &code = c.code;
   std::unique_ptr<Device> device;
   if (info.target == "cpu") {
     if (!cpuHas(info.vectorIsa))
@@ -181,7 +236,7 @@ std::unique_ptr<Executable> loadArtifact(const std::string &path, ArtifactInfo *
                                   info.vectorIsa, info.arch));
     std::shared_ptr<void> so = openSharedObject(code, path);
     std::vector<KernelFn> fns;
-    for (const KernelInfo &k : kernels) {
+    for (const KernelInfo &k : c.kernels) {
       void *fn = dlsym(so.get(), k.name.c_str());
       if (!fn)
         throw DataError(fmt::format("'{}' lacks the code of kernel {}", path, k.name));
@@ -189,16 +244,16 @@ std::unique_ptr<Executable> loadArtifact(const std::string &path, ArtifactInfo *
     }
     device = std::make_unique<CpuDevice>(std::move(fns), so);
   } else if (info.target == "cuda") {
-    device = std::make_unique<CudaDevice>(code, kernels);
+    device = std::make_unique<CudaDevice>(code, c.kernels);
   } else {
     throw DataError(fmt::format("'{}' targets '{}', which this runtime cannot run", path, info.target));
   }
   if (infoOut)
     *infoOut = info;
-  const ir::Graph &ref = *graph;
-  auto exe = std::make_unique<Executable>(ref, std::move(kernelOf), std::move(kernels), std::move(device), std::move(graph));
-  if (plan.bytes)
-    exe->setArenaPlan(std::move(plan));
+  const ir::Graph &ref = *c.graph;
+  auto exe = std::make_unique<Executable>(ref, std::move(c.kernelOf), std::move(c.kernels), std::move(device), std::move(c.graph));
+  if (c.plan.bytes)
+    exe->setArenaPlan(std::move(c.plan));
   return exe;
 }
 

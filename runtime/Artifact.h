@@ -24,6 +24,20 @@ struct ArtifactInfo {
 void writeArtifact(const std::string &path, const ir::Graph &g, const std::map<const ir::Op *, size_t> &kernelOf,
                    const std::vector<KernelInfo> &kernels, const ArenaPlan &plan, const ArtifactInfo &info,
                    const std::string &payload);
+// An artifact's contents, every size, count and index in it checked, not yet on a device.
+struct ArtifactContents {
+  ArtifactInfo info;
+  std::shared_ptr<const ir::Graph> graph;
+  std::map<const ir::Op *, size_t> kernelOf;
+  std::vector<KernelInfo> kernels;
+  ArenaPlan plan;
+  std::string code; // the payload: a shared object (cpu) or PTX (cuda)
+};
+// Reads an artifact from the bytes of a file (`name` names it in errors). Throws DataError.
+ArtifactContents readArtifactBytes(const std::string &bytes, const std::string &name);
+// The bytes of an artifact file holding `header` (JSON text) and `payload`: the magic,
+// the sizes and the checksum in front.
+std::string sealArtifact(const std::string &header, const std::string &payload);
 // Whether `path` starts with the artifact magic.
 bool isArtifact(const std::string &path);
 // Loads an artifact onto its device (CPU: this machine must have its vector ISA; CUDA: a

@@ -9,25 +9,27 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <regex>
 #include <sstream>
 
 namespace dnnc::rt {
 namespace {
 
-constexpr size_t kMaxHeader = 100 * 1024 * 1024;
+constexpr size_t kMaxHeader = 100000000; // as the safetensors crate bounds its header
 
-// The element count of a shape, or a DataError when it overflows.
-size_t checkedNumel(const std::vector<int64_t> &shape, const std::string &what) {
-  size_t n = 1;
-  for (int64_t d : shape) {
-    if (d < 0)
-      throw DataError(fmt::format("{}: negative dim {}", what, d));
-    if (d != 0 && n > std::numeric_limits<size_t>::max() / 16 / static_cast<size_t>(d))
-      throw DataError(fmt::format("{}: the shape is too large", what));
-    n *= static_cast<size_t>(d);
+// The byte size of a tensor of `shape` and `dtype`, every product overflow-checked;
+// `fail(why)` makes the exception for a negative dim or a size beyond 64 bits.
+template <class Fail> uint64_t checkedBytes(const std::vector<int64_t> &shape, DType dtype, Fail fail) {
+  uint64_t n = 1;
+  for (size_t k = 0; k < shape.size(); ++k) {
+    if (shape[k] < 0)
+      throw fail(fmt::format("has the negative dim {}", shape[k]));
+    if (__builtin_mul_overflow(n, static_cast<uint64_t>(shape[k]), &n))
+      throw fail("has more than 2^64 elements");
   }
-  return n;
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(n, static_cast<uint64_t>(dtypeBytes(dtype)), &bytes))
+    throw fail(fmt::format("has {} elements of {} bytes: more than 2^64 bytes", n, dtypeBytes(dtype)));
+  return bytes;
 }
 
 const std::map<std::string, DType> kNpyDescr = {{"<f4", DType::F32}, {"<f2", DType::F16}, {"<i4", DType::I32},
@@ -86,8 +88,161 @@ void decodeValues(Tensor &t, const char *data, size_t bytes) {
         throw DataError(fmt::format("a bool holds the byte {}", static_cast<int>(t.bytes[k])));
 }
 
-Tensor readNpy(const std::string &path) {
-  std::string bytes = readFile(path);
+namespace {
+
+// The header dict of a .npy file, e.g. {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }:
+// a Python literal with exactly these three keys. Parsed by hand, byte by byte (no
+// recursion, no regex), so any header the format allows is read in linear time.
+// Text from a file, safe to print: at most 40 characters, bytes outside printable ASCII
+// as \xNN.
+std::string printable(const std::string &text) {
+  std::string out;
+  for (char c : text.substr(0, 40))
+    out += c >= 0x20 && c < 0x7f ? std::string(1, c) : fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+  return text.size() > 40 ? out + "..." : out;
+}
+
+struct NpyHeader {
+  std::string descr;
+  bool fortran = false;
+  std::vector<int64_t> shape;
+};
+
+class NpyHeaderParser {
+public:
+  explicit NpyHeaderParser(const std::string &text) : s_(text) {}
+
+  // Throws the reason (a std::string) when the header is malformed.
+  NpyHeader parse() {
+    NpyHeader h;
+    bool haveDescr = false, haveFortran = false, haveShape = false;
+    skipSpace();
+    if (!at('{'))
+      throw std::string("the header is not a Python dict");
+    ++i_;
+    skipSpace();
+    while (!at('}')) {
+      std::string key = quoted("a key of the header dict");
+      skipSpace();
+      expect(':', fmt::format("':' after '{}'", printable(key)));
+      skipSpace();
+      if (key == "descr") {
+        once(haveDescr, key);
+        h.descr = quoted("'descr' to be a string");
+      } else if (key == "fortran_order") {
+        once(haveFortran, key);
+        if (word("True"))
+          h.fortran = true;
+        else if (word("False"))
+          h.fortran = false;
+        else
+          throw std::string("'fortran_order' is neither True nor False");
+      } else if (key == "shape") {
+        once(haveShape, key);
+        h.shape = tuple();
+      } else {
+        throw fmt::format("the header has an unknown key '{}'", printable(key));
+      }
+      skipSpace();
+      if (at(','))
+        ++i_, skipSpace();
+      else if (!at('}'))
+        throw fmt::format("expected ',' or '}}' at byte {} of the header", i_);
+    }
+    ++i_; // '}'
+    skipSpace();
+    if (i_ != s_.size())
+      throw fmt::format("the header has bytes after its dict (at byte {})", i_);
+    if (!haveDescr)
+      throw std::string("the header has no 'descr'");
+    if (!haveFortran)
+      throw std::string("the header has no 'fortran_order'");
+    if (!haveShape)
+      throw std::string("the header has no 'shape'");
+    return h;
+  }
+
+private:
+  bool at(char c) const { return i_ < s_.size() && s_[i_] == c; }
+  void skipSpace() {
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r'))
+      ++i_;
+  }
+  void expect(char c, const std::string &what) {
+    if (!at(c))
+      throw fmt::format("expected {} at byte {} of the header", what, i_);
+    ++i_;
+  }
+  bool word(const char *w) {
+    size_t n = std::strlen(w);
+    if (s_.compare(i_, n, w) != 0)
+      return false;
+    i_ += n;
+    return true;
+  }
+  static void once(bool &seen, const std::string &key) {
+    if (seen)
+      throw fmt::format("the header has '{}' twice", key);
+    seen = true;
+  }
+  std::string quoted(const std::string &what) {
+    if (!at('\'') && !at('"'))
+      throw fmt::format("expected {} at byte {} of the header", what, i_);
+    char q = s_[i_++];
+    size_t end = s_.find(q, i_);
+    if (end == std::string::npos)
+      throw fmt::format("a string at byte {} of the header is not closed", i_ - 1);
+    std::string out = s_.substr(i_, end - i_);
+    i_ = end + 1;
+    return out;
+  }
+  // "(2, 3)", "(4,)", "()"; Python 2 wrote longs as "3L".
+  std::vector<int64_t> tuple() {
+    if (!at('('))
+      throw std::string("'shape' is not a tuple of integers");
+    ++i_;
+    std::vector<int64_t> dims;
+    skipSpace();
+    while (!at(')')) {
+      if (i_ >= s_.size() || s_[i_] < '0' || s_[i_] > '9')
+        throw std::string("'shape' is not a tuple of non-negative integers");
+      int64_t v = 0;
+      size_t begin = i_;
+      while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') {
+        if (__builtin_mul_overflow(v, int64_t{10}, &v) || __builtin_add_overflow(v, int64_t{s_[i_] - '0'}, &v))
+          throw fmt::format("dim {} of 'shape' ({}...) does not fit in 64 bits", dims.size(),
+                            s_.substr(begin, 20));
+        ++i_;
+      }
+      if (at('L'))
+        ++i_;
+      dims.push_back(v);
+      skipSpace();
+      if (at(','))
+        ++i_, skipSpace();
+      else if (!at(')'))
+        throw std::string("'shape' is not a tuple of non-negative integers");
+    }
+    ++i_; // ')'
+    return dims;
+  }
+
+  const std::string &s_;
+  size_t i_ = 0;
+};
+
+std::string shapeText(const std::vector<int64_t> &shape) {
+  std::string s;
+  for (int64_t d : shape)
+    s += (s.empty() ? "" : ", ") + std::to_string(d);
+  return "(" + s + ")";
+}
+
+} // namespace
+
+Tensor readNpy(const std::string &path) { return readNpyBytes(readFile(path), path); }
+
+Tensor readNpyBytes(const std::string &bytes, const std::string &path) {
   auto bad = [&](const std::string &why) { return DataError(fmt::format("'{}' is not a valid .npy file: {}", path, why)); };
   if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0)
     throw bad("it does not start with the .npy magic bytes");
@@ -105,34 +260,30 @@ Tensor readNpy(const std::string &path) {
   } else {
     throw bad(fmt::format("unknown format version {}", major));
   }
-  if (headerLen > kMaxHeader || start + headerLen > bytes.size())
-    throw bad("the header is truncated");
-  std::string header = bytes.substr(start, headerLen);
-  std::smatch m;
-  if (!std::regex_search(header, m, std::regex(R"('descr'\s*:\s*'([^']*)')")))
-    throw bad("the header has no 'descr'");
-  auto dt = kNpyDescr.find(m[1].str());
+  if (headerLen > kMaxHeader)
+    throw bad(fmt::format("the header claims {} bytes, more than the {} a .npy header may have", headerLen, kMaxHeader));
+  if (headerLen > bytes.size() - start)
+    throw bad(fmt::format("the header is truncated: it claims {} bytes but the file has {} after the prefix", headerLen,
+                          bytes.size() - start));
+  NpyHeader h;
+  try {
+    h = NpyHeaderParser(bytes.substr(start, headerLen)).parse();
+  } catch (const std::string &why) {
+    throw bad(why);
+  }
+  auto dt = kNpyDescr.find(h.descr);
   if (dt == kNpyDescr.end())
     throw DataError(fmt::format("'{}' holds dtype '{}', which dnnc does not read (it reads float32, float16, int32, "
-                                "int64 and bool, little-endian)", path, m[1].str()));
-  if (std::regex_search(header, m, std::regex(R"('fortran_order'\s*:\s*True)")))
+                                "int64 and bool, little-endian)", path, printable(h.descr)));
+  if (h.fortran)
     throw DataError(fmt::format("'{}' is in Fortran order; save it with C order (np.ascontiguousarray)", path));
-  if (!std::regex_search(header, m, std::regex(R"('shape'\s*:\s*\(([^)]*)\))")))
-    throw bad("the header has no 'shape'");
   Tensor t;
   t.dtype = dt->second;
-  std::string dims = m[1];
-  static const std::regex digits(R"(\d+)");
-  std::sregex_iterator it(dims.begin(), dims.end(), digits), end;
-  for (; it != end; ++it) {
-    if (it->str().size() > 15)
-      throw bad("a dim is too large");
-    t.shape.push_back(std::stoll(it->str()));
-  }
-  if (std::regex_search(dims, std::regex(R"([^\d,\sL])")))
-    throw bad("the shape is not a tuple of integers");
-  size_t n = checkedNumel(t.shape, path);
-  size_t need = n * dtypeBytes(t.dtype), have = bytes.size() - start - headerLen;
+  uint64_t have = bytes.size() - start - headerLen;
+  uint64_t need = checkedBytes(h.shape, t.dtype, [&](const std::string &why) {
+    return bad(fmt::format("its shape {} {}", shapeText(h.shape), why));
+  });
+  t.shape = std::move(h.shape);
   if (have != need)
     throw DataError(fmt::format("'{}' is truncated or padded: {} needs {} bytes of data, the file has {}", path,
                                 t.typeText(), need, have));
@@ -162,8 +313,13 @@ void writeNpy(const std::string &path, const Tensor &t) {
   writeFileAtomically(path, out);
 }
 
-std::map<std::string, Tensor> readSafetensors(const std::string &path) {
-  std::string bytes = readFile(path);
+std::map<std::string, Tensor> readSafetensors(const std::string &path) { return readSafetensorsBytes(readFile(path), path); }
+
+// Validated as the safetensors crate does: a bounded header inside the file, a JSON
+// object, known dtypes, non-negative shapes, and data_offsets that tile the data buffer
+// exactly (in order, no gap, no overlap, nothing past its end), each tensor's bytes
+// equal to numel * itemsize with every product overflow-checked.
+std::map<std::string, Tensor> readSafetensorsBytes(const std::string &bytes, const std::string &path) {
   auto bad = [&](const std::string &why) {
     return DataError(fmt::format("'{}' is not a valid .safetensors file: {}", path, why));
   };
@@ -172,50 +328,95 @@ std::map<std::string, Tensor> readSafetensors(const std::string &path) {
   uint64_t headerLen = 0;
   for (int k = 7; k >= 0; --k)
     headerLen = (headerLen << 8) | static_cast<unsigned char>(bytes[k]);
-  if (headerLen > kMaxHeader || headerLen > bytes.size() - 8)
+  if (headerLen > kMaxHeader)
+    throw bad(fmt::format("the header claims {} bytes, more than the {} a header may have", headerLen, kMaxHeader));
+  if (headerLen > bytes.size() - 8)
     throw bad(fmt::format("the header claims {} bytes but the file has {}", headerLen, bytes.size() - 8));
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(headerLen));
-  } catch (const nlohmann::json::exception &e) {
-    throw bad(std::string("its JSON header does not parse: ") + e.what());
-  }
+  if (headerLen == 0 || bytes[8] != '{')
+    throw bad("its header does not start with '{'");
+  nlohmann::json header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(headerLen),
+                                                nullptr, false);
+  if (header.is_discarded())
+    throw bad("its JSON header does not parse");
   if (!header.is_object())
     throw bad("its header is not a JSON object");
-  size_t dataSize = bytes.size() - 8 - headerLen;
+  uint64_t dataSize = bytes.size() - 8 - headerLen;
   const char *data = bytes.data() + 8 + headerLen;
-  std::map<std::string, Tensor> out;
+  struct Entry {
+    std::string name;
+    Tensor tensor;
+    uint64_t begin, end;
+  };
+  std::vector<Entry> entries;
   for (auto &[name, entry] : header.items()) {
-    if (name == "__metadata__")
+    std::string shown = printable(name);
+    if (name == "__metadata__") {
+      if (!entry.is_object())
+        throw bad("__metadata__ is not a JSON object");
+      for (auto &[key, value] : entry.items())
+        if (!value.is_string())
+          throw bad(fmt::format("__metadata__ entry '{}' is not a string", printable(key)));
       continue;
-    auto badEntry = [&](const std::string &why) { return bad(fmt::format("tensor '{}': {}", name, why)); };
+    }
+    auto badEntry = [&](const std::string &why) { return bad(fmt::format("tensor '{}': {}", shown, why)); };
     if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets"))
       throw badEntry("it needs dtype, shape and data_offsets");
+    if (entry.size() != 3)
+      throw badEntry("it has keys other than dtype, shape and data_offsets");
     if (!entry["dtype"].is_string())
       throw badEntry("dtype is not a string");
-    auto dt = kSafeDType.find(entry["dtype"].get<std::string>());
+    std::string dtype = entry["dtype"].get<std::string>();
+    auto dt = kSafeDType.find(dtype);
     if (dt == kSafeDType.end())
-      throw badEntry(fmt::format("dtype {} is not supported (F32, F16, BF16, I32, I64, BOOL are)", entry["dtype"].dump()));
-    Tensor t;
-    t.dtype = dt->second;
+      throw badEntry(fmt::format("dtype \"{}\" is not supported (F32, F16, BF16, I32, I64, BOOL are)", printable(dtype)));
+    Entry e{name, Tensor(), 0, 0};
+    e.tensor.dtype = dt->second;
     if (!entry["shape"].is_array())
       throw badEntry("shape is not a list");
     for (auto &d : entry["shape"]) {
-      if (!d.is_number_integer() || d.get<int64_t>() < 0)
-        throw badEntry("shape holds something other than non-negative integers");
-      t.shape.push_back(d.get<int64_t>());
+      if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        throw badEntry("shape holds something other than non-negative 64-bit integers");
+      e.tensor.shape.push_back(d.get<int64_t>());
     }
     auto &off = entry["data_offsets"];
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
       throw badEntry("data_offsets is not a pair of non-negative integers");
-    uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
-    if (begin > end || end > dataSize)
-      throw badEntry(fmt::format("its data [{}, {}) lies outside the {} data bytes", begin, end, dataSize));
-    size_t n = checkedNumel(t.shape, fmt::format("'{}': tensor '{}'", path, name));
-    if (end - begin != n * dtypeBytes(t.dtype))
-      throw badEntry(fmt::format("{} needs {} bytes but data_offsets give {}", t.typeText(), n * dtypeBytes(t.dtype), end - begin));
-    decodeValues(t, data + begin, end - begin);
-    out.emplace(name, std::move(t));
+    e.begin = off[0].get<uint64_t>();
+    e.end = off[1].get<uint64_t>();
+    if (e.begin > e.end)
+      throw badEntry(fmt::format("its data_offsets [{}, {}) end before they begin", e.begin, e.end));
+    if (e.end > dataSize)
+      throw badEntry(fmt::format("its data [{}, {}) lies outside the {} data bytes", e.begin, e.end, dataSize));
+    uint64_t need = checkedBytes(e.tensor.shape, e.tensor.dtype, [&](const std::string &why) {
+      return badEntry(fmt::format("its shape {} {}", shapeText(e.tensor.shape), why));
+    });
+    if (e.end - e.begin != need)
+      throw badEntry(fmt::format("{} needs {} bytes but data_offsets give {}", e.tensor.typeText(), need, e.end - e.begin));
+    entries.push_back(std::move(e));
+  }
+  // The tensors must tile the data buffer: sorted by offset, each starts where the last ended.
+  std::vector<const Entry *> order;
+  for (const Entry &e : entries)
+    order.push_back(&e);
+  std::sort(order.begin(), order.end(), [](const Entry *a, const Entry *b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  uint64_t at = 0;
+  for (size_t k = 0; k < order.size(); ++k) {
+    const Entry &e = *order[k];
+    if (e.begin < at)
+      throw bad(fmt::format("tensors '{}' and '{}' overlap: [{}, {}) and [{}, {})", printable(order[k - 1]->name),
+                            printable(e.name), order[k - 1]->begin, order[k - 1]->end, e.begin, e.end));
+    if (e.begin > at)
+      throw bad(fmt::format("the data bytes [{}, {}) belong to no tensor", at, e.begin));
+    at = e.end;
+  }
+  if (at != dataSize)
+    throw bad(fmt::format("the data bytes [{}, {}) belong to no tensor", at, dataSize));
+  std::map<std::string, Tensor> out;
+  for (Entry &e : entries) {
+    decodeValues(e.tensor, data + e.begin, e.end - e.begin);
+    out.emplace(e.name, std::move(e.tensor));
   }
   return out;
 }

@@ -10,11 +10,14 @@
 namespace dnnc::rt {
 
 Tensor readNpy(const std::string &path);
+// The same from a file's bytes; `name` names it in errors.
+Tensor readNpyBytes(const std::string &bytes, const std::string &name);
 // Writes through a temporary file, so a failed write leaves nothing behind.
 void writeNpy(const std::string &path, const Tensor &t);
 
 // Tensors by name; "__metadata__" is skipped.
 std::map<std::string, Tensor> readSafetensors(const std::string &path);
+std::map<std::string, Tensor> readSafetensorsBytes(const std::string &bytes, const std::string &name);
 void writeSafetensors(const std::string &path, const std::map<std::string, Tensor> &tensors);
 
 // A whole file's bytes (DataError when it cannot be read), and writing one through a

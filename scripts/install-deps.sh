@@ -7,6 +7,7 @@ packages=(
   catch2 libboost-program-options-dev libedit-dev
   nlohmann-json3-dev libfmt-dev
   llvm-19-dev llvm-19-tools
+  clang-19 libclang-rt-19-dev
   python3-numpy
 )
 missing=()

@@ -11,6 +11,10 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include <limits>
+#include <type_traits>
+#include <vector>
+
 namespace dnnc::ir {
 
 using nlohmann::json;
@@ -47,10 +51,28 @@ const json &at(const json &j, const char *key) {
   return j.at(key);
 }
 template <class T> T get(const json &j, const char *what) {
-  try {
-    return j.get<T>();
-  } catch (const json::exception &) {
-    bad(fmt::format("'{}' has the wrong type", what));
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    // Integers only, in range: nlohmann converts a float such as 1e300 with undefined behaviour.
+    if (!j.is_number_integer())
+      bad(fmt::format("'{}' has the wrong type", what));
+    if (j.is_number_unsigned() ? j.template get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<T>::max())
+                               : j.template get<int64_t>() < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
+                                     j.template get<int64_t>() > static_cast<int64_t>(std::numeric_limits<T>::max()))
+      bad(fmt::format("'{}' is out of range", what));
+    return static_cast<T>(j.template get<int64_t>());
+  } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+    if (!j.is_array())
+      bad(fmt::format("'{}' has the wrong type", what));
+    std::vector<int64_t> out;
+    for (const json &e : j)
+      out.push_back(get<int64_t>(e, what));
+    return out;
+  } else {
+    try {
+      return j.get<T>();
+    } catch (const json::exception &) {
+      bad(fmt::format("'{}' has the wrong type", what));
+    }
   }
 }
 

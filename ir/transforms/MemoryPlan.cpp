@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <set>
+#include <stdexcept>
 
 namespace dnnc::ir {
 
@@ -20,7 +21,8 @@ const PlannedBuffer *MemoryPlan::find(const Value *v) const {
 int64_t MemoryPlan::naiveBytes(const std::map<std::string, int64_t> &binding) const {
   int64_t sum = 0;
   for (const PlannedBuffer &b : buffers)
-    sum += sym::evaluate(b.bytes, binding).value_or(0);
+    if (__builtin_add_overflow(sum, sym::evaluate(b.bytes, binding).value_or(0), &sum))
+      throw std::overflow_error("the sum of the buffers' bytes overflows 64 bits");
   return sum;
 }
 
@@ -30,7 +32,8 @@ int64_t MemoryPlan::liveLowerBound(const std::map<std::string, int64_t> &binding
     int64_t live = 0;
     for (const PlannedBuffer &b : buffers)
       if (b.first <= t && t <= b.last && !b.inPlace)
-        live += sym::evaluate(b.bytes, binding).value_or(0);
+        if (__builtin_add_overflow(live, sym::evaluate(b.bytes, binding).value_or(0), &live))
+          throw std::overflow_error("the bytes live at once overflow 64 bits");
     best = std::max(best, live);
   }
   return best;

@@ -154,6 +154,58 @@ class BadInputs(unittest.TestCase):
         self.fails("transformer.dnn", args, "holds dtype '<f8'", {"t.npy": np.zeros((2, 3))})
         self.fails("transformer.dnn", ["--input", "tokens=%d/none.npy"], "cannot read")
 
+    @staticmethod
+    def npy(header, data=b"", version=1):
+        """A .npy file with this header dict text (padded as NumPy pads it)."""
+        prefix = 10 if version == 1 else 12
+        h = header + " " * ((64 - (prefix + len(header) + 1) % 64) % 64) + "\n"
+        size = struct.pack("<H", len(h)) if version == 1 else struct.pack("<I", len(h))
+        return b"\x93NUMPY" + bytes([version, 0]) + size + h.encode() + data
+
+    def test_npy_header_checked(self):
+        """The header dict is parsed by hand: each malformed one is named, sizes are checked."""
+        args, _ = self.tokens((2, 3))
+        cases = [
+            ("{'descr': '<i4', 'fortran_order': False, 'shape': (4294967296, 4294967296), }",
+             "its shape (4294967296, 4294967296) has more than 2^64 elements"),
+            ("{'descr': '<i8', 'fortran_order': False, 'shape': (2305843009213693952,), }",
+             "its shape (2305843009213693952) has 2305843009213693952 elements of 8 bytes: more than 2^64 bytes"),
+            ("{'descr': '<i4', 'fortran_order': False, 'shape': (99999999999999999999,), }",
+             "dim 0 of 'shape' (99999999999999999999...) does not fit in 64 bits"),
+            ("{'descr': '<i4', 'fortran_order': False, 'shape': (1000000, 1000000), }",
+             "i32[1000000, 1000000] needs 4000000000000 bytes of data, the file has 24"),
+            ("{'descr': '<i4', 'fortran_order': False, 'shape': (2, -3), }", "'shape' is not a tuple of non-negative integers"),
+            ("{'descr': '<i4', 'fortran_order': False, }", "the header has no 'shape'"),
+            ("{'descr': '<i4', 'descr': '<i4', 'fortran_order': False, 'shape': (2, 3), }", "the header has 'descr' twice"),
+            ("{'descr': '<i4', 'fortran_order': False, 'shape': (2, 3), 'extra': 1}", "the header has an unknown key 'extra'"),
+            ("{'descr': '<i4, 'fortran_order': False, 'shape': (2, 3), }", "expected ',' or '}' at byte 17 of the header"),
+            ("{'descr': '<i4', 'fortran_order': Maybe, 'shape': (2, 3), }", "'fortran_order' is neither True nor False"),
+            ("['descr', '<i4']", "the header is not a Python dict"),
+            ("{'descr': '<i4', 'fortran_order': False, 'shape': (2, 3)} junk", "the header has bytes after its dict"),
+        ]
+        for header, message in cases:
+            with self.subTest(message=message):
+                self.fails("transformer.dnn", args, message, {"t.npy": self.npy(header, bytes(24))})
+        self.fails("transformer.dnn", args, "the header claims 200000000 bytes, more than the 100000000",
+                   {"t.npy": b"\x93NUMPY\x02\x00" + struct.pack("<I", 200000000) + b"{"})
+        self.fails("transformer.dnn", args, "the header is truncated: it claims 1000000 bytes but the file has 1",
+                   {"t.npy": b"\x93NUMPY\x02\x00" + struct.pack("<I", 1000000) + b"{"})
+
+    def test_npy_long_header(self):
+        """A valid .npy whose header is long (std::regex recursed over it until the stack
+        overflowed) is read, in every format version."""
+        with tempfile.TemporaryDirectory() as d:
+            model = os.path.join(d, "m.dnn")
+            open(model, "w").write("dim N;\nmodel main(x: i32[N]) -> i32[N] {\n  return x + x;\n}\n")
+            values = np.arange(5, dtype=np.int32)
+            for version, pad in ((1, 60000), (2, 1000000), (3, 300000)):
+                header = "{'descr': '<i4', 'fortran_order': False, 'shape': (5,), }" + " " * pad
+                open(os.path.join(d, "x.npy"), "wb").write(self.npy(header, values.tobytes(), version))
+                p = subprocess.run([self.exe, "run", model, "--input", "x=" + os.path.join(d, "x.npy"), "--out",
+                                    os.path.join(d, "out"), "--device", "ref"], capture_output=True, text=True, timeout=120)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                np.testing.assert_array_equal(np.load(os.path.join(d, "out", "out0.npy")), values * 2)
+
     def test_malformed_safetensors(self):
         w = {"w1": np.zeros((784, 512), np.float32), "b1": np.zeros(512, np.float32),
              "w2": np.zeros((512, 10), np.float32), "b2": np.zeros(10, np.float32)}
@@ -171,12 +223,45 @@ class BadInputs(unittest.TestCase):
         header_len = struct.unpack("<Q", raw[:8])[0]
         cases = [(raw[:5], "shorter than its 8-byte header size"),
                  (struct.pack("<Q", 1 << 40) + raw[8:], "the header claims"),
-                 (raw[:8] + b"[" + raw[9:], "JSON header does not parse"),
+                 (raw[:8] + b"[" + raw[9:], "its header does not start with '{'"),
+                 (raw[:9] + b"!" + raw[10:], "JSON header does not parse"),
                  (raw[:-100], "lies outside the"),
                  (raw[:8] + raw[8:8 + header_len].replace(b'"F32"', b'"F64"') + raw[8 + header_len:], "dtype \"F64\" is not supported")]
         for content, message in cases:
             with self.subTest(message=message):
                 self.fails("mlp.dnn", args, message, {"w.safetensors": content})
+
+    def test_safetensors_validated(self):
+        """Headers are validated as the safetensors crate does: offsets tile the data, sizes
+        are overflow-checked."""
+        args = ["--weights", "%d/w.safetensors", "--bind", "B=1"]
+
+        def raw(header, data):
+            h = json.dumps(header).encode()
+            return struct.pack("<Q", len(h)) + h + data
+
+        def t(dtype, shape, begin, end):
+            return {"dtype": dtype, "shape": shape, "data_offsets": [begin, end]}
+        cases = [
+            ({"a": t("F32", [1], 0, 4), "b": t("F32", [1], 0, 4)}, 4, "tensors 'a' and 'b' overlap: [0, 4) and [0, 4)"),
+            ({"a": t("F32", [1], 4, 8)}, 8, "the data bytes [0, 4) belong to no tensor"),
+            ({"a": t("F32", [1], 0, 4)}, 12, "the data bytes [4, 12) belong to no tensor"),
+            ({"a": t("F32", [1], 4, 0)}, 4, "tensor 'a': its data_offsets [4, 0) end before they begin"),
+            ({"a": t("F32", [4294967296, 4294967296], 0, 0)}, 0,
+             "tensor 'a': its shape (4294967296, 4294967296) has more than 2^64 elements"),
+            ({"a": t("F32", [4611686018427387904], 0, 0)}, 0,
+             "tensor 'a': its shape (4611686018427387904) has 4611686018427387904 elements of 4 bytes: more than 2^64 bytes"),
+            ({"a": t("F32", [-1], 0, 0)}, 0, "tensor 'a': shape holds something other than non-negative 64-bit integers"),
+            ({"a": t("F32", [2], 0, 4)}, 4, "tensor 'a': f32[2] needs 8 bytes but data_offsets give 4"),
+            ({"a": t("F32", [1], 0, 4)}, 2, "tensor 'a': its data [0, 4) lies outside the 2 data bytes"),
+            ({"a": {**t("F32", [1], 0, 4), "x": 1}}, 4, "tensor 'a': it has keys other than dtype, shape and data_offsets"),
+            ({"__metadata__": {"k": 1}}, 0, "__metadata__ entry 'k' is not a string"),
+        ]
+        for header, size, message in cases:
+            with self.subTest(message=message):
+                self.fails("mlp.dnn", args, message, {"w.safetensors": raw(header, bytes(size))})
+        self.fails("mlp.dnn", args, "the header claims 200000000 bytes, more than the 100000000",
+                   {"w.safetensors": struct.pack("<Q", 200000000) + b"{}"})
 
 
 class BadArtifacts(unittest.TestCase):
@@ -205,6 +290,39 @@ class BadArtifacts(unittest.TestCase):
     def test_wrong_device(self):
         self.fails(self.good, ["--device", "cuda"], "was built for cpu, not for --device cuda")
         self.fails(self.good, ["--device", "cuda-sim"], "--device cuda-sim compiles the model for the simulator: give it the .dnn file")
+
+    def resealed_text(self, edit):
+        """The artifact with the text of its JSON header changed by `edit`, checksum made valid."""
+        header_size, payload_size = struct.unpack("<QQ", self.bytes[8:24])
+        text, payload = edit(self.bytes[32:32 + header_size].decode()).encode(), self.bytes[32 + header_size:]
+
+        def fnv1a(data, h=1469598103934665603):
+            for byte in data:
+                h = ((h ^ byte) * 1099511628211) % (1 << 64)
+            return h
+        return self.bytes[:8] + struct.pack("<QQQ", len(text), payload_size, fnv1a(payload, fnv1a(text))) + text + payload
+
+    def test_header_numbers_checked(self):
+        """Numbers in the header are integers in range (floats such as 1e300 were converted
+        with undefined behaviour), dim expressions that overflow are malformed, and nesting
+        is bounded (the readers recursed until the stack overflowed): fuzz_artifact's findings."""
+        def kernel0(key, value):
+            def edit(h):
+                h["kernels"][0][key] = value
+            return edit
+        self.fails("%d/m.dnnc", [], "has a malformed header: block_threads is not a 64-bit integer",
+                   {"m.dnnc": self.resealed(kernel0("block_threads", 1e300))})
+        self.fails("%d/m.dnnc", [], "has a malformed header: a kernel's op is not a 64-bit integer",
+                   {"m.dnnc": self.resealed(kernel0("op", 2 ** 64 - 1))})
+        self.fails("%d/m.dnnc", [], "malformed model in artifact: 'main_file' has the wrong type",
+                   {"m.dnnc": self.resealed(lambda h: h["graph"].update(main_file=1e300))})
+        self.fails("%d/m.dnnc", [], "malformed model in artifact: 'main_file' is out of range",
+                   {"m.dnnc": self.resealed(lambda h: h["graph"].update(main_file=2 ** 40))})
+        self.fails("%d/m.dnnc", [], "has a malformed header: dim expression overflows 64 bits",
+                   {"m.dnnc": self.resealed(lambda h: h["arena"].update(bytes={"c": 2 ** 63 - 1, "t": [[1]]}))})
+        deep = '{"c":0,"t":[[1,["max",' * 20000 + '{"c":1,"t":[]}' + ',{"c":1,"t":[]}]]]}' * 20000
+        self.fails("%d/m.dnnc", [], "has a malformed header: it nests 80004 levels deep, more than the 512 dnnc writes",
+                   {"m.dnnc": self.resealed_text(lambda t: t.replace('"arena":{"bytes":', '"arena":{"bytes":' + deep + ',"x":', 1))})
 
     def resealed(self, edit):
         """The artifact with its JSON header changed by `edit` and its checksum made valid

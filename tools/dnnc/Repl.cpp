@@ -4,15 +4,18 @@
 #include "ir/transforms/Pipeline.h"
 #include "ir/transforms/MemoryPlan.h"
 #include "tools/dnnc/Driver.h"
+#include "tools/dnnc/Repl.h"
 
 #include <editline/readline.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <iostream>
 #include <memory>
-#include <regex>
 #include <sstream>
 
 namespace dnnc::tool {
@@ -35,9 +38,12 @@ const char *kHelp = R"(commands:
   :quit                 leave
 )";
 
+} // namespace
+
 class Repl {
 public:
-  Repl(std::vector<std::string> includes, bool interactive) : includes_(std::move(includes)), interactive_(interactive) {}
+  Repl(std::vector<std::string> includes, bool interactive, std::ostream &out, std::ostream &err)
+      : includes_(std::move(includes)), interactive_(interactive), out_(out), err_(err) {}
 
   void load(const std::string &file) {
     auto p = std::make_unique<Program>();
@@ -45,7 +51,7 @@ public:
       p->addIncludePath(i);
     DiagnosticEngine diags(p->sources());
     bool ok = p->load(file, diags);
-    diags.render(std::cerr);
+    diags.render(err_);
     if (!ok)
       return;
     program_ = std::move(p);
@@ -53,13 +59,31 @@ public:
     std::string err;
     model_ = selectModel(*program_, "", err);
     if (!model_)
-      std::cerr << "error: " << err << "\n";
+      err_ << "error: " << err << "\n";
     else if (interactive_) // scripted sessions print results only
       out(fmt::format("loaded {} (model {})", file, model_->name));
   }
 
-  // Handles one line; false when the session should end.
+  // Handles one line; false when the session should end. Bound dims so large that a size
+  // no longer fits in 64 bits are the user's to change, not a bug.
   bool handle(const std::string &raw) {
+    try {
+      return dispatch(raw);
+    } catch (const std::overflow_error &e) {
+      error(fmt::format("{} under the binding {}: bind smaller values", e.what(), bindingText()));
+      return true;
+    }
+  }
+
+private:
+  std::string bindingText() const {
+    std::string text;
+    for (auto &[k, v] : binding_)
+      text += (text.empty() ? "" : ", ") + fmt::format("{} = {}", k, v);
+    return text.empty() ? "(none)" : text;
+  }
+
+  bool dispatch(const std::string &raw) {
     std::string line = trim(raw);
     if (line.empty() || line[0] == '#')
       return true;
@@ -71,7 +95,7 @@ public:
     if (cmd == ":quit" || cmd == ":q" || cmd == ":exit")
       return false;
     if (cmd == ":help")
-      std::cout << kHelp;
+      out_ << kHelp;
     else if (cmd == ":load")
       arg.empty() ? error(":load needs a file") : load(arg);
     else if (line[0] != ':')
@@ -99,13 +123,12 @@ public:
     return true;
   }
 
-private:
   static std::string trim(const std::string &s) {
     size_t b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n");
     return b == std::string::npos ? "" : s.substr(b, e - b + 1);
   }
-  void out(const std::string &s) { std::cout << s << "\n" << std::flush; }
-  void error(const std::string &s) { std::cerr << "error: " << s << "\n" << std::flush; }
+  void out(const std::string &s) { out_ << s << "\n" << std::flush; }
+  void error(const std::string &s) { err_ << "error: " << s << "\n" << std::flush; }
 
   const NamedValue *find(const std::string &name) {
     const NamedValue *found = nullptr;
@@ -139,7 +162,7 @@ private:
     }
     DiagnosticEngine diags(program_->sources());
     auto t = program_->typeExpression(*model_, text, diags);
-    diags.render(std::cerr);
+    diags.render(err_);
     if (!t)
       return;
     if (t->tensor)
@@ -158,10 +181,7 @@ private:
     if (!err.empty())
       return error(err);
     binding_ = b;
-    std::string text;
-    for (auto &[k, v] : binding_)
-      text += (text.empty() ? "" : ", ") + fmt::format("{} = {}", k, v);
-    out("bound " + text);
+    out("bound " + bindingText());
   }
 
   void unbind(const std::string &arg) {
@@ -215,7 +235,11 @@ private:
     std::map<std::string, sym::ExprRef> bound;
     for (auto &[name, v] : binding_)
       bound[name] = sym::constant(v);
-    return model_->analyzer.simplify(sym::substitute(e, bound))->str();
+    try {
+      return model_->analyzer.simplify(sym::substitute(e, bound))->str();
+    } catch (const std::overflow_error &) { // every dim is bound and the value needs more than 64 bits
+      return "more than 2^63 - 1";
+    }
   }
 
   template <class Values> static sym::ExprRef totalBytes(const Values &values) {
@@ -259,49 +283,135 @@ private:
       out(fmt::format("not planned: {} buffers whose sizes are known only while the model runs", p.unplanned.size()));
   }
 
-  // `:solve mem <= 16GiB for B`: the arena grows with every dim, so a binary search over
-  // the dim's range finds the largest value that fits.
+  // `:solve mem <= 16GiB for B`, read by hand: SIZE is a decimal number (a fraction or
+  // an exponent allowed), the unit optional.
+  struct SolveQuery {
+    std::string number, unit, dim;
+  };
+  static std::optional<SolveQuery> parseSolve(const std::string &s) {
+    size_t i = 0;
+    auto space = [&] {
+      size_t b = i;
+      while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i])))
+        ++i;
+      return i > b;
+    };
+    auto lit = [&](const std::string &w) {
+      if (s.compare(i, w.size(), w) != 0)
+        return false;
+      i += w.size();
+      return true;
+    };
+    auto digits = [&] {
+      size_t b = i;
+      while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])))
+        ++i;
+      return i > b;
+    };
+    auto word = [&] {
+      size_t b = i;
+      while (i < s.size() && (std::isalnum(static_cast<unsigned char>(s[i])) || s[i] == '_'))
+        ++i;
+      return s.substr(b, i - b);
+    };
+    SolveQuery q;
+    space();
+    if (!lit("mem"))
+      return std::nullopt;
+    space();
+    if (!lit("<="))
+      return std::nullopt;
+    space();
+    size_t begin = i;
+    if (!digits())
+      return std::nullopt;
+    if (lit(".") && !digits())
+      return std::nullopt;
+    if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+      ++i;
+      if (!lit("+"))
+        lit("-");
+      if (!digits())
+        return std::nullopt;
+    }
+    q.number = s.substr(begin, i - begin);
+    size_t afterNumber = i;
+    space();
+    std::string unit = word();
+    if (unit == "B" || unit == "KiB" || unit == "MiB" || unit == "GiB" || unit == "TiB")
+      q.unit = unit;
+    else
+      i = afterNumber; // no unit: bytes
+    if (!space() || !lit("for") || !space())
+      return std::nullopt;
+    if (i >= s.size() || std::isdigit(static_cast<unsigned char>(s[i])))
+      return std::nullopt;
+    q.dim = word();
+    space();
+    if (q.dim.empty() || i != s.size())
+      return std::nullopt;
+    return q;
+  }
+
+  // The arena grows with every dim, so a binary search over the dim's range finds the
+  // largest value that fits. An arena beyond 64 bits exceeds every limit.
   void solve(const std::string &text) {
-    std::smatch m;
-    static const std::regex form(R"(mem\s*<=\s*([0-9]+(?:\.[0-9]+)?)\s*(B|KiB|MiB|GiB|TiB)?\s+for\s+([A-Za-z_][A-Za-z_0-9]*))");
-    if (!std::regex_match(text, m, form)) {
-      error("usage: :solve mem <= SIZE[B|KiB|MiB|GiB] for DIM, e.g. :solve mem <= 16GiB for B");
+    auto q = parseSolve(text);
+    if (!q) {
+      error("usage: :solve mem <= SIZE[B|KiB|MiB|GiB|TiB] for DIM, e.g. :solve mem <= 16GiB for B");
       return;
     }
     const std::map<std::string, double> units{{"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
                                               {"TiB", 1099511627776.0}};
-    double limit = std::stod(m[1]) * units.at(m[2]);
-    std::string dim = m[3];
-    const ir::MemoryPlan &p = plan();
+    double limit = std::strtod(q->number.c_str(), nullptr) * units.at(q->unit);
+    if (!std::isfinite(limit)) {
+      error(fmt::format("the size {}{}{} is too large: it is not a finite number of bytes",
+                        q->number.size() > 40 ? q->number.substr(0, 40) + "..." : q->number, q->unit.empty() ? "" : " ", q->unit));
+      return;
+    }
+    const std::string &dim = q->dim;
     auto rangeIt = model_->graph->dimRanges.find(dim);
     if (rangeIt == model_->graph->dimRanges.end()) {
       error(fmt::format("model '{}' has no dim '{}'", model_->name, dim));
       return;
     }
+    const ir::MemoryPlan &p = plan();
     for (const std::string &n : sym::freeVars(p.arena))
       if (n != dim && !binding_.count(n)) {
         error(fmt::format("the arena also depends on {}: bind it first (:bind {}=...)", n, n));
         return;
       }
     Binding b = binding_;
+    // The arena's bytes at dim = v; nullopt when they do not fit in 64 bits.
     auto arenaAt = [&](int64_t v) {
       b[dim] = v;
-      return static_cast<double>(*sym::evaluate(p.arena, b));
+      return sym::evaluate(p.arena, b);
+    };
+    auto fits = [&](std::optional<int64_t> bytes) { return bytes && static_cast<double>(*bytes) <= limit; };
+    auto needs = [](std::optional<int64_t> bytes) {
+      return bytes ? fmt::format("{} bytes", *bytes) : std::string("more than 2^63 - 1 bytes");
     };
     int64_t lo = std::max<int64_t>(rangeIt->second.first, 1), hi = std::min<int64_t>(rangeIt->second.second, int64_t{1} << 40);
-    if (arenaAt(lo) > limit) {
-      out(fmt::format("no value of {} fits: {} = {} already needs {} bytes", dim, dim, lo, static_cast<int64_t>(arenaAt(lo))));
+    if (lo > hi) {
+      error(fmt::format("the range of {} holds no value to solve for", dim));
       return;
     }
-    if (arenaAt(hi) <= limit) {
-      out(fmt::format("any value of {} fits: {} = {} needs {} bytes", dim, dim, hi, static_cast<int64_t>(arenaAt(hi))));
+    if (auto at = arenaAt(lo); !fits(at)) {
+      out(fmt::format("no value of {} fits: {} = {} already needs {}", dim, dim, lo, needs(at)));
+      return;
+    }
+    if (auto at = arenaAt(hi); fits(at)) {
+      out(fmt::format("any value of {} fits: {} = {} needs {}", dim, dim, hi, needs(at)));
       return;
     }
     while (hi - lo > 1) { // arena(lo) fits, arena(hi) does not
       int64_t mid = lo + (hi - lo) / 2;
-      (arenaAt(mid) <= limit ? lo : hi) = mid;
+      (fits(arenaAt(mid)) ? lo : hi) = mid;
     }
-    out(fmt::format("{} = {}", dim, lo));
+    if (!arenaAt(hi)) // the budget was not what stopped the search
+      out(fmt::format("{} = {} (at {} = {} the arena needs more than 2^63 - 1 bytes, which dnnc does not size)", dim, lo, dim, hi));
+    else
+      out(fmt::format("{} = {}", dim, lo));
   }
 
   std::vector<std::string> includes_;
@@ -310,13 +420,18 @@ private:
   std::unique_ptr<Program> program_;
   ModelInfo *model_ = nullptr;
   Binding binding_;
+  std::ostream &out_, &err_;
 };
 
-} // namespace
+ReplSession::ReplSession(std::vector<std::string> includes, bool interactive, std::ostream &out, std::ostream &err)
+    : impl_(std::make_unique<Repl>(std::move(includes), interactive, out, err)) {}
+ReplSession::~ReplSession() = default;
+void ReplSession::load(const std::string &file) { impl_->load(file); }
+bool ReplSession::handle(const std::string &line) { return impl_->handle(line); }
 
 int runRepl(const std::string &file, const std::vector<std::string> &includes) {
   bool interactive = isatty(STDIN_FILENO);
-  Repl repl(includes, interactive);
+  ReplSession repl(includes, interactive, std::cout, std::cerr);
   if (!file.empty())
     repl.load(file);
   std::string history;

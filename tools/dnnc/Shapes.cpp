@@ -20,9 +20,14 @@ std::string parseBinding(const std::string &text, Binding &out) {
     if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
       return fmt::format("cannot read the binding '{}': expected NAME=VALUE", item);
     std::string name = item.substr(0, eq), value = item.substr(eq + 1);
-    if (value.find_first_not_of("0123456789") != std::string::npos || value.size() > 15)
+    if (value.find_first_not_of("0123456789") != std::string::npos)
       return fmt::format("the value of '{}' must be a non-negative integer, not '{}'", name, value);
-    out[name] = std::stoll(value);
+    int64_t v = 0;
+    for (char c : value)
+      if (__builtin_mul_overflow(v, int64_t{10}, &v) || __builtin_add_overflow(v, int64_t{c - '0'}, &v))
+        return fmt::format("the value of '{}' is too large: {} does not fit in 64 bits", name,
+                           value.size() > 40 ? value.substr(0, 40) + "..." : value);
+    out[name] = v;
   }
   return "";
 }

@@ -1,0 +1,25 @@
+// libFuzzer harness: the .safetensors reader on a file's bytes. A DataError is the answer
+// to a malformed file; anything else is a finding.
+#include "FuzzCommon.h"
+#include "runtime/TensorIO.h"
+
+#include <cstdint>
+
+using namespace dnnc;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  std::string bytes(reinterpret_cast<const char *>(data), size);
+  fuzz::guarded(
+      [&] {
+        size_t total = 0;
+        for (auto &[name, t] : rt::readSafetensorsBytes(bytes, "fuzz.safetensors")) {
+          if (t.byteSize() != t.bytes.size())
+            fuzz::finding("tensor '" + name + "' has bytes that do not match its shape");
+          total += t.bytes.size();
+        }
+        if (total > size)
+          fuzz::finding("the tensors hold more bytes than the file");
+      },
+      [](const std::exception &e) { return dynamic_cast<const rt::DataError *>(&e) != nullptr; });
+  return 0;
+}
