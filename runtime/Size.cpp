@@ -56,20 +56,21 @@ int64_t checkedBytes(DType dtype, const std::vector<int64_t> &shape, const std::
   // zero elsewhere would make the count 0.
   for (size_t k = 0; k < shape.size(); ++k)
     if (shape[k] < 0)
-      throw DataError(fmt::format("{} would be {}: dim {} is {}, which is negative", what, shapeText(dtype, shape), k,
+      throw DataError(fmt::format("{} is {}: dim {} is {}, which is negative", what, shapeText(dtype, shape), k,
                                   shape[k]));
   int64_t n = 1;
   for (int64_t d : shape) {
     auto next = checkedMul(n, d);
     if (!next)
-      throw DataError(fmt::format("{} would be {}: its element count overflows 64 bits", what, shapeText(dtype, shape)));
+      throw DataError(fmt::format("{} is {}: its element count overflows 64 bits", what, shapeText(dtype, shape)));
     n = *next;
   }
   auto bytes = checkedMul(n, static_cast<int64_t>(dtypeBytes(dtype)));
-  if (!bytes || *bytes > kMaxTensorBytes)
-    throw DataError(fmt::format("{} would be {}: it needs {} bytes, over the limit of {} bytes", what,
-                                shapeText(dtype, shape), bytes ? std::to_string(*bytes) : fmt::format("{} x {}", n, dtypeBytes(dtype)),
-                                kMaxTensorBytes));
+  if (!bytes)
+    throw DataError(fmt::format("{} is {}: its byte count overflows 64 bits", what, shapeText(dtype, shape)));
+  if (*bytes > kMaxTensorBytes)
+    throw DataError(fmt::format("{} is {}: it needs {} bytes, over the limit of {} bytes", what, shapeText(dtype, shape),
+                                *bytes, kMaxTensorBytes));
   return *bytes;
 }
 

@@ -1,6 +1,8 @@
 // .npy (format 1.0-3.0, little-endian, C order) and .safetensors readers and writers.
 #include "runtime/TensorIO.h"
 
+#include "runtime/Size.h"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -15,22 +17,6 @@ namespace dnnc::rt {
 namespace {
 
 constexpr size_t kMaxHeader = 100000000; // as the safetensors crate bounds its header
-
-// The byte size of a tensor of `shape` and `dtype`, every product overflow-checked;
-// `fail(why)` makes the exception for a negative dim or a size beyond 64 bits.
-template <class Fail> uint64_t checkedBytes(const std::vector<int64_t> &shape, DType dtype, Fail fail) {
-  uint64_t n = 1;
-  for (size_t k = 0; k < shape.size(); ++k) {
-    if (shape[k] < 0)
-      throw fail(fmt::format("has the negative dim {}", shape[k]));
-    if (__builtin_mul_overflow(n, static_cast<uint64_t>(shape[k]), &n))
-      throw fail("has more than 2^64 elements");
-  }
-  uint64_t bytes = 0;
-  if (__builtin_mul_overflow(n, static_cast<uint64_t>(dtypeBytes(dtype)), &bytes))
-    throw fail(fmt::format("has {} elements of {} bytes: more than 2^64 bytes", n, dtypeBytes(dtype)));
-  return bytes;
-}
 
 const std::map<std::string, DType> kNpyDescr = {{"<f4", DType::F32}, {"<f2", DType::F16}, {"<i4", DType::I32},
                                                 {"<i8", DType::I64}, {"|b1", DType::Bool}};
@@ -280,9 +266,7 @@ Tensor readNpyBytes(const std::string &bytes, const std::string &path) {
   Tensor t;
   t.dtype = dt->second;
   uint64_t have = bytes.size() - start - headerLen;
-  uint64_t need = checkedBytes(h.shape, t.dtype, [&](const std::string &why) {
-    return bad(fmt::format("its shape {} {}", shapeText(h.shape), why));
-  });
+  auto need = static_cast<uint64_t>(checkedBytes(t.dtype, h.shape, fmt::format("the tensor in '{}'", path)));
   t.shape = std::move(h.shape);
   if (have != need)
     throw DataError(fmt::format("'{}' is truncated or padded: {} needs {} bytes of data, the file has {}", path,
@@ -387,9 +371,8 @@ std::map<std::string, Tensor> readSafetensorsBytes(const std::string &bytes, con
       throw badEntry(fmt::format("its data_offsets [{}, {}) end before they begin", e.begin, e.end));
     if (e.end > dataSize)
       throw badEntry(fmt::format("its data [{}, {}) lies outside the {} data bytes", e.begin, e.end, dataSize));
-    uint64_t need = checkedBytes(e.tensor.shape, e.tensor.dtype, [&](const std::string &why) {
-      return badEntry(fmt::format("its shape {} {}", shapeText(e.tensor.shape), why));
-    });
+    auto need = static_cast<uint64_t>(
+        checkedBytes(e.tensor.dtype, e.tensor.shape, fmt::format("tensor '{}' in '{}'", shown, path)));
     if (e.end - e.begin != need)
       throw badEntry(fmt::format("{} needs {} bytes but data_offsets give {}", e.tensor.typeText(), need, e.end - e.begin));
     entries.push_back(std::move(e));
