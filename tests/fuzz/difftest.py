@@ -16,6 +16,7 @@ A failing program is shrunk (shrink.py) and can be saved as a regression case.
 import argparse
 import concurrent.futures as cf
 import json
+import pickle
 import os
 import shutil
 import subprocess
@@ -161,6 +162,7 @@ def check(dnnc, dnn_text, np_text, inputs, out_dtypes, devices=None, workdir=Non
 
 
 def check_program(dnnc, p, devices=None):
+    devices = [d for d in (devices or [d for d, _ in DEVICES]) if d not in getattr(p, "skip_devices", ())]
     return check(dnnc, p.dnn_text(), p.np_text(), p.input_arrays(), [v.dt for v in p.outputs], devices)
 
 
@@ -224,13 +226,20 @@ def main():
     ap.add_argument("--save", default=None, help="save shrunk failures as regression cases under this folder")
     ap.add_argument("--replay", default=None, help="replay the regression cases under this folder")
     ap.add_argument("--show", action="store_true", help="print the program of --seed and its NumPy twin")
+    ap.add_argument("--keep", default=None, help="pickle each failing program into this folder")
+    ap.add_argument("--load", default=None, help="with --show: the pickled program to show (and --shrink)")
     ap.add_argument("--verbose", "-v", action="store_true")
     args = ap.parse_args()
     args.known = {} if "all" in args.enable else {k: v for k, v in gen.KNOWN_OPEN.items() if k not in args.enable}
     if args.replay:
         return replay(args)
     if args.show:
-        p = gen.generate(args.seed, known_open=args.known, max_stmts=args.max_stmts)
+        if args.load:
+            with open(args.load, "rb") as f:
+                p = pickle.load(f)
+            args.seed = p.seed
+        else:
+            p = gen.generate(args.seed, known_open=args.known, max_stmts=args.max_stmts)
         print(p.dnn_text())
         print(p.np_text())
         fails = check_program(args.dnnc, p)
@@ -274,6 +283,10 @@ def main():
                     print(f"seed {seed}: {'ok' if not fails else fails} ({dt:.1f} s)", flush=True)
                 if fails:
                     failed.append((seed, p, fails))
+                    if args.keep and p is not None:  # the program itself: seeds change meaning when gen.py changes
+                        os.makedirs(args.keep, exist_ok=True)
+                        with open(os.path.join(args.keep, f"seed{seed}.pickle"), "wb") as f:
+                            pickle.dump(p, f)
                     for f in fails:
                         sigs.setdefault(f.key, []).append(seed)
                     print(f"FAIL seed {seed}: " + "; ".join(map(repr, fails)), flush=True)

@@ -33,6 +33,12 @@ KNOWN_OPEN = {
     "int_matmul": "integer matmul fails in LLVM",
     "value_sized_zeros_fused": "a value-sized zeros fused into its consumer fails at launch",
     "int_div_overflow": "INT64_MIN / -1 raises SIGFPE",
+    "loop_shrink_to_empty": "a while loop that slices a tensor down past empty: internal error (RDP typed L - 1 = -1)",
+    "oracle_int_reduce_double": "the oracle sums/multiplies integers in double (i64 wraps in NumPy, saturates or rounds in ref)",
+    "oracle_i64_via_double": "the oracle moves i64 values through double (transpose, where, ... round values beyond 2^53)",
+    "oracle_int_mod_overflow": "the oracle's integer mod overflows for divisors near INT64_MAX ((a % b + b) % b)",
+    "cuda_sim_empty_kernel": "cuda-sim: after a kernel over an empty tensor, other kernels' results read as zeros",
+    "sign_nan": "sign(NaN) is 0 on every device (NumPy: NaN)",
     "dim_range_zero": "a dim declared `in 0..N` rejects the binding 0 (its range is taken as 1..N)",
 }
 
@@ -72,6 +78,7 @@ class Program:
         self.stmts = []
         self.outputs = []   # Vars
         self.vars = {}
+        self.skip_devices = set()  # devices not compared (KNOWN_OPEN)
 
     def dnn_text(self):
         decl = "".join(f"dim {d} in {lo}..{hi};\n" for d, (_, lo, hi) in sorted(self.dims.items()))
@@ -173,9 +180,12 @@ class Generator:
             a = rng.integers(-9, 10, n)
             if rng.random() < 0.3 and n:
                 info = np.iinfo(NP[dt])
+                lo, hi = int(info.min), int(info.max)
+                if dt == "i64" and "oracle_i64_via_double" in self.known:
+                    lo, hi = -2**53, 2**53  # open: the oracle moves i64 through double
                 k = rng.integers(1, max(2, n // 3) + 1)
                 a = a.astype(np.int64)
-                a[rng.integers(0, n, k)] = rng.choice([info.min, info.max, 0, -1, 1, info.min + 1], k)
+                a[rng.integers(0, n, k)] = rng.choice([lo, hi, 0, -1, 1, lo + 1], k)
             return a.astype(NP[dt]).reshape(shape)
         return (rng.random(n) < 0.5).reshape(shape)
 
@@ -287,7 +297,7 @@ class Generator:
         if x is None:
             return False
         op = self.rng.choice(["neg", "abs", "relu", "sign", "neg"])
-        if op == "sign" and not x.exact:
+        if op == "sign" and (not x.exact or ("sign_nan" in self.known and not x.nanfree)):
             op = "abs"
         text = f"-{x.name}" if op == "neg" and self.rng.random() < 0.5 else f"{op}({x.name})"
         return self.let(text, f"R.unary({op!r}, {x.name}, {x.dt!r})", x.dt, x.dims, [x], [op], exact=x.exact,
@@ -319,9 +329,14 @@ class Generator:
         if y is not None and op in ("mod",) and x.dt in FLOATS and not y.exact:
             op = "add"
         uses = [x] + ([y] if y is not None else [])
-        if x.dt in INTS and op in ("div", "mod") and "int_div_overflow" in self.known:
-            # open: INT_MIN / -1 traps; divide by |y| meanwhile (0 and INT_MIN stay possible)
-            yt, ynp = f"abs({yt})", f"R.unary('abs', {ynp}, {x.dt!r})"
+        if x.dt in INTS and op in ("div", "mod") and ("int_div_overflow" in self.known or "oracle_int_mod_overflow" in self.known):
+            # open: INT_MIN / -1 traps, and the oracle's (a % b + b) % b overflows for huge b;
+            # divide by |clip(y)| meanwhile (0 stays possible)
+            if y is None:
+                yt = yt.lstrip("-")
+                ynp = self.np_lit(yt, x.dt)
+            else:
+                yt, ynp = f"abs(clip({yt}, -1000000, 1000000))", f"R.unary('abs', R.clip({ynp}, -1000000, 1000000, {x.dt!r}), {x.dt!r})"
         exact = (op in ("maximum", "minimum") and x.exact and (y is None or y.exact)) or x.dt in INTS
         nanfree = False if x.dt in FLOATS else True
         if self.rng.random() < 0.6 and op in ARITH:
@@ -352,7 +367,7 @@ class Generator:
             return False
         _, _, y, dims = self.partner(x)
         op = self.rng.choice(["and", "or"])
-        text = f"{x.name} {op} {y.name}" if self.rng.random() < 0.7 else f"{op}({x.name}, {y.name})"
+        text = f"{x.name} {op} {y.name}"  # `and`/`or` are keywords: no call syntax
         return self.let(text, f"R.binary({op!r}, {x.name}, {y.name}, 'bool')", "bool", dims, [x, y], [op], exact=True)
 
     def op_where(self):
@@ -443,9 +458,12 @@ class Generator:
         if op in ("max", "min", "argmax", "argmin") and "empty_reduction" in self.known:
             if any(x.dims[a][1] == 0 for a in axes):  # open: empty max/min return +-inf
                 return False
-        if op in ("sum", "prod", "mean") and x.dt == "i64":
-            pass
+        if op in ("sum", "prod", "mean", "logsumexp") and self.huge(x):
+            return False
         src, srcnp = x.name, x.name
+        if op in ("sum", "prod") and x.dt in INTS and "oracle_int_reduce_double" in self.known:
+            src = f"clip({x.name}, -1000, 1000)"  # open: the oracle sums integers in double
+            srcnp = f"R.clip({x.name}, -1000, 1000, {x.dt!r})"
         if op in ("max", "min", "argmax", "argmin") and x.dt in FLOATS and not x.nanfree and "nan_max_min_argmax" in self.known:
             src = f"where({x.name} != {x.name}, 0.0, {x.name})"  # open: NaN ignored by max/min on cpu/cuda-sim
             srcnp = f"R.where(R.binary('ne', {x.name}, {x.name}, 'bool'), 0.0, {x.name}, {x.dt!r})"
@@ -473,6 +491,8 @@ class Generator:
         x = self.pick_or_new(lambda v: v.dt in FLOATS and v.rank >= 1, ["f32", "f16"])
         if x is None:
             return False
+        if self.huge(x):
+            return False
         op = self.rng.choice(["softmax", "log_softmax"])
         a = self.rng.randrange(x.rank)
         a = a - x.rank if self.rng.random() < 0.5 else a
@@ -496,7 +516,11 @@ class Generator:
             if not batch or self.rng.random() < 0.3:
                 batch = [self.concrete(self.rng.choice([1, 2]))] + batch
             bd = batch + [k, n]
+        if self.huge(a):
+            return False
         b = self.new_input(a.dt, bd)
+        if self.huge(b):
+            return False
         ad, bdd = list(a.dims), list(b.dims)
         if a.rank == 1:
             ad = [self.concrete(1)] + ad
@@ -527,6 +551,8 @@ class Generator:
         groups = self.rng.choice([g for g in (1, 2, 3, 4) if c[1] % g == 0])
         o = groups * self.rng.choice([1, 2, 3])
         wt = self.new_input("f32", [self.concrete(o), self.concrete(c[1] // groups), self.concrete(k), self.concrete(k)])
+        if self.huge(x, wt):
+            return False
         oh, ow = (h[1] + 2 * pad - span) // stride + 1, (w[1] + 2 * pad - span) // stride + 1
         kw = []
         for name, val, dflt in (("stride", stride, 1), ("padding", pad, 0), ("dilation", dil, 1), ("groups", groups, 1)):
@@ -540,6 +566,8 @@ class Generator:
         x = self.rank4()
         n, c, h, w = x.dims
         op = self.rng.choice(["max_pool2d", "avg_pool2d"])
+        if op == "avg_pool2d" and self.huge(x):
+            op = "max_pool2d"
         k = self.rng.choice([1, 2, 3])
         stride, pad = self.rng.choice([0, 0, 1, 2]), self.rng.choice([0, 0, k // 2])
         s = stride or k
@@ -783,6 +811,18 @@ class Generator:
         return self.let(f"one_hot({x.name}, {depth}{kw})", f"R.one_hot({x.name}, {depth}, {dt!r})", dt,
                         list(x.dims) + [self.concrete(depth)], [x], ["one_hot"], exact=True, nanfree=True)
 
+    def huge(self, *vs):
+        """Whether a float operand holds finite values so large that its sums overflow in
+        f32 but not in the twin's f64 (inf - inf = NaN on a device, inf in NumPy): the
+        accumulating ops (sum, mean, prod, matmul, conv2d, avg_pool2d, softmax, logsumexp)
+        skip such operands, as an overflow there depends on the order of accumulation."""
+        for v in vs:
+            if v is not None and v.dt in FLOATS:
+                a = np.asarray(self.env[v.name], np.float64)
+                if (np.isfinite(a) & (np.abs(a) > 1e15)).any():
+                    return True
+        return False
+
     def sanitized(self, x):
         if x.dt in FLOATS and not x.nanfree:
             return (f"where({x.name} != {x.name}, 0.0, {x.name})",
@@ -901,9 +941,9 @@ class Generator:
                 texts.append(":")
                 dims.append(x.dims[a])
                 continue
-            cand = [None, 0, 1, 2, -1, -2, d, d + 3, -d]
-            if "slice_negative_start_oob" not in self.known:
-                cand += [-d - 3, -d - 1]
+            cand = [None, 0, 1, 2, -1, -2, d, d + 3, -d, -d - 3, -d - 1]
+            if "slice_negative_start_oob" in self.known:  # open: a start below -d is typed too long
+                cand = [c for c in cand if c is None or c >= -d]
             start = self.rng.choice(cand)
             stop = self.rng.choice([None, 1, 2, -1, d, d + 5, -d - 2, 0])
             step = self.rng.choice([None, None, 1, 2, 3])
@@ -988,6 +1028,8 @@ class Generator:
             np_ = f"{r.name} = {x.name}\n{k} = 0\nwhile {k} < {n}:\n    {r.name} = {np_t}\n    {k} = {k} + 1"
         else:
             v0 = x.dims[0][1]
+            if "loop_shrink_to_empty" in self.known:  # open: a loop slicing past empty is an internal error
+                n = min(n, max(v0 - 1, 0))
             r.dims = [self.opaque_dim(max(0, v0 - n))] + list(x.dims[1:])
             k = self.fresh("k")
             dnn = (f"var {r.name} = {x.name};\nvar {k} = 0;\nwhile {k} < {n} {{\n  {r.name} = {r.name}[1:];\n  {k} = {k} + 1;\n}}")
@@ -1025,6 +1067,11 @@ class Generator:
         outs = [defined[-1]] + [d for d in unused if d != defined[-1]][-self.rng.randint(0, 2):]
         if len(outs) > 3:
             outs = outs[:3]
+        # open: cuda-sim loses the results of kernels around one over an empty tensor (F2):
+        # such programs are not compared on cuda-sim meanwhile (the other devices still are)
+        if "cuda_sim_empty_kernel" in self.known and any(
+                np.asarray(self.env[d]).size == 0 for s in self.p.stmts for d in s.defs if d in self.env):
+            self.p.skip_devices = {"cuda-sim"}
         for name in dict.fromkeys(outs):
             v = self.p.vars[name]
             if v.dt == "bf16":  # .npy has no bf16: return it as f32

@@ -214,6 +214,7 @@ def conv2d(x, w, stride, padding, dilation, groups, out):
     n, c, h, wd = x.shape
     o, cg, kh, kw = w.shape
     xp = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    valid = np.pad(np.ones((h, wd), bool), padding)  # taps in the padding add nothing (not 0 * w)
     oh = (h + 2 * padding - dilation * (kh - 1) - 1) // stride + 1
     ow = (wd + 2 * padding - dilation * (kw - 1) - 1) // stride + 1
     res = np.zeros((n, o, max(oh, 0), max(ow, 0)))
@@ -225,7 +226,9 @@ def conv2d(x, w, stride, padding, dilation, groups, out):
                     patch = xp[:, g * cg:(g + 1) * cg, i * dilation:i * dilation + stride * oh:stride,
                                j * dilation:j * dilation + stride * ow:stride]
                     wt = w[g * og:(g + 1) * og, :, i, j]
-                    res[:, g * og:(g + 1) * og] += (patch[:, None] * wt[None, :, :, None, None]).sum(2)
+                    ok = valid[i * dilation:i * dilation + stride * oh:stride, j * dilation:j * dilation + stride * ow:stride]
+                    term = np.where(ok, patch[:, None] * wt[None, :, :, None, None], 0.0)
+                    res[:, g * og:(g + 1) * og] += term.sum(2)
     return to(res, out)
 
 

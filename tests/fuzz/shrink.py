@@ -66,6 +66,12 @@ def candidates(p):
     if len(q.stmts) < len(p.stmts) or len(q.inputs) < len(p.inputs):
         yield "dead code", q
     used = {v.name for v in p.outputs} | {u for s in p.stmts for u in s.uses}
+    if any(v.name not in used for v, _ in p.inputs):
+        q = copy_program(p)
+        q.inputs = [(v, a) for v, a in p.inputs if v.name in used]
+        used_dims = {t for v, _ in q.inputs for t, _ in v.dims if isinstance(t, str)}
+        q.dims = {d: r for d, r in q.dims.items() if d in used_dims}
+        yield "unused inputs", q
     for i in reversed(range(len(p.stmts))):
         if not set(p.stmts[i].defs) & used:
             yield "dead statement", dead_free(p, i)
