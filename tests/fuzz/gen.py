@@ -905,6 +905,15 @@ class Generator:
             dims.insert(0, x.dims[0])
             texts.insert(0, dim_text(x, 0))
             uses = [x]
+        if "value_sized_zeros_fused" not in self.known and self.rng.random() < 0.6:
+            # a dim given by a run-time i64[] value: the count of a bool tensor
+            b = self.pick(lambda v: v.dt == "bool")
+            if b is not None:
+                cnt = self.let(f"sum(cast({b.name}, i64))", f"R.reduce('sum', R.cast({b.name}, 'i64'), None, False, 'i64')", "i64",
+                               [], [b], ["sum", "cast"], exact=True)
+                dims.insert(0, self.opaque_dim(int(self.env[cnt.name])))
+                texts.insert(0, cnt.name)
+                uses = uses + [cnt]
         dt = self.rng.choice(["f32", "i32", "i64", "f16", "bool"])
         shape = tuple(v for _, v in dims)
         kw = f", dtype = {dt}" if dt != "f32" or self.rng.random() < 0.3 else ""
@@ -1043,7 +1052,7 @@ class Generator:
            ("op_matmul", 3), ("op_conv2d", 2), ("op_pool", 2), ("op_reshape", 3), ("op_transpose", 2),
            ("op_broadcast_to", 2), ("op_unsqueeze_squeeze", 3), ("op_concat_stack", 3), ("op_split", 2), ("op_flatten", 2),
            ("op_pad", 2), ("op_take", 3), ("op_one_hot", 1), ("op_topk", 2), ("op_resize", 1), ("op_edo", 3),
-           ("op_create", 2), ("op_slice", 5), ("op_if", 2), ("op_loop", 3)]
+           ("op_create", 3), ("op_slice", 5), ("op_if", 2), ("op_loop", 3)]
 
     def generate(self):
         for _ in range(self.rng.randint(1, 2)):
