@@ -274,7 +274,7 @@ def main():
     if args.count is None and args.time is None:
         args.count = 50
     t0 = time.time()
-    done, failed, covered, sigs = 0, [], set(), {}
+    done, failed, covered, sigs, skipped = 0, [], set(), {}, {}
     seeds = iter(range(args.seed, args.seed + (args.count if args.count is not None else 10**9)))
     with cf.ThreadPoolExecutor(args.jobs) as pool:
         pending = set()
@@ -292,6 +292,8 @@ def main():
                 done += 1
                 if p is not None:
                     covered.update(p.ops())
+                    for dev in getattr(p, "skip_devices", ()):
+                        skipped[dev] = skipped.get(dev, 0) + 1
                 if args.verbose:
                     print(f"seed {seed}: {'ok' if not fails else fails} ({dt:.1f} s)", flush=True)
                 if fails:
@@ -308,7 +310,8 @@ def main():
     print(f"ops covered: {len(covered & set(ALL_OPS))}/{len(ALL_OPS)} builtins"
           + (f" (never: {', '.join(sorted(set(ALL_OPS) - covered))})" if set(ALL_OPS) - covered else "")
           + f"; control flow: {', '.join(sorted(covered & {'if', 'for', 'while'}))}")
-    print(f"devices compared: {', '.join(d for d, _ in DEVICES)} and NumPy")
+    print(f"devices compared: {', '.join(d for d, _ in DEVICES)} and NumPy"
+          + "".join(f"; {dev} skipped for {n} programs (KNOWN_OPEN)" for dev, n in sorted(skipped.items())))
     print(f"KNOWN_OPEN features avoided: {', '.join(sorted(args.known)) or 'none'}")
     print(f"failing programs: {len(failed)}")
     for (kind, dev), seeds_ in sorted(sigs.items()):

@@ -162,7 +162,11 @@ class Generator:
 
     def rand_dims(self, rank=None, allow_zero=True):
         rank = self.rng.choice([0, 1, 1, 2, 2, 2, 3, 3, 4]) if rank is None else rank
-        return [self.rand_dim(allow_zero) for _ in range(rank)]
+        dims = [self.rand_dim(allow_zero) for _ in range(rank)]
+        if 1 <= rank <= 2 and self.rng.random() < 0.15:
+            # a size around the schedules' tiles: GPU warps (32), GEMM row blocks (64) and k blocks (256)
+            dims[self.rng.randrange(rank)] = self.concrete(self.rng.choice([31, 33, 64, 65, 130, 257]))
+        return dims
 
     def data(self, dt, shape):
         n = int(np.prod(shape)) if shape else 1

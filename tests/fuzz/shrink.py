@@ -3,8 +3,8 @@
   1. dropping outputs (and every statement no output needs any more),
   2. replacing a statement by a new input that holds the value NumPy computes for it
      (a subexpression becomes an input; the statements feeding only it go away),
-  3. shrinking inputs: dropping unused ones, then trying each array zeroed, halved
-     along an axis the program does not name, or with its NaN/inf/extremes replaced.
+  3. shrinking inputs: dropping unused ones, cutting every axis of a symbolic dim (`dim A`)
+     to 1 or half its size, then trying each array zeroed or with its NaN/inf/extremes replaced.
 Each candidate runs only on `ref` and the failing device.
 """
 import time
@@ -98,7 +98,23 @@ def candidates(p):
         q.vars[v.name] = nv
         q.outputs = [nv if o.name == v.name else o for o in p.outputs]
         yield f"input for {v.name}", q
-    # 3. simpler input values
+    # 3. smaller symbolic dims: every input axis of dim D cut to its first k entries
+    for dname, (val, lo, hi) in p.dims.items():
+        for k in sorted({max(lo, 1), val // 2}):
+            if k >= val or k < lo:
+                continue
+            q = copy_program(p)
+            q.dims[dname] = (k, lo, hi)
+            q.inputs = []
+            for v, a in p.inputs:
+                axes = [i for i, (t, _) in enumerate(v.dims) if t == dname]
+                if axes:
+                    a = a[tuple(slice(0, k) if i in axes else slice(None) for i in range(a.ndim))].copy()
+                    v = gen.Var(v.name, v.dt, [(t, k if t == dname else n) for t, n in v.dims], v.exact, v.nanfree)
+                    q.vars[v.name] = v
+                q.inputs.append((v, a))
+            yield f"{dname} = {k}", q
+    # 4. simpler input values
     for k, (v, a) in enumerate(p.inputs):
         if a.size == 0:
             continue
