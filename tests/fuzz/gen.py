@@ -40,6 +40,7 @@ KNOWN_OPEN = {
     "cuda_sim_empty_kernel": "cuda-sim: after a kernel over an empty tensor, other kernels' results read as zeros",
     "oracle_max_pool_nan": "the oracle's max_pool2d drops NaN (an all-NaN window gives -inf)",
     "fused_i32_cast_no_wrap": "a fused cast of i32 arithmetic sees the unwrapped 64-bit value (cast(a * b, f32))",
+    "oracle_narrowing_int_cast": "cast(i64, i32) of an out-of-range value saturates in the oracle and wraps on cpu/cuda-sim",
     "sign_nan": "sign(NaN) is 0 on every device (NumPy: NaN)",
     "dim_range_zero": "a dim declared `in 0..N` rejects the binding 0 (its range is taken as 1..N)",
 }
@@ -426,6 +427,9 @@ class Generator:
                 src = f"clip(where({x.name} != {x.name}, 0.0, {x.name}), -30000.0, 30000.0)"
                 srcnp = f"R.clip(R.where(R.binary('ne', {x.name}, {x.name}, 'bool'), 0.0, {x.name}, {x.dt!r}), -30000.0, 30000.0, {x.dt!r})"
         ops = ["cast"]
+        if x.dt == "i64" and to == "i32" and "oracle_narrowing_int_cast" in self.known:
+            src = f"clip({x.name}, -2147483648, 2147483647)"  # open: the oracle saturates, the devices wrap
+            srcnp = f"R.clip({x.name}, -2147483648, 2147483647, 'i64')"
         if "fused_cast_rounding" in self.known and to in ("f16", "bf16") and x.dt not in ("f16", "bf16"):
             # open: fused casts drop the f16/bf16 rounding; keep narrowing casts away meanwhile
             to = "f32" if x.dt != "f32" else "i32" if x.exact else "f32"
