@@ -1028,11 +1028,17 @@ class Generator:
         r = Var(self.fresh("r"), x.dt, x.dims, exact=False, nanfree=False)
         r.exact = x.exact and x.dt not in FLOATS
         r.nanfree = x.nanfree and x.dt not in FLOATS
-        cond_red = self.rng.choice(["sum", "min", "max"]) if c.dims and all(v > 0 for _, v in c.dims) else "sum"
+        # min/max (sum only of an empty c, which is 0): an integer sum may overflow (F6)
+        cond_red = self.rng.choice(["min", "max"]) if all(v > 0 for _, v in c.dims) else "sum"
         cond = f"{cond_red}({c.name}) > {k}"
         cond_np = f"int(R.reduce({cond_red!r}, {c.name}, None, False, {c.dt!r})) > {k}"
         t1, n1 = self.same_shape_update(r)
         t2, n2 = self.same_shape_update(r)
+        if x.rank >= 1 and self.rng.random() < 0.35:
+            # branches that change dim 0: the if's result has a data-dependent dim
+            r.dims = [self.opaque_dim(-1)] + list(x.dims[1:])
+            t1, n1 = f"concat([{r.name}, {r.name}], axis = 0)", f"np.concatenate([{r.name}, {r.name}], 0)"
+            t2, n2 = f"{r.name}[1:]", f"{r.name}[1:]"
         has_else = self.rng.random() < 0.6
         dnn = f"var {r.name} = {x.name};\nif {cond} {{\n  {r.name} = {t1};\n}}" + (f" else {{\n  {r.name} = {t2};\n}}" if has_else else "")
         np_ = f"{r.name} = {x.name}\nif {cond_np}:\n    {r.name} = {n1}" + (f"\nelse:\n    {r.name} = {n2}" if has_else else "")
