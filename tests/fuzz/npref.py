@@ -21,13 +21,15 @@ class ExpectedError(Exception):
 
 
 def bf16_round(a):
-    a = np.ascontiguousarray(np.asarray(a, np.float64).astype(np.float32))
+    a = np.asarray(a, np.float64).astype(np.float32)
+    shape = a.shape  # (np.ascontiguousarray would make a 0-d array 1-d)
+    a = a.reshape(-1)
     bits = a.view(np.uint32).astype(np.uint64)
     nan = np.isnan(a)
     bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
     out = bits.view(np.float32).copy()
     out[nan] = np.nan
-    return out
+    return out.reshape(shape)
 
 
 def dt_of(a):
