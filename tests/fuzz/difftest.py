@@ -113,6 +113,8 @@ def expected(prog_np_text, inputs):
             return gen.np_eval(prog_np_text, inputs), None
     except npref.ExpectedError as e:
         return None, str(e)
+    except Exception as e:  # a twin that cannot evaluate: a tester bug, reported as such
+        raise RuntimeError(f"the NumPy twin failed: {e!r}") from e
 
 
 def check(dnnc, dnn_text, np_text, inputs, out_dtypes, devices=None, workdir=None):
@@ -181,7 +183,10 @@ def run_seed(args, seed):
         p = gen.generate(seed, known_open=args.known, max_stmts=args.max_stmts)
     except Exception as e:  # a generator bug: report it as such
         return seed, None, [Failure("generator", "-", repr(e))], time.time() - t0
-    fails = check_program(args.dnnc, p)
+    try:
+        fails = check_program(args.dnnc, p)
+    except RuntimeError as e:
+        fails = [Failure("twin", "-", str(e))]
     return seed, p, fails, time.time() - t0
 
 
@@ -211,8 +216,13 @@ def replay(args):
         inputs = dict(np.load(os.path.join(d, "inputs.npz")))
         KNOWN.clear()  # a case checks its own bug strictly
         KNOWN.update({k: v for k, v in args.known.items() if k != case.get("known_open")})
-        fails = check(args.dnnc, open(os.path.join(d, "model.dnn")).read(), open(os.path.join(d, "expected.py")).read(),
-                      inputs, case["out_dtypes"], case.get("devices"))
+        try:
+            fails = check(args.dnnc, open(os.path.join(d, "model.dnn")).read(), open(os.path.join(d, "expected.py")).read(),
+                          inputs, case["out_dtypes"], case.get("devices"))
+        except RuntimeError as e:
+            print(f"FAIL     {c}: {e}")
+            bad += 1
+            continue
         status = case.get("status", "fixed")
         if status == "open":
             word = "XFAIL" if fails else "XPASS (fixed? set its status to 'fixed')"

@@ -19,30 +19,32 @@ import numpy as np
 from npref import FLOATS, INTS, NP, ExpectedError  # noqa: F401  (ExpectedError re-exported)
 import npref
 
-# Features the generator avoids while a reported bug is open (see /work/difftest-findings.md
-# and tests/fuzz/README.md). Remove an entry once its bug is fixed: the generator then
-# produces the programs that hit it again. Keep this list minimal and honest.
+# Features the generator avoids while a reported bug is open, each with the bug's title and
+# where it was reported (issue 9's list, or finding Fn of the difftest work: its repro is the
+# regression case tests/fuzz/regressions/*/case.json whose known_open names the key).
+# Remove an entry once its bug is fixed: the generator then produces the programs that hit
+# it again (`difftest.py --enable KEY` does so for one run). Keep this list minimal and honest.
 KNOWN_OPEN = {
-    "slice_negative_start_oob": "negative slice start beyond the axis is typed too long (x[-10:] on 7 elems)",
-    "fused_cast_rounding": "f16/bf16 rounding dropped in fused casts (cast(cast(x, f16), f32) returns x)",
-    "nan_max_min_argmax": "max/min/argmax ignore NaN on cpu and cuda-sim",
-    "bool_compare_maximum_cpu": "bool comparisons (<, >, ...) and maximum/minimum of bools wrong on cpu and cuda-sim",
-    "cast_nonfinite_to_int": "f32->i32 of inf/NaN/out-of-range differs between devices",
-    "logsumexp_all_neg_inf": "logsumexp of an all -inf row (or a row with +inf) gives NaN on cpu and cuda-sim",
-    "empty_reduction": "max/min/argmax of an empty axis return +-inf instead of an error",
-    "int_matmul": "integer matmul fails in LLVM",
-    "value_sized_zeros_fused": "a value-sized zeros fused into its consumer fails at launch",
-    "int_div_overflow": "INT64_MIN / -1 raises SIGFPE",
-    "loop_shrink_to_empty": "a while loop that slices a tensor down past empty: internal error (RDP typed L - 1 = -1)",
-    "oracle_int_reduce_double": "the oracle sums/multiplies integers in double (i64 wraps in NumPy, saturates or rounds in ref)",
-    "oracle_i64_via_double": "the oracle moves i64 values through double (transpose, where, ... round values beyond 2^53)",
-    "oracle_int_mod_overflow": "the oracle's integer mod overflows for divisors near INT64_MAX ((a % b + b) % b)",
-    "cuda_sim_empty_kernel": "cuda-sim: after a kernel over an empty tensor, other kernels' results read as zeros",
-    "oracle_max_pool_nan": "the oracle's max_pool2d drops NaN (an all-NaN window gives -inf)",
-    "fused_i32_cast_no_wrap": "a fused cast of i32 arithmetic sees the unwrapped 64-bit value (cast(a * b, f32))",
-    "oracle_narrowing_int_cast": "cast(i64, i32) of an out-of-range value saturates in the oracle and wraps on cpu/cuda-sim",
-    "sign_nan": "sign(NaN) is 0 on every device (NumPy: NaN)",
-    "dim_range_zero": "a dim declared `in 0..N` rejects the binding 0 (its range is taken as 1..N)",
+    "slice_negative_start_oob": "negative slice start beyond the axis is typed too long (x[-10:] on 7 elems) [issue 9, F4]",
+    "fused_cast_rounding": "f16/bf16 rounding dropped in fused casts (cast(cast(x, f16), f32) returns x) [issue 9]",
+    "nan_max_min_argmax": "max/min/argmax ignore NaN on cpu and cuda-sim [issue 9]",
+    "bool_compare_maximum_cpu": "bool comparisons (<, >, ...) and maximum/minimum of bools wrong on cpu and cuda-sim [issue 9]",
+    "cast_nonfinite_to_int": "f32->i32 of inf/NaN/out-of-range differs between devices [issue 9]",
+    "logsumexp_all_neg_inf": "logsumexp of an all -inf row (or a row with +inf) gives NaN on cpu and cuda-sim [issue 9, F10]",
+    "empty_reduction": "max/min/argmax of an empty axis return +-inf instead of an error [issue 9]",
+    "int_matmul": "integer matmul fails in LLVM [issue 9]",
+    "value_sized_zeros_fused": "a value-sized zeros fused into its consumer fails at launch [issue 9]",
+    "int_div_overflow": "INT64_MIN / -1 raises SIGFPE [issue 9]",
+    "loop_shrink_to_empty": "a while loop that slices a tensor down past empty: internal error (RDP typed L - 1 = -1) [issue 9, F5]",
+    "oracle_int_reduce_double": "the oracle sums/multiplies integers in double (i64 wraps in NumPy, saturates or rounds in ref) [issue 9, F6]",
+    "oracle_i64_via_double": "the oracle moves i64 values through double (transpose, where, ... round values beyond 2^53) [F7]",
+    "oracle_int_mod_overflow": "the oracle's integer mod overflows for divisors near INT64_MAX ((a % b + b) % b) [F8]",
+    "cuda_sim_empty_kernel": "cuda-sim: after a kernel over an empty tensor, other kernels' results read as zeros [F2]",
+    "oracle_max_pool_nan": "the oracle's max_pool2d drops NaN (an all-NaN window gives -inf) [F9]",
+    "fused_i32_cast_no_wrap": "a fused cast of i32 arithmetic sees the unwrapped 64-bit value (cast(a * b, f32)) [F11]",
+    "oracle_narrowing_int_cast": "cast(i64, i32) of an out-of-range value saturates in the oracle and wraps on cpu/cuda-sim [F12]",
+    "sign_nan": "sign(NaN) is 0 on every device (NumPy: NaN) [F3]",
+    "dim_range_zero": "a dim declared `in 0..N` rejects the binding 0 (its range is taken as 1..N) [F1]",
 }
 
 # No -0.0: max/min of -0.0 and 0.0 may return either (IEEE maxNum), and 1/x or rsqrt then
@@ -118,7 +120,7 @@ def dim_text(v, a):
 
 def np_eval(prog_np_text, inputs):
     """Runs a program's NumPy text on its inputs: the list of expected outputs."""
-    env = {}
+    env = {"np": np}
     exec(prog_np_text, env)
     npref.np = np
     return env["program"](npref, **inputs)
