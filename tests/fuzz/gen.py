@@ -41,7 +41,7 @@ KNOWN_OPEN = {
     "oracle_int_mod_overflow": "the oracle's integer mod overflows for divisors near INT64_MAX ((a % b + b) % b) [F8]",
     "cuda_sim_empty_kernel": "cuda-sim: after a kernel over an empty tensor, other kernels' results read as zeros [F2]",
     "oracle_max_pool_nan": "the oracle's max_pool2d drops NaN (an all-NaN window gives -inf) [F9]",
-    "fused_i32_cast_no_wrap": "a fused cast of i32 arithmetic sees the unwrapped 64-bit value (cast(a * b, f32)) [F11]",
+    "fused_i32_no_wrap": "fused i32 arithmetic is not wrapped to 32 bits: a fused cast or argmin sees the 64-bit value (cast(a * b, f32)) [F11]",
     "oracle_narrowing_int_cast": "cast(i64, i32) of an out-of-range value saturates in the oracle and wraps on cpu/cuda-sim [F12]",
     "sign_nan": "sign(NaN) is 0 on every device (NumPy: NaN) [F3]",
     "dim_range_zero": "a dim declared `in 0..N` rejects the binding 0 (its range is taken as 1..N) [F1]",
@@ -194,6 +194,8 @@ class Generator:
                 lo, hi = int(info.min), int(info.max)
                 if dt == "i64" and "oracle_i64_via_double" in self.known:
                     lo, hi = -2**53, 2**53  # open: the oracle moves i64 through double
+                if dt == "i32" and "fused_i32_no_wrap" in self.known:
+                    lo, hi = -2**15, 2**15  # open: fused i32 products must not overflow meanwhile
                 k = rng.integers(1, max(2, n // 3) + 1)
                 a = a.astype(np.int64)
                 a[rng.integers(0, n, k)] = rng.choice([lo, hi, 0, -1, 1, lo + 1], k)
@@ -422,7 +424,7 @@ class Generator:
         if x is None:
             return False
         to = self.rng.choice(["f32", "f16", "bf16", "i32", "i64", "bool"])
-        if x.dt == "i32" and to != "i32" and "fused_i32_cast_no_wrap" in self.known and x.name not in self.input_names():
+        if x.dt == "i32" and to != "i32" and "fused_i32_no_wrap" in self.known and x.name not in self.input_names():
             return False  # open: a fused cast of i32 arithmetic sees the unwrapped (64-bit) value
         src, srcnp = x.name, x.name
         if x.dt in FLOATS and to not in FLOATS:
