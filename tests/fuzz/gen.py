@@ -43,6 +43,7 @@ KNOWN_OPEN = {
     "oracle_max_pool_nan": "the oracle's max_pool2d drops NaN (an all-NaN window gives -inf) [F9]",
     "fused_i32_no_wrap": "fused i32 arithmetic is not wrapped to 32 bits: a fused cast or argmin sees the 64-bit value (cast(a * b, f32)) [F11]",
     "oracle_narrowing_int_cast": "cast(i64, i32) of an out-of-range value saturates in the oracle and wraps on cpu/cuda-sim [F12]",
+    "oracle_logsumexp_all_nan": "the oracle's logsumexp of an all-NaN row is -inf (NumPy, cpu, cuda-sim: NaN) [F13]",
     "sign_nan": "sign(NaN) is 0 on every device (NumPy: NaN) [F3]",
     "dim_range_zero": "a dim declared `in 0..N` rejects the binding 0 (its range is taken as 1..N) [F1]",
 }
@@ -493,6 +494,11 @@ class Generator:
         if op in ("max", "min", "argmax", "argmin") and x.dt in FLOATS and not x.nanfree and "nan_max_min_argmax" in self.known:
             src = f"where({x.name} != {x.name}, 0.0, {x.name})"  # open: NaN ignored by max/min on cpu/cuda-sim
             srcnp = f"R.where(R.binary('ne', {x.name}, {x.name}, 'bool'), 0.0, {x.name}, {x.dt!r})"
+        if op == "logsumexp" and "oracle_logsumexp_all_nan" in self.known and not x.nanfree:
+            a = np.asarray(self.env[x.name], np.float64)
+            if a.size and np.all(np.isnan(a), axis=tuple(sorted(axes))).any():  # open: the oracle gives -inf
+                src = f"where({x.name} != {x.name}, 0.0, {x.name})"
+                srcnp = f"R.where(R.binary('ne', {x.name}, {x.name}, 'bool'), 0.0, {x.name}, {x.dt!r})"
         if op == "logsumexp" and "logsumexp_all_neg_inf" in self.known and x.dt in FLOATS:
             src = f"clip({src}, -1000.0, 30000.0)"  # finite in f16 too
             srcnp = f"R.clip({srcnp}, -1000.0, 30000.0, {x.dt!r})"
