@@ -550,6 +550,12 @@ Tensor reshaped(const Tensor &x, Shape shape) {
   return r;
 }
 
+// Data movement copies bytes: i64 values past 2^53 must not pass through double.
+void copyValue(Tensor &dst, size_t d, const Tensor &src, size_t s) {
+  size_t w = dtypeBytes(src.dtype);
+  std::memcpy(dst.data() + d * w, src.data() + s * w, w);
+}
+
 Tensor permute(const Tensor &x, const std::vector<size_t> &perm) {
   Shape outShape;
   for (size_t p : perm)
@@ -560,14 +566,9 @@ Tensor permute(const Tensor &x, const std::vector<size_t> &perm) {
     size_t src = 0;
     for (size_t k = 0; k < perm.size(); ++k)
       src += static_cast<size_t>(idx[k] * st[perm[k]]);
-    r.set(flat, x.get(src));
+    copyValue(r, flat, x, src);
   });
   return r;
-}
-
-void copyValue(Tensor &dst, size_t d, const Tensor &src, size_t s) {
-  size_t w = dtypeBytes(src.dtype);
-  std::memcpy(dst.data() + d * w, src.data() + s * w, w);
 }
 
 Tensor concat(const std::vector<const Tensor *> &xs, size_t axis) {
