@@ -114,7 +114,24 @@ double unaryFn(OpKind k, double x) {
   }
 }
 
+// Comparisons and logical ops, alike for doubles and for exact integers.
+template <class T> std::optional<bool> predicate(OpKind k, T a, T b) {
+  switch (k) {
+  case OpKind::Eq: return a == b;
+  case OpKind::Ne: return a != b;
+  case OpKind::Lt: return a < b;
+  case OpKind::Le: return a <= b;
+  case OpKind::Gt: return a > b;
+  case OpKind::Ge: return a >= b;
+  case OpKind::And: return a != 0 && b != 0;
+  case OpKind::Or: return a != 0 || b != 0;
+  default: return std::nullopt;
+  }
+}
+
 double binaryFn(OpKind k, double a, double b, bool integer) {
+  if (auto p = predicate(k, a, b))
+    return *p;
   switch (k) {
   case OpKind::Add: return a + b;
   case OpKind::Sub: return a - b;
@@ -130,14 +147,6 @@ double binaryFn(OpKind k, double a, double b, bool integer) {
   case OpKind::Pow: return std::pow(a, b);
   case OpKind::Maximum: return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b);
   case OpKind::Minimum: return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b);
-  case OpKind::Eq: return a == b;
-  case OpKind::Ne: return a != b;
-  case OpKind::Lt: return a < b;
-  case OpKind::Le: return a <= b;
-  case OpKind::Gt: return a > b;
-  case OpKind::Ge: return a >= b;
-  case OpKind::And: return a != 0 && b != 0;
-  case OpKind::Or: return a != 0 || b != 0;
   default: throw InternalError("not a binary op");
   }
 }
@@ -148,6 +157,8 @@ double binaryFn(OpKind k, double a, double b, bool integer) {
 // (docs/semantics.md): no operand traps.
 int64_t wrap(uint64_t v) { return static_cast<int64_t>(v); }
 std::optional<int64_t> integerFn(OpKind k, int64_t a, int64_t b) {
+  if (auto p = predicate(k, a, b))
+    return *p;
   uint64_t ua = static_cast<uint64_t>(a), ub = static_cast<uint64_t>(b);
   switch (k) {
   case OpKind::Add: return wrap(ua + ub);
@@ -172,14 +183,6 @@ std::optional<int64_t> integerFn(OpKind k, int64_t a, int64_t b) {
     int64_t r = a % b;
     return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
   }
-  case OpKind::Eq: return a == b;
-  case OpKind::Ne: return a != b;
-  case OpKind::Lt: return a < b;
-  case OpKind::Le: return a <= b;
-  case OpKind::Gt: return a > b;
-  case OpKind::Ge: return a >= b;
-  case OpKind::And: return a != 0 && b != 0;
-  case OpKind::Or: return a != 0 || b != 0;
   default: return std::nullopt;
   }
 }
