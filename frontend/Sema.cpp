@@ -8,6 +8,8 @@
 #include "frontend/Sema.h"
 
 #include "frontend/Parser.h"
+#include "frontend/Stack.h"
+#include "runtime/Limits.h"
 #include "ir/graph/OpRegistry.h"
 #include "ir/transforms/RankDimPropagation.h"
 
@@ -36,7 +38,6 @@ std::string stdlibDir() {
 
 namespace {
 
-constexpr int kMaxInstantiationDepth = 64;
 
 struct ModuleCtx;
 
@@ -218,6 +219,7 @@ private:
   ExprRef evalDim(const ast::Expr &e, ScopePtr scope, const char *what = "a dim");
   SVal unary(const ast::Expr &e, ScopePtr scope);
   SVal binary(const ast::Expr &e, ScopePtr scope);
+  SVal binaryOp(const ast::Expr &e, const SVal &a, const SVal &b);
   SVal compileTimeBinary(const std::string &op, const SVal &a, const SVal &b, const ast::Expr &e);
   SVal call(const ast::Expr &e, ScopePtr scope);
   SVal callBuiltin(const ir::OpInfo &info, CallArgs &args, const ast::Expr &e);
@@ -387,6 +389,9 @@ TensorType Program::Sema::declaredType(const ast::Type &t, ScopePtr scope, bool 
     fail(DiagKind::Type, t.range, "a tuple type is allowed only as a result type");
   TensorType out;
   out.dtype = *ir::parseDType(t.dtype);
+  if (static_cast<int64_t>(t.dims.size()) > limit(Limit::TensorRank))
+    fail(DiagKind::Limit, t.range, fmt::format("a tensor type of rank {}: dnnc allows rank up to {} (limit tensor-rank)",
+                                               t.dims.size(), limit(Limit::TensorRank)));
   for (const ast::DimItem &item : t.dims) {
     if (item.ellipsis)
       fail(DiagKind::Type, item.range, "'...' may open only the parameter types of a fn");
@@ -594,6 +599,10 @@ ir::Op *Program::Sema::emit(OpKind kind, std::vector<ir::Value *> operands, std:
     } catch (const ir::RuleError &err) {
       ruleFailure(err, *op, loc);
     }
+    for (const ir::Value *r : op->results)
+      if (static_cast<int64_t>(r->type.rank()) > limit(Limit::TensorRank))
+        fail(DiagKind::Limit, loc, fmt::format("this makes a tensor of rank {}: dnnc allows rank up to {} (limit tensor-rank)",
+                                               r->type.rank(), limit(Limit::TensorRank)));
   }
   st_->cur->ops.push_back(op);
   return op;
@@ -646,6 +655,7 @@ ExprRef Program::Sema::evalDim(const ast::Expr &e, ScopePtr scope, const char *w
 }
 
 SVal Program::Sema::eval(const ast::Expr &e, ScopePtr scope) {
+  checkStack(e.range);
   SVal out;
   switch (e.kind) {
   case ast::Expr::Kind::Int: out = SVal::ofInt(sym::constant(e.intValue)); break;
@@ -790,7 +800,21 @@ SVal Program::Sema::compileTimeBinary(const std::string &op, const SVal &a, cons
 }
 
 SVal Program::Sema::binary(const ast::Expr &e, ScopePtr scope) {
-  SVal a = eval(*e.items[0], scope), b = eval(*e.items[1], scope);
+  // A left-deep chain (a + b + c + ..., ten thousand terms if need be) is evaluated along
+  // its left spine without recursion.
+  std::vector<const ast::Expr *> spine{&e};
+  while (spine.back()->items[0]->kind == ast::Expr::Kind::Binary)
+    spine.push_back(spine.back()->items[0].get());
+  SVal acc = eval(*spine.back()->items[0], scope);
+  for (auto it = spine.rbegin(); it != spine.rend(); ++it) {
+    SVal b = eval(*(*it)->items[1], scope);
+    acc = binaryOp(**it, acc, b);
+    acc.loc = (*it)->range;
+  }
+  return acc;
+}
+
+SVal Program::Sema::binaryOp(const ast::Expr &e, const SVal &a, const SVal &b) {
   const std::string &op = e.text;
   if (a.kind != SVal::Kind::Tensor && b.kind != SVal::Kind::Tensor) {
     if (!a.isNumber() || !b.isNumber())
@@ -1103,9 +1127,9 @@ SVal Program::Sema::callBuiltin(const ir::OpInfo &info, CallArgs &args, const as
 
 SVal Program::Sema::callFn(const ast::Decl &fn, ModuleCtx &m, CallArgs &args,
                            const ast::Expr &e) {
-  if (st_ && st_->depth >= kMaxInstantiationDepth)
+  if (st_ && st_->depth >= limit(Limit::CallDepth))
     fail(DiagKind::ControlFlow, e.range, fmt::format("calls of '{}' nest deeper than {} (recursion is not supported)", fn.name,
-                                                     kMaxInstantiationDepth));
+                                                     limit(Limit::CallDepth)));
   std::vector<Note> declNote{{fn.nameRange, fmt::format("'{}' is declared here", fn.name)}};
   std::vector<std::string> names;
   for (const ast::Param &p : fn.params)
@@ -1348,6 +1372,7 @@ bool Program::Sema::execBlock(const ast::Block &b, ScopePtr scope, SVal *returne
 }
 
 bool Program::Sema::execStmt(const ast::Stmt &s, ScopePtr scope, SVal *returned) {
+  checkStack(s.range);
   switch (s.kind) {
   case ast::Stmt::Kind::Let:
   case ast::Stmt::Kind::Var: {
