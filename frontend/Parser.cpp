@@ -11,6 +11,7 @@
 
 #include <optional>
 #include <set>
+#include <tuple>
 
 namespace dnnc {
 namespace {
@@ -437,8 +438,10 @@ std::optional<Diagnostic> invalidByte(const std::string &text, int file) {
 std::optional<Diagnostic> tooDeep(antlr4::CommonTokenStream &tokens, int file) {
   const int64_t maxDepth = limit(Limit::NestingDepth);
   const std::vector<antlr4::Token *> &all = tokens.getTokens();
-  std::vector<int64_t> saved; // each open bracket's enclosing chain
-  int64_t chain = 0, savedSum = 0;
+  // Per level: `chain` counts prefix operators, '**', '.' and postfix chains (operators
+  // end it), `elseIfs` the else-ifs of the current if statement (its end ends them).
+  std::vector<std::pair<int64_t, int64_t>> saved; // each open bracket's enclosing counts
+  int64_t chain = 0, elseIfs = 0, savedSum = 0;
   bool operandEnd = false; // the previous token ends an operand
   auto isEnd = [](antlr4::Token *t) {
     size_t ty = t->getType();
@@ -461,31 +464,31 @@ std::optional<Diagnostic> tooDeep(antlr4::CommonTokenStream &tokens, int file) {
       std::string prev = i > 0 ? all[i - 1]->getText() : "";
       if (s != "{" && (prev == ")" || prev == "]"))
         ++chain; // a postfix chain: f(x)(y), x[0][1]
-      saved.push_back(chain);
-      savedSum += chain;
-      chain = 0;
+      saved.push_back({chain, elseIfs});
+      savedSum += chain + elseIfs;
+      chain = elseIfs = 0;
       deeper = true;
     } else if (s == ")" || s == "]" || s == "}") {
       if (!saved.empty()) {
-        chain = saved.back();
-        savedSum -= chain;
+        std::tie(chain, elseIfs) = saved.back();
+        savedSum -= chain + elseIfs;
         saved.pop_back();
       }
       if (s == "}" && !(i + 1 < all.size() && all[i + 1]->getText() == "else"))
-        chain = 0; // a statement ends here
+        chain = elseIfs = 0; // a statement ends here
     } else if (s == "**" || s == "not" || s == "." || ((s == "-" || s == "+") && !operandEnd)) {
       ++chain;
       deeper = true;
     } else if (s == "-" || s == "+") {
       chain = 0; // infix
     } else if (s == "else" && i + 1 < all.size() && all[i + 1]->getText() == "if") {
-      ++chain;
+      ++elseIfs;
       deeper = true;
     } else if (resets.count(s)) {
       chain = 0;
     }
     operandEnd = isEnd(t);
-    int64_t depth = static_cast<int64_t>(saved.size()) + savedSum + chain;
+    int64_t depth = static_cast<int64_t>(saved.size()) + savedSum + chain + elseIfs;
     if (deeper && depth > maxDepth) {
       SourceLoc at{file, static_cast<int>(t->getLine()), static_cast<int>(t->getCharPositionInLine()) + 1};
       SourceLoc end = at;

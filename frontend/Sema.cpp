@@ -1116,6 +1116,21 @@ SVal Program::Sema::callBuiltin(const ir::OpInfo &info, CallArgs &args, const as
   }
   if (cls == ir::ShapeClass::ISVDOS && !attrs.count("dynamic"))
     cls = ir::ShapeClass::ISDOS; // value-taking, but fed shapes only: folded at compile time
+  // A concat of very many operands becomes a tree of concats of at most kConcatFanIn
+  // operands each: every kernel stays small (LLVM's passes grow faster than linearly
+  // in the branches of one kernel).
+  constexpr size_t kConcatFanIn = 64;
+  if (info.kind == OpKind::Concat) {
+    while (operands.size() > kConcatFanIn) {
+      std::vector<ir::Value *> next;
+      for (size_t i = 0; i < operands.size(); i += kConcatFanIn) {
+        std::vector<ir::Value *> part(operands.begin() + static_cast<std::ptrdiff_t>(i),
+                                      operands.begin() + static_cast<std::ptrdiff_t>(std::min(i + kConcatFanIn, operands.size())));
+        next.push_back(part.size() == 1 ? part[0] : emit(info.kind, part, attrs, 1, e.range, cls)->results[0]);
+      }
+      operands = std::move(next);
+    }
+  }
   ir::Op *op = emit(info.kind, operands, attrs, results, e.range, cls);
   if (results == 1)
     return SVal::ofTensor(op->results[0]);
