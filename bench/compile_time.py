@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Compile time against model size: generates models of 1k/4k/16k statements and
-1k/4k-operand concat and sum expressions, times `dnnc check` and `dnnc build` (and,
-with --run, `dnnc run --device cpu` at a tiny shape) on each, and prints the table
+"""Compile time against model size: generates models of 250/1k/4k/16k statements and
+1k/4k-operand concat and sum expressions, times `dnnc check`, `dnnc emit --emit=plan`
+(every pass, no LLVM) and `dnnc build` (and, with --steps ...,run, `dnnc run --device
+cpu` at a tiny shape) on each, and prints the table
 with the growth ratio per 4x in size. Near-linear passes give ratios near 4; a
 quadratic pass gives ratios near 16.
 
-  bench/compile_time.py --dnnc build/dnnc [--sizes 1000,4000,16000] [--run] [--keep DIR]
+  bench/compile_time.py --dnnc build/dnnc [--sizes 1000,4000,16000] [--steps check,plan,build,run] [--keep DIR]
 
 `--emit DIR` only writes the generated models (tests use one of them)."""
 import argparse
@@ -44,7 +45,10 @@ def summation(n):
 
 
 MODELS = {"statements": statements, "concat": concat, "sum": summation}
-DEFAULT_SIZES = {"statements": [1000, 4000, 16000], "concat": [1000, 4000], "sum": [1000, 4000]}
+DEFAULT_SIZES = {"statements": [250, 1000, 4000, 16000], "concat": [1000, 4000], "sum": [1000, 4000]}
+# dnnc build spends ~40 ms of LLVM per kernel, and the statement models have ~3 kernels per
+# statement (most values have two readers, so little fuses): build them at small sizes.
+DEFAULT_BUILD_MAX = {"statements": 1000, "concat": 4000, "sum": 4000}
 
 
 def timed(cmd, timeout):
@@ -64,7 +68,12 @@ def main():
     ap.add_argument("--dnnc", default="build/dnnc")
     ap.add_argument("--models", default="statements,concat,sum")
     ap.add_argument("--sizes", help="sizes for every model (default: 1k/4k/16k statements, 1k/4k operands)")
-    ap.add_argument("--run", action="store_true", help="also time dnnc run --device cpu at B=1")
+    ap.add_argument("--steps", default="check,plan,build",
+                    help="check (parse and sema), plan (dnnc emit --emit=plan: fusion, execution order, memory "
+                         "plan, lowering to kernel IR, no LLVM), build (dnnc build: all of it and LLVM), run "
+                         "(dnnc run --device cpu at B=1)")
+    ap.add_argument("--build-max", type=int, help="build and run only models up to this size (default: 1000 "
+                                                   "statements, 4000 operands)")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--keep", help="write the models here instead of a temporary folder")
     ap.add_argument("--emit", help="only write the models into this folder")
@@ -83,11 +92,12 @@ def main():
     if a.emit:
         print("\n".join(files.values()))
         return 0
-    steps = [("check", lambda p: [a.dnnc, "check", p]),
-             ("build", lambda p: [a.dnnc, "build", p, "-o", p + ".dnnc"])]
-    if a.run:
-        steps.append(("run", lambda p: [a.dnnc, "run", p, "--device", "cpu", "--bind", "B=1",
-                                        "--out", p + ".out", "--threads", "1"]))
+    commands = {"check": lambda p: [a.dnnc, "check", p],
+                "plan": lambda p: [a.dnnc, "emit", p, "--emit=plan", "-o", p + ".plan"],
+                "build": lambda p: [a.dnnc, "build", p, "-o", p + ".dnnc"],
+                "run": lambda p: [a.dnnc, "run", p, "--device", "cpu", "--bind", "B=1", "--out", p + ".out",
+                                  "--threads", "1"]}
+    steps = [(s, commands[s]) for s in a.steps.split(",")]
     print(f"{'model':<12}{'size':>7}" + "".join(f"{s:>10}{'x/4x':>7}" for s, _ in steps))
     failed = False
     for m in names:
@@ -95,6 +105,9 @@ def main():
         for n in sizes[m]:
             row = f"{m:<12}{n:>7}"
             for s, cmd in steps:
+                if s in ("build", "run") and n > (a.build_max or DEFAULT_BUILD_MAX[m]):
+                    row += f"{'':>10}{'':>7}"
+                    continue
                 dt, err = timed(cmd(files[m, n]), a.timeout)
                 if dt is None:
                     row += f"{'-':>10}{'':>7}"
