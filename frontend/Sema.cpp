@@ -1116,10 +1116,11 @@ SVal Program::Sema::callBuiltin(const ir::OpInfo &info, CallArgs &args, const as
   }
   if (cls == ir::ShapeClass::ISVDOS && !attrs.count("dynamic"))
     cls = ir::ShapeClass::ISDOS; // value-taking, but fed shapes only: folded at compile time
-  // A concat of very many operands becomes a tree of concats of at most kConcatFanIn
-  // operands each: every kernel stays small (LLVM's passes grow faster than linearly
-  // in the branches of one kernel).
-  constexpr size_t kConcatFanIn = 64;
+  // A concat of many operands becomes a tree of concats of at most kConcatFanIn
+  // operands each: each operand is a loop nest of its own in the concat's kernel, and
+  // LLVM's time on one kernel grows faster than linearly past a few dozen of them (a
+  // 64-operand kernel took 4.6 s, a 32-operand one 1.5 s).
+  constexpr size_t kConcatFanIn = 32;
   if (info.kind == OpKind::Concat) {
     while (operands.size() > kConcatFanIn) {
       std::vector<ir::Value *> next;
