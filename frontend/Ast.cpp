@@ -94,7 +94,42 @@ public:
 
 } // namespace
 
+Expr::~Expr() {
+  std::vector<ExprPtr> work;
+  auto detach = [&](Expr &x) {
+    for (ExprPtr &i : x.items)
+      if (i)
+        work.push_back(std::move(i));
+    if (x.callee)
+      work.push_back(std::move(x.callee));
+    for (Arg &a : x.args)
+      if (a.value)
+        work.push_back(std::move(a.value));
+    for (Subscript &s : x.subs)
+      for (ExprPtr *p : {&s.start, &s.stop, &s.step})
+        if (*p)
+          work.push_back(std::move(*p));
+  };
+  detach(*this);
+  while (!work.empty()) {
+    ExprPtr next = std::move(work.back());
+    work.pop_back();
+    detach(*next);
+  } // `next` dies here with no children left
+}
+
 std::string printExpr(const Expr &e) {
+  if (e.kind == Expr::Kind::Binary) {
+    // Left-deep chains print along their spine, without recursion and in linear time.
+    std::vector<const Expr *> spine{&e};
+    while (spine.back()->items[0]->kind == Expr::Kind::Binary)
+      spine.push_back(spine.back()->items[0].get());
+    std::string out(spine.size(), '(');
+    out += printExpr(*spine.back()->items[0]);
+    for (auto it = spine.rbegin(); it != spine.rend(); ++it)
+      out += " " + (*it)->text + " " + printExpr(*(*it)->items[1]) + ")";
+    return out;
+  }
   std::vector<std::string> items;
   for (const auto &i : e.items)
     items.push_back(printExpr(*i));

@@ -36,6 +36,12 @@ struct Expr {
   ExprPtr callee;              // Call callee, Index base
   std::vector<Arg> args;       // Call
   std::vector<Subscript> subs; // Index
+
+  Expr() = default;
+  Expr(const Expr &) = delete;
+  Expr &operator=(const Expr &) = delete;
+  // Takes the tree apart without recursion (a 10,000-term sum is a left-deep tree).
+  ~Expr();
 };
 
 struct DimItem {

@@ -5,10 +5,14 @@
 #include "DnnLexer.h"
 #include "DnnParser.h"
 #include "antlr4-runtime.h"
+#include "frontend/Stack.h"
+#include "runtime/Limits.h"
 
 #include <fmt/format.h>
 
 #include <optional>
+#include <set>
+#include <tuple>
 
 namespace dnnc {
 namespace {
@@ -149,6 +153,10 @@ public:
   }
 
   ast::StmtPtr stmt(P::StmtContext *c) {
+    checkStack(range(c));
+    if (++statements_ > limit(Limit::Statements))
+      fail(DiagKind::Limit, range(c),
+           fmt::format("more than {} statements in one file (limit statements)", limit(Limit::Statements)));
     auto s = std::make_unique<ast::Stmt>();
     s->range = range(c);
     auto name = [&](antlr4::tree::TerminalNode *id) {
@@ -217,7 +225,33 @@ public:
     return e;
   }
 
+  // The operator token and the two operands of a binary expression, or false.
+  static bool binaryParts(P::ExprContext *c, antlr4::Token *&op, std::vector<P::ExprContext *> &operands) {
+    op = nullptr;
+    if (auto *x = dynamic_cast<P::PowExprContext *>(c))
+      operands = x->expr();
+    else if (auto *x = dynamic_cast<P::MulExprContext *>(c))
+      op = x->op, operands = x->expr();
+    else if (auto *x = dynamic_cast<P::AddExprContext *>(c))
+      op = x->op, operands = x->expr();
+    else if (auto *x = dynamic_cast<P::CmpExprContext *>(c))
+      op = x->op, operands = x->expr();
+    else if (auto *x = dynamic_cast<P::AndExprContext *>(c))
+      operands = x->expr();
+    else if (auto *x = dynamic_cast<P::OrExprContext *>(c))
+      operands = x->expr();
+    else
+      return false;
+    if (operands.size() != 2)
+      throw InternalError("unknown expression form");
+    // The operator token sits between the operands (for '**', 'and', 'or' it has no label).
+    if (!op)
+      op = dynamic_cast<antlr4::tree::TerminalNode *>(c->children.at(1))->getSymbol();
+    return true;
+  }
+
   ast::ExprPtr expr(P::ExprContext *c) {
+    checkStack(range(c));
     if (auto *x = dynamic_cast<P::PostfixExprContext *>(c))
       return postfix(x->postfix());
     if (auto *x = dynamic_cast<P::UnaryExprContext *>(c)) {
@@ -232,33 +266,35 @@ public:
       e->items.push_back(expr(x->expr()));
       return e;
     }
+    // A left-deep chain of binary operators (a + b + c + ..., ten thousand terms long if
+    // need be) is walked along its left spine without recursion.
+    struct Link {
+      P::ExprContext *node, *right;
+      antlr4::Token *op;
+    };
+    std::vector<Link> spine;
     antlr4::Token *op = nullptr;
     std::vector<P::ExprContext *> operands;
-    if (auto *x = dynamic_cast<P::PowExprContext *>(c))
-      operands = x->expr();
-    else if (auto *x = dynamic_cast<P::MulExprContext *>(c))
-      op = x->op, operands = x->expr();
-    else if (auto *x = dynamic_cast<P::AddExprContext *>(c))
-      op = x->op, operands = x->expr();
-    else if (auto *x = dynamic_cast<P::CmpExprContext *>(c))
-      op = x->op, operands = x->expr();
-    else if (auto *x = dynamic_cast<P::AndExprContext *>(c))
-      operands = x->expr();
-    else if (auto *x = dynamic_cast<P::OrExprContext *>(c))
-      operands = x->expr();
-    if (operands.size() != 2)
+    P::ExprContext *left = c;
+    while (binaryParts(left, op, operands)) {
+      spine.push_back({left, operands[1], op});
+      left = operands[0];
+    }
+    if (spine.empty())
       throw InternalError("unknown expression form");
-    // The operator token sits between the operands (for '**', 'and', 'or' it has no label).
-    if (!op)
-      op = dynamic_cast<antlr4::tree::TerminalNode *>(c->children.at(1))->getSymbol();
-    auto e = make(ast::Expr::Kind::Binary, range(c, op));
-    e->text = op->getText();
-    e->items.push_back(expr(operands[0]));
-    e->items.push_back(expr(operands[1]));
-    return e;
+    ast::ExprPtr acc = expr(left);
+    for (auto it = spine.rbegin(); it != spine.rend(); ++it) {
+      auto e = make(ast::Expr::Kind::Binary, range(it->node, it->op));
+      e->text = it->op->getText();
+      e->items.push_back(std::move(acc));
+      e->items.push_back(expr(it->right));
+      acc = std::move(e);
+    }
+    return acc;
   }
 
   ast::ExprPtr postfix(P::PostfixContext *c) {
+    checkStack(range(c));
     if (auto *x = dynamic_cast<P::PrimaryPostfixContext *>(c))
       return primary(x->primary());
     if (auto *x = dynamic_cast<P::CallPostfixContext *>(c)) {
@@ -362,6 +398,7 @@ public:
 
 private:
   int file_;
+  int64_t statements_ = 0;
 };
 
 } // namespace
@@ -390,6 +427,82 @@ std::optional<Diagnostic> invalidByte(const std::string &text, int file) {
   return std::nullopt;
 }
 
+// The generated parser recurses at least once per level of nesting, and so does every
+// walk after it. A scan of the tokens rejects input nested deeper than the nesting-depth
+// limit before ANTLR sees it, at the first token too deep. A level is an open bracket or
+// brace, a prefix operator ('-', '+', 'not'), a '**', a '.', a call or index applied to
+// a call or index (`f(x)(y)`, `x[0][1]`) and an `else if`; chains of these count until
+// a token ends the chain (',', ';', an infix operator, ...), and a chain's count stays
+// with the brackets opened inside it. Left-deep chains of one binary operator
+// (`a + b + c`) do not nest: they are built and checked without recursion.
+std::optional<Diagnostic> tooDeep(antlr4::CommonTokenStream &tokens, int file) {
+  const int64_t maxDepth = limit(Limit::NestingDepth);
+  const std::vector<antlr4::Token *> &all = tokens.getTokens();
+  // Per level: `chain` counts prefix operators, '**', '.' and postfix chains (operators
+  // end it), `elseIfs` the else-ifs of the current if statement (its end ends them).
+  std::vector<std::pair<int64_t, int64_t>> saved; // each open bracket's enclosing counts
+  int64_t chain = 0, elseIfs = 0, savedSum = 0;
+  bool operandEnd = false; // the previous token ends an operand
+  auto isEnd = [](antlr4::Token *t) {
+    size_t ty = t->getType();
+    if (ty == antlr::DnnLexer::ID || ty == antlr::DnnLexer::INT || ty == antlr::DnnLexer::FLOAT ||
+        ty == antlr::DnnLexer::STRING || ty == antlr::DnnLexer::DTYPE)
+      return true;
+    std::string s = t->getText();
+    return s == ")" || s == "]" || s == "true" || s == "false";
+  };
+  static const std::set<std::string> resets = {";", ",", ":", "=", "..", "->", "*", "/", "%", "@", "==", "!=", "<",
+                                               "<=", ">", ">=", "and", "or", "let", "var", "return", "assert",
+                                               "for", "while", "in", "import", "const", "dim", "param", "fn", "model"};
+  for (size_t i = 0; i < all.size(); ++i) {
+    antlr4::Token *t = all[i];
+    if (t->getType() == antlr4::Token::EOF)
+      break;
+    std::string s = t->getText();
+    bool deeper = false;
+    if (s == "(" || s == "[" || s == "{") {
+      std::string prev = i > 0 ? all[i - 1]->getText() : "";
+      if (s != "{" && (prev == ")" || prev == "]"))
+        ++chain; // a postfix chain: f(x)(y), x[0][1]
+      saved.push_back({chain, elseIfs});
+      savedSum += chain + elseIfs;
+      chain = elseIfs = 0;
+      deeper = true;
+    } else if (s == ")" || s == "]" || s == "}") {
+      if (!saved.empty()) {
+        std::tie(chain, elseIfs) = saved.back();
+        savedSum -= chain + elseIfs;
+        saved.pop_back();
+      }
+      if (s == "}" && !(i + 1 < all.size() && all[i + 1]->getText() == "else"))
+        chain = elseIfs = 0; // a statement ends here
+    } else if (s == "**" || s == "not" || s == "." || ((s == "-" || s == "+") && !operandEnd)) {
+      ++chain;
+      deeper = true;
+    } else if (s == "-" || s == "+") {
+      chain = 0; // infix
+    } else if (s == "else" && i + 1 < all.size() && all[i + 1]->getText() == "if") {
+      ++elseIfs;
+      deeper = true;
+    } else if (resets.count(s)) {
+      chain = 0;
+    }
+    operandEnd = isEnd(t);
+    int64_t depth = static_cast<int64_t>(saved.size()) + savedSum + chain + elseIfs;
+    if (deeper && depth > maxDepth) {
+      SourceLoc at{file, static_cast<int>(t->getLine()), static_cast<int>(t->getCharPositionInLine()) + 1};
+      SourceLoc end = at;
+      end.col += std::max<int>(1, static_cast<int>(s.size()));
+      return Diagnostic{DiagKind::Limit, {at, end, at},
+                        fmt::format("nesting deeper than {} levels (limit nesting-depth: brackets, blocks, "
+                                    "prefix operators, '**', '.' and else-if chains each nest one level)",
+                                    maxDepth),
+                        {}};
+    }
+  }
+  return std::nullopt;
+}
+
 // Runs `entry` of the generated parser over the file and converts its tree with `build`.
 template <class Entry, class Build>
 auto parseWith(const SourceManager &sm, int file, DiagnosticEngine &diags, Entry entry, Build build)
@@ -406,6 +519,11 @@ auto parseWith(const SourceManager &sm, int file, DiagnosticEngine &diags, Entry
   lexer.removeErrorListeners();
   parser.removeErrorListeners();
   parser.addErrorListener(&listener);
+  tokens.fill();
+  if (auto deep = tooDeep(tokens, file)) {
+    diags.report(*deep);
+    return nullptr;
+  }
   auto *tree = entry(parser);
   if (listener.count() > 0)
     return nullptr; // the tree is partial; building an AST from it would invent structure

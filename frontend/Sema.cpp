@@ -8,8 +8,10 @@
 #include "frontend/Sema.h"
 
 #include "frontend/Parser.h"
+#include "frontend/Stack.h"
 #include "ir/graph/OpRegistry.h"
 #include "ir/transforms/RankDimPropagation.h"
+#include "runtime/Limits.h"
 #include "runtime/Size.h"
 
 #include <fmt/format.h>
@@ -37,7 +39,6 @@ std::string stdlibDir() {
 
 namespace {
 
-constexpr int kMaxInstantiationDepth = 64;
 
 struct ModuleCtx;
 
@@ -219,6 +220,7 @@ private:
   ExprRef evalDim(const ast::Expr &e, ScopePtr scope, const char *what = "a dim");
   SVal unary(const ast::Expr &e, ScopePtr scope);
   SVal binary(const ast::Expr &e, ScopePtr scope);
+  SVal binaryOp(const ast::Expr &e, const SVal &a, const SVal &b);
   SVal compileTimeBinary(const std::string &op, const SVal &a, const SVal &b, const ast::Expr &e);
   SVal call(const ast::Expr &e, ScopePtr scope);
   SVal callBuiltin(const ir::OpInfo &info, CallArgs &args, const ast::Expr &e);
@@ -389,6 +391,9 @@ TensorType Program::Sema::declaredType(const ast::Type &t, ScopePtr scope, bool 
     fail(DiagKind::Type, t.range, "a tuple type is allowed only as a result type");
   TensorType out;
   out.dtype = *ir::parseDType(t.dtype);
+  if (static_cast<int64_t>(t.dims.size()) > limit(Limit::TensorRank))
+    fail(DiagKind::Limit, t.range, fmt::format("a tensor type of rank {}: dnnc allows rank up to {} (limit tensor-rank)",
+                                               t.dims.size(), limit(Limit::TensorRank)));
   for (const ast::DimItem &item : t.dims) {
     if (item.ellipsis)
       fail(DiagKind::Type, item.range, "'...' may open only the parameter types of a fn");
@@ -608,6 +613,9 @@ ir::Op *Program::Sema::emit(OpKind kind, std::vector<ir::Value *> operands, std:
 // A size known to be negative, or past 64 bits or rt::kMaxTensorBytes for every binding,
 // is an error where the op is written, not at run time.
 void Program::Sema::checkResultSize(const ir::Op &op, const ir::TensorType &t, SourceRange loc) {
+  if (static_cast<int64_t>(t.rank()) > limit(Limit::TensorRank))
+    fail(DiagKind::Limit, loc, fmt::format("this makes a tensor of rank {}: dnnc allows rank up to {} (limit tensor-rank)",
+                                           t.rank(), limit(Limit::TensorRank)));
   std::string spelling = ir::opInfo(op.kind).spelling;
   for (size_t k = 0; k < t.dims.size(); ++k)
     if (!t.dims[k]->asVar() && !(t.dims[k]->isConst() && *t.dims[k]->asConst() >= 0) &&
@@ -671,6 +679,7 @@ ExprRef Program::Sema::evalDim(const ast::Expr &e, ScopePtr scope, const char *w
 }
 
 SVal Program::Sema::eval(const ast::Expr &e, ScopePtr scope) {
+  checkStack(e.range);
   SVal out;
   switch (e.kind) {
   case ast::Expr::Kind::Int: out = SVal::ofInt(sym::constant(e.intValue)); break;
@@ -815,7 +824,21 @@ SVal Program::Sema::compileTimeBinary(const std::string &op, const SVal &a, cons
 }
 
 SVal Program::Sema::binary(const ast::Expr &e, ScopePtr scope) {
-  SVal a = eval(*e.items[0], scope), b = eval(*e.items[1], scope);
+  // A left-deep chain (a + b + c + ..., ten thousand terms if need be) is evaluated along
+  // its left spine without recursion.
+  std::vector<const ast::Expr *> spine{&e};
+  while (spine.back()->items[0]->kind == ast::Expr::Kind::Binary)
+    spine.push_back(spine.back()->items[0].get());
+  SVal acc = eval(*spine.back()->items[0], scope);
+  for (auto it = spine.rbegin(); it != spine.rend(); ++it) {
+    SVal b = eval(*(*it)->items[1], scope);
+    acc = binaryOp(**it, acc, b);
+    acc.loc = (*it)->range;
+  }
+  return acc;
+}
+
+SVal Program::Sema::binaryOp(const ast::Expr &e, const SVal &a, const SVal &b) {
   const std::string &op = e.text;
   if (a.kind != SVal::Kind::Tensor && b.kind != SVal::Kind::Tensor) {
     if (!a.isNumber() || !b.isNumber())
@@ -1117,6 +1140,22 @@ SVal Program::Sema::callBuiltin(const ir::OpInfo &info, CallArgs &args, const as
   }
   if (cls == ir::ShapeClass::ISVDOS && !attrs.count("dynamic"))
     cls = ir::ShapeClass::ISDOS; // value-taking, but fed shapes only: folded at compile time
+  // A concat of many operands becomes a tree of concats of at most kConcatFanIn
+  // operands each: each operand is a loop nest of its own in the concat's kernel, and
+  // LLVM's time on one kernel grows faster than linearly past a few dozen of them (a
+  // 64-operand kernel took 4.6 s, a 32-operand one 1.5 s).
+  constexpr size_t kConcatFanIn = 32;
+  if (info.kind == OpKind::Concat) {
+    while (operands.size() > kConcatFanIn) {
+      std::vector<ir::Value *> next;
+      for (size_t i = 0; i < operands.size(); i += kConcatFanIn) {
+        std::vector<ir::Value *> part(operands.begin() + static_cast<std::ptrdiff_t>(i),
+                                      operands.begin() + static_cast<std::ptrdiff_t>(std::min(i + kConcatFanIn, operands.size())));
+        next.push_back(part.size() == 1 ? part[0] : emit(info.kind, part, attrs, 1, e.range, cls)->results[0]);
+      }
+      operands = std::move(next);
+    }
+  }
   ir::Op *op = emit(info.kind, operands, attrs, results, e.range, cls);
   if (results == 1)
     return SVal::ofTensor(op->results[0]);
@@ -1128,9 +1167,9 @@ SVal Program::Sema::callBuiltin(const ir::OpInfo &info, CallArgs &args, const as
 
 SVal Program::Sema::callFn(const ast::Decl &fn, ModuleCtx &m, CallArgs &args,
                            const ast::Expr &e) {
-  if (st_ && st_->depth >= kMaxInstantiationDepth)
+  if (st_ && st_->depth >= limit(Limit::CallDepth))
     fail(DiagKind::ControlFlow, e.range, fmt::format("calls of '{}' nest deeper than {} (recursion is not supported)", fn.name,
-                                                     kMaxInstantiationDepth));
+                                                     limit(Limit::CallDepth)));
   std::vector<Note> declNote{{fn.nameRange, fmt::format("'{}' is declared here", fn.name)}};
   std::vector<std::string> names;
   for (const ast::Param &p : fn.params)
@@ -1373,6 +1412,7 @@ bool Program::Sema::execBlock(const ast::Block &b, ScopePtr scope, SVal *returne
 }
 
 bool Program::Sema::execStmt(const ast::Stmt &s, ScopePtr scope, SVal *returned) {
+  checkStack(s.range);
   switch (s.kind) {
   case ast::Stmt::Kind::Let:
   case ast::Stmt::Kind::Var: {

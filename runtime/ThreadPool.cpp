@@ -4,12 +4,25 @@
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <system_error>
+
+#include "runtime/Limits.h"
 
 namespace dnnc::rt {
 
-ThreadPool::ThreadPool(unsigned threads) {
-  for (unsigned k = 1; k < std::max(threads, 1u); ++k)
-    workers_.emplace_back([this] { work(); });
+ThreadPool::ThreadPool(unsigned threads, const Spawn &spawn) {
+  requested_ = std::clamp<unsigned>(threads, 1u, static_cast<unsigned>(limit(Limit::Threads)));
+  workers_.reserve(requested_ - 1);
+  for (unsigned k = 1; k < requested_; ++k) {
+    try {
+      if (spawn)
+        workers_.push_back(spawn([this] { work(); }));
+      else
+        workers_.emplace_back([this] { work(); });
+    } catch (const std::system_error &) {
+      break; // the system has no more threads for us: run on those that started
+    }
+  }
 }
 
 ThreadPool::~ThreadPool() {
@@ -79,12 +92,27 @@ std::once_flag globalOnce;
 
 void ThreadPool::setGlobalThreads(unsigned threads) { globalThreads = threads; }
 
+std::string ThreadPool::parseThreads(const std::string &text, const std::string &what, unsigned &out) {
+  int64_t hi = limit(Limit::Threads);
+  std::string err = what + " takes a thread count from 1 to " + std::to_string(hi) + ", not '" + text + "'";
+  if (text.empty() || text.size() > 18 || text.find_first_not_of("0123456789") != std::string::npos)
+    return err;
+  int64_t n = std::stoll(text);
+  if (n < 1 || n > hi)
+    return err;
+  out = static_cast<unsigned>(n);
+  return "";
+}
+
 ThreadPool &ThreadPool::global() {
   std::call_once(globalOnce, [] {
     unsigned n = globalThreads;
+    // A bad DNNC_NUM_THREADS is rejected by the tools before this runs (checkThreadsEnv);
+    // a library user's is ignored here rather than trusted.
     if (n == 0)
-      if (const char *env = std::getenv("DNNC_NUM_THREADS"))
-        n = static_cast<unsigned>(std::max(1L, std::strtol(env, nullptr, 10)));
+      if (const char *env = std::getenv("DNNC_NUM_THREADS"); env && *env)
+        if (!parseThreads(env, "DNNC_NUM_THREADS", n).empty())
+          n = 0;
     if (n == 0)
       n = std::max(1u, std::thread::hardware_concurrency());
     globalPool = std::make_unique<ThreadPool>(n);

@@ -7,38 +7,49 @@
 
 #include <fmt/format.h>
 
-#include <set>
+#include <unordered_set>
+#include <vector>
 
 namespace dnnc::ir {
 namespace {
 
 class Verifier {
 public:
-  void region(const Region &r, std::set<const Value *> visible) {
+  // `visible_` holds the values of the enclosing regions; a region's own are taken out
+  // again when it ends (copying the set for each nested region was quadratic).
+  void region(const Region &r) {
+    std::vector<const Value *> added;
+    auto see = [&](const Value *v) {
+      if (visible_.insert(v).second)
+        added.push_back(v);
+    };
     for (const Value *a : r.args) {
       checkType(a);
-      visible.insert(a);
+      see(a);
     }
     for (const Op *op : r.ops) {
       for (const Value *v : op->operands)
-        if (!visible.count(v))
+        if (!visible_.count(v))
           fail(*op, fmt::format("operand %{} is used before it is defined or outside its scope", v->id));
       for (const auto &sub : op->regions)
-        region(*sub, visible);
+        region(*sub);
       checkRegions(*op);
       for (const Value *v : op->results) {
         if (v->def != op)
           fail(*op, fmt::format("result %{} does not point back to its op", v->id));
         checkType(v);
-        visible.insert(v);
+        see(v);
       }
     }
     for (const Value *y : r.yields)
-      if (!visible.count(y))
+      if (!visible_.count(y))
         throw InternalError(fmt::format("verifier: yielded value %{} is not visible in its region", y->id));
+    for (const Value *v : added)
+      visible_.erase(v);
   }
 
 private:
+  std::unordered_set<const Value *> visible_;
   [[noreturn]] void fail(const Op &op, const std::string &what) {
     throw InternalError(fmt::format("verifier: {} (op '{}' at line {})", what, opInfo(op.kind).spelling, op.loc.begin.line));
   }
@@ -79,6 +90,6 @@ private:
 
 } // namespace
 
-void verify(const Graph &g) { Verifier().region(g.body, {}); }
+void verify(const Graph &g) { Verifier().region(g.body); }
 
 } // namespace dnnc::ir

@@ -4,6 +4,7 @@
 #include "frontend/Diagnostics.h"
 #include "ir/graph/OpRegistry.h"
 #include "ir/interp/RefOps.h"
+#include "runtime/Limits.h"
 #include "runtime/Size.h"
 
 #include <fmt/format.h>
@@ -253,13 +254,17 @@ public:
         iterate(i);
     } else {
       const ir::Region &cond = *op.regions[0];
-      for (;;) {
+      int64_t maxIterations = limit(Limit::Iterations); // 0: no limit
+      for (int64_t done = 0;; ++done) {
         Binding inner = b;
         enter(cond, std::nullopt, inner);
         region(cond, inner);
         hostAccess(valuesOf(cond.yields));
         if (values.at(cond.yields[0]).get(0) == 0)
           break;
+        if (maxIterations > 0 && done >= maxIterations)
+          throw DataError(fmt::format("{} ran {} iterations and its condition still holds (--max-iterations {})",
+                                      where(op), done, maxIterations));
         iterate(std::nullopt);
       }
     }

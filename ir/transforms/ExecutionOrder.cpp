@@ -6,7 +6,10 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
+#include <unordered_map>
+#include <unordered_set>
 
 namespace dnnc::ir {
 namespace {
@@ -35,15 +38,20 @@ public:
         if (auto it = madeBy.find(v); it != madeBy.end() && it->second != k)
           deps[k].insert(it->second);
     }
-    // assert_dims: a barrier.
-    for (size_t k = 0; k < n; ++k)
-      if (r.ops[k]->kind == OpKind::AssertDims)
-        for (size_t j = 0; j < n; ++j) {
-          if (j < k)
-            deps[k].insert(j);
-          else if (j > k)
-            deps[j].insert(k);
-        }
+    // assert_dims: a barrier. Each assert waits for the ops since the previous one, and
+    // each op for the last assert before it (the rest follows by transitivity).
+    std::optional<size_t> lastAssert;
+    size_t since = 0;
+    for (size_t k = 0; k < n; ++k) {
+      if (r.ops[k]->kind == OpKind::AssertDims) {
+        for (size_t j = since; j < k; ++j)
+          deps[k].insert(j);
+        lastAssert = k;
+        since = k + 1;
+      } else if (lastAssert) {
+        deps[k].insert(*lastAssert);
+      }
+    }
     for (size_t k = 0; k < n; ++k)
       deps[k].erase(k);
     std::set<const Value *> keep(r.yields.begin(), r.yields.end());
@@ -77,7 +85,12 @@ private:
     }
   }
 
-  int64_t bytes(const Value *v) const { return sym::evaluate(v->type.bytes(), reference_).value_or(0); }
+  int64_t bytes(const Value *v) const {
+    auto it = bytes_.find(v);
+    if (it == bytes_.end())
+      it = bytes_.emplace(v, sym::evaluate(v->type.bytes(), reference_).value_or(0)).first;
+    return it->second;
+  }
 
   // Bytes live at once over `order`: results live from their op to their last reader.
   int64_t peak(const Region &r, const std::vector<size_t> &order, const std::vector<std::vector<const Value *>> &reads,
@@ -116,39 +129,60 @@ private:
       for (size_t d : deps[k])
         users[d].push_back(k);
     }
-    std::set<size_t> ready;
+    // The greedy choice: among the ready ops, the one that frees the most bytes net of
+    // what it allocates (the first in program order on ties). An op's gain changes only
+    // when one of its operands comes down to its last reader, so gains are kept up to
+    // date as readers run and the ready ops sit in a set ordered by gain.
+    std::unordered_set<const Op *> here(r.ops.begin(), r.ops.end());
+    std::vector<std::vector<const Value *>> uniqueReads(n);
+    std::unordered_map<const Value *, std::vector<size_t>> readersOf;
+    for (size_t k = 0; k < n; ++k) {
+      std::set<const Value *> u(reads[k].begin(), reads[k].end());
+      uniqueReads[k].assign(u.begin(), u.end());
+      for (const Value *v : uniqueReads[k])
+        readersOf[v].push_back(k);
+    }
+    auto frees = [&](const Value *v) { return v->def && !keep.count(v) && here.count(v->def); };
+    std::vector<int64_t> gain(n, 0);
+    for (size_t k = 0; k < n; ++k) {
+      for (const Value *v : r.ops[k]->results)
+        gain[k] -= bytes(v);
+      for (const Value *v : uniqueReads[k])
+        if (readersLeft[v] == 1 && frees(v))
+          gain[k] += bytes(v);
+    }
+    std::vector<bool> done(n, false), isReady(n, false);
+    std::set<std::pair<int64_t, size_t>> ready; // (-gain, k)
     for (size_t k = 0; k < n; ++k)
       if (!waiting[k])
-        ready.insert(k);
+        ready.insert({-gain[k], k}), isReady[k] = true;
     std::vector<size_t> order;
     while (!ready.empty()) {
-      size_t best = *ready.begin();
-      int64_t bestGain = 0;
-      bool first = true;
-      for (size_t k : ready) {
-        int64_t gain = 0;
-        for (const Value *v : r.ops[k]->results)
-          gain -= bytes(v);
-        for (const Value *v : std::set<const Value *>(reads[k].begin(), reads[k].end()))
-          if (readersLeft[v] == 1 && v->def && !keep.count(v) &&
-              std::find(r.ops.begin(), r.ops.end(), v->def) != r.ops.end())
-            gain += bytes(v);
-        if (first || gain > bestGain) {
-          best = k, bestGain = gain, first = false;
-        }
-      }
-      ready.erase(best);
+      size_t best = ready.begin()->second;
+      ready.erase(ready.begin());
+      done[best] = true;
       order.push_back(best);
-      for (const Value *v : std::set<const Value *>(reads[best].begin(), reads[best].end()))
-        --readersLeft[v];
+      for (const Value *v : uniqueReads[best]) {
+        if (--readersLeft[v] != 1 || !frees(v))
+          continue;
+        for (size_t k : readersOf[v]) // the one reader left gains v's bytes
+          if (!done[k]) {
+            if (isReady[k])
+              ready.erase({-gain[k], k});
+            gain[k] += bytes(v);
+            if (isReady[k])
+              ready.insert({-gain[k], k});
+          }
+      }
       for (size_t u : users[best])
         if (--waiting[u] == 0)
-          ready.insert(u);
+          ready.insert({-gain[u], u}), isReady[u] = true;
     }
     return order;
   }
 
   std::map<std::string, int64_t> reference_;
+  mutable std::unordered_map<const Value *, int64_t> bytes_;
 };
 
 } // namespace

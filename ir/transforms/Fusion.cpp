@@ -7,6 +7,8 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <unordered_map>
+#include <unordered_set>
 
 namespace dnnc::ir {
 namespace {
@@ -108,16 +110,25 @@ private:
     return injective_ && isInjective(p);
   }
 
+  // The most ops one fused kernel takes: kernels stay small enough for the lowering's
+  // recursion and for LLVM, whatever the model (a 10,000-term sum is 40 kernels).
+  static constexpr size_t kMaxGroup = 256;
+
   void visit(Region &r) {
     for (Op *op : r.ops)
       for (auto &sub : op->regions)
         visit(*sub);
+    std::unordered_set<const Op *> inRegion(r.ops.begin(), r.ops.end());
+    // Groups are found first and the region rewritten once at the end (linear time).
+    std::unordered_map<const Op *, size_t> groupOf;
+    std::vector<std::pair<Op *, std::vector<Op *>>> groups; // root, members (root first)
     // Consumers first, so each group grows from its root back through its producers.
     for (size_t k = r.ops.size(); k-- > 0;) {
       Op *root = r.ops[k];
       if (taken_.count(root) || root->results.size() != 1 || !isRoot(*root))
         continue;
       std::vector<Op *> group{root};
+      std::unordered_set<const Op *> inGroup{root};
       bool hasGemm = false;
       std::vector<const Value *> frontier;
       if (root->kind == OpKind::Matmul) { // a GEMM root takes only a transposed B
@@ -127,21 +138,21 @@ private:
         for (const Value *v : root->operands)
           frontier.push_back(v);
       }
-      while (!frontier.empty()) {
+      while (!frontier.empty() && group.size() < kMaxGroup) {
         const Value *v = frontier.back();
         frontier.pop_back();
         Op *p = v->def;
-        if (!p || taken_.count(p) || p->results.size() != 1 || uses_[v] != 1 ||
-            std::find(r.ops.begin(), r.ops.end(), p) == r.ops.end() || std::find(group.begin(), group.end(), p) != group.end())
+        if (!p || taken_.count(p) || p->results.size() != 1 || uses_[v] != 1 || !inRegion.count(p) || inGroup.count(p))
           continue;
         bool gemm = !hasGemm && mayJoinAsGemm(*root, *p) && v->type.dims == root->results[0]->type.dims;
         if (!gemm && !mayJoin(*root, *p))
           continue;
         group.push_back(p);
+        inGroup.insert(p);
         if (gemm) { // the GEMM reads its operands from memory: they stay buffers (B may be read transposed)
           hasGemm = true;
           if (Op *t = transposedB(*p))
-            group.push_back(t);
+            group.push_back(t), inGroup.insert(t);
           continue;
         }
         for (const Value *operand : p->operands)
@@ -149,20 +160,38 @@ private:
       }
       if (group.size() < 2)
         continue;
-      for (Op *op : group)
+      for (Op *op : group) {
         taken_.insert(op);
-      Op *fused = makeFused(r, group, root);
-      k = static_cast<size_t>(std::find(r.ops.begin(), r.ops.end(), fused) - r.ops.begin());
+        groupOf[op] = groups.size();
+      }
+      groups.emplace_back(root, std::move(group));
     }
+    if (groups.empty())
+      return;
+    // Each group's members in program order, then one pass that puts each fused op at
+    // its root's place and drops the other members.
+    std::vector<std::vector<Op *>> ordered(groups.size());
+    for (Op *op : r.ops)
+      if (auto it = groupOf.find(op); it != groupOf.end())
+        ordered[it->second].push_back(op);
+    std::vector<Op *> fused; // made in the order the groups were found (their values' numbers)
+    for (size_t gi = 0; gi < groups.size(); ++gi)
+      fused.push_back(makeFused(groups[gi].second, ordered[gi], groups[gi].first));
+    std::vector<Op *> ops;
+    ops.reserve(r.ops.size());
+    for (Op *op : r.ops) {
+      auto it = groupOf.find(op);
+      if (it == groupOf.end())
+        ops.push_back(op);
+      else if (groups[it->second].first == op)
+        ops.push_back(fused[it->second]);
+    }
+    r.ops = std::move(ops);
   }
 
-  // Moves `group` (root first) into a new fused op at the root's place.
-  Op *makeFused(Region &r, const std::vector<Op *> &group, Op *root) {
-    std::set<const Op *> members(group.begin(), group.end());
-    std::vector<Op *> ordered; // program order
-    for (Op *op : r.ops)
-      if (members.count(op))
-        ordered.push_back(op);
+  // Makes a fused op of `group` (`ordered`: its ops in program order) for the root's place.
+  Op *makeFused(const std::vector<Op *> &group, const std::vector<Op *> &ordered, Op *root) {
+    std::unordered_set<const Op *> members(group.begin(), group.end());
     Op *fused = g_.newOp(OpKind::Fused, root->loc);
     auto body = std::make_unique<Region>();
     std::map<const Value *, Value *> argOf;
@@ -200,18 +229,14 @@ private:
     if (elementwise)
       fused->attrs["elementwise"] = true;
     fused->regions.push_back(std::move(body));
-    auto at = std::find(r.ops.begin(), r.ops.end(), root);
-    *at = fused;
-    r.ops.erase(std::remove_if(r.ops.begin(), r.ops.end(), [&](const Op *op) { return members.count(op) && op != fused; }),
-                r.ops.end());
     taken_.insert(fused);
     return fused;
   }
 
   Graph &g_;
   bool elementwise_, injective_, reduction_;
-  std::map<const Value *, int> uses_;
-  std::set<const Op *> taken_;
+  std::unordered_map<const Value *, int> uses_;
+  std::unordered_set<const Op *> taken_;
   FusionStats stats_;
 };
 

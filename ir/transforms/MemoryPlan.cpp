@@ -254,6 +254,8 @@ private:
     return true;
   }
 
+  static constexpr size_t kMaxSearch = 32;
+
   // Places the buffers whose `late` flag is `late` in their own arena; returns its size.
   sym::ExprRef place(bool late) {
     std::vector<size_t> byBytes;
@@ -290,14 +292,20 @@ private:
         }
         return true;
       };
+      // The search for a gap and for an in-place slot costs the cube of the buffers
+      // live beside b (each candidate against each neighbour, by proofs): past
+      // kMaxSearch of them (a concat of hundreds of computed operands) b goes above
+      // them all, which keeps planning near-linear.
+      const bool search = conflicting.size() <= kMaxSearch;
       std::vector<MaxList> candidates{MaxList{sym::constant(0)}};
-      for (size_t c : conflicting)
-        candidates.push_back(shifted(offsets[c], plan_.buffers[c].bytes));
+      if (search)
+        for (size_t c : conflicting)
+          candidates.push_back(shifted(offsets[c], plan_.buffers[c].bytes));
       std::stable_sort(candidates.begin(), candidates.end(),
                        [&](const MaxList &x, const MaxList &y) { return atReference(maxExpr(x)) < atReference(maxExpr(y)); });
       MaxList offset;
       for (const MaxList &at : candidates)
-        if (fits(at)) {
+        if ((search || conflicting.empty()) && fits(at)) {
           offset = at;
           break;
         }
@@ -309,7 +317,7 @@ private:
       // buffer provably lies wholly below or above that slot.
       std::optional<size_t> slot;
       for (size_t o : conflicting) {
-        if (slot || !mayShare(b, plan_.buffers[o]))
+        if (slot || !search || !mayShare(b, plan_.buffers[o]))
           continue;
         bool clear = true;
         for (size_t c : conflicting)

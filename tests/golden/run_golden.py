@@ -3,6 +3,7 @@
 lines and, at its end, the exact output it expects.
 
   # RUN: dnnc check %s                  one command; %s is this file, %examples the examples
+  # RUN: env DNNC_NUM_THREADS=0 dnnc ... with an environment variable set
   # STDIN: :type x                       a line fed to the commands' standard input
   # EXIT: 1                              the exit status expected of every RUN (default 0)
   # ---- expected output ----           everything after this line, with '# ' removed
@@ -43,8 +44,8 @@ def run(dnnc, path, runs, stdin, stdlib, examples):
         rel_examples = os.path.relpath(examples, folder)
         shown = cmd.replace("%s", os.path.basename(path)).replace("%examples", rel_examples)
         args = shlex.split(shown)
-        if args[0] == "dnnc":
-            args[0] = os.path.abspath(dnnc)
+        # `dnnc` may follow `env NAME=VALUE`.
+        args = [os.path.abspath(dnnc) if a == "dnnc" else a for a in args]
         env = dict(os.environ, DNNC_STDLIB=stdlib)
         feed = "".join(l.replace("%examples", rel_examples) + "\n" for l in stdin)
         p = subprocess.run(args, cwd=folder, input=feed,

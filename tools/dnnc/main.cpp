@@ -5,6 +5,7 @@
 #include "runtime/Artifact.h"
 #include "runtime/TensorIO.h"
 #include "runtime/ThreadPool.h"
+#include "runtime/Limits.h"
 #include "backend/llvm/NvptxBackend.h"
 #include "backend/lower/Lower.h"
 #include "ir/transforms/Pipeline.h"
@@ -46,12 +47,15 @@ Run 'dnnc <command> --help' for a command's options; 'dnnc --version' for the ve
 struct CommonOptions {
   std::string file;
   std::vector<std::string> includes;
+  std::vector<std::string> limits; // --limit NAME=N
 };
 
 po::options_description commonOptions(CommonOptions &c) {
   po::options_description d("options");
   d.add_options()("help,h", "show this help")("include,I", po::value(&c.includes)->composing(),
-                                                "add a folder to the import search path");
+                                                "add a folder to the import search path")(
+      "limit", po::value(&c.limits)->composing(),
+      "NAME=N: lower one of dnnc's limits (nesting-depth, statements, tensor-rank, call-depth)");
   return d;
 }
 
@@ -76,6 +80,26 @@ int parseOptions(int argc, char **argv, const po::options_description &desc, con
   if (needFile && c.file.empty()) {
     std::cerr << "dnnc: error: no input file\n" << usage << desc;
     return kUsage;
+  }
+  for (const std::string &l : c.limits) {
+    size_t eq = l.find('=');
+    std::optional<Limit> id = findLimit(l.substr(0, eq));
+    std::string err;
+    if (eq == std::string::npos || !id) {
+      err = "--limit takes NAME=N with NAME one of:";
+      for (const LimitInfo &info : allLimits())
+        err += std::string(" ") + info.name;
+    } else {
+      std::string v = l.substr(eq + 1);
+      if (v.empty() || v.size() > 18 || v.find_first_not_of("0123456789") != std::string::npos)
+        err = fmt::format("--limit {}: '{}' is not a count", id ? limitInfo(*id).name : "", v);
+      else
+        err = setLimit(*id, std::stoll(v));
+    }
+    if (!err.empty()) {
+      std::cerr << "dnnc: error: " << err << "\n";
+      return kUsage;
+    }
   }
   return -1;
 }
@@ -218,7 +242,8 @@ int cmdEmit(int argc, char **argv) {
 int cmdRun(int argc, char **argv) {
   CommonOptions c;
   RunOptions o;
-  std::string bind;
+  std::string bind, threads;
+  int64_t maxIterations = 0;
   std::vector<std::string> inputs;
   po::options_description desc = commonOptions(c);
   desc.add_options()("model", po::value(&o.model), "the model to run (default: main, or the first)")(
@@ -228,7 +253,9 @@ int cmdRun(int argc, char **argv) {
       "out", po::value(&o.outDir), "where out0.npy, out1.npy, ... go (default: out)")(
       "device", po::value(&o.device), "auto (the GPU if one works, else the CPU), cpu, cuda, ref (the reference interpreter), or cuda-sim (the GPU kernels on a CPU simulator, for testing)")(
       "seed", po::value(&o.seed), "seed for random weights and inputs (default 0)")(
-      "threads", po::value(&o.threads), "CPU threads (default: DNNC_NUM_THREADS, else one per core)")(
+      "threads", po::value(&threads), "CPU threads, 1 to 1024 (default: DNNC_NUM_THREADS, else one per core)")(
+      "max-iterations", po::value(&maxIterations),
+      "stop with an error when a while loop runs N iterations and its condition still holds (default: no limit)")(
       "repeat", po::value(&o.repeat), "run N more times and report the median time with --stats")(
       "no-memory-plan", "allocate every intermediate on its own (no planned arena)")(
       "no-fuse", "one kernel per op (no fusion)")("stats", "print the dims, kernels, ops run and arena bytes");
@@ -244,9 +271,25 @@ int cmdRun(int argc, char **argv) {
     std::cerr << "dnnc: error: --repeat takes a count from 0 to 1000000\n";
     return kUsage;
   }
-  if (vm.count("threads") && o.threads < 1) {
-    std::cerr << "dnnc: error: --threads takes a positive count\n";
-    return kUsage;
+  if (vm.count("threads")) {
+    unsigned n = 0;
+    if (std::string err = rt::ThreadPool::parseThreads(threads, "--threads", n); !err.empty()) {
+      std::cerr << "dnnc: error: " << err << "\n";
+      return kUsage;
+    }
+    o.threads = static_cast<int>(n);
+  } else if (const char *env = std::getenv("DNNC_NUM_THREADS"); env && *env) {
+    unsigned n = 0;
+    if (std::string err = rt::ThreadPool::parseThreads(env, "DNNC_NUM_THREADS", n); !err.empty()) {
+      std::cerr << "dnnc: error: " << err << "\n";
+      return kUsage;
+    }
+  }
+  if (vm.count("max-iterations")) {
+    if (std::string err = setLimit(Limit::Iterations, maxIterations); !err.empty() || maxIterations < 1) {
+      std::cerr << "dnnc: error: --max-iterations takes a positive count\n";
+      return kUsage;
+    }
   }
   if (std::string err = parseBinding(bind, o.binding); !err.empty()) {
     std::cerr << "dnnc: error: " << err << "\n";

@@ -1,0 +1,122 @@
+// Limits as data (runtime/Limits.def): the table, large inputs that must not crash
+// (deep nesting is a located [limit] diagnostic, long chains are fine), and a thread
+// pool whose threads fail to start.
+#include "frontend/Sema.h"
+#include "runtime/Limits.h"
+#include "runtime/ThreadPool.h"
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <set>
+#include <system_error>
+
+using namespace dnnc;
+
+namespace {
+
+// Checks `text`; returns "" when it is fine, else the first diagnostic's tag and message.
+std::string check(const std::string &text) {
+  Program p;
+  DiagnosticEngine diags(p.sources());
+  if (p.loadText("limits.dnn", text, diags))
+    return "";
+  REQUIRE(diags.hasErrors());
+  const Diagnostic &d = diags.diagnostics()[0];
+  return std::string(diagTag(d.kind)) + ": " + d.message;
+}
+
+std::string repeat(const std::string &s, int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i)
+    out += s;
+  return out;
+}
+
+std::string model(const std::string &body) {
+  return "dim B;\nmodel main(x: f32[B, 4]) -> f32[B, 4] {\n" + body + "\n}\n";
+}
+
+} // namespace
+
+TEST_CASE("every limit has a unique name and a default inside its bounds", "[limits]") {
+  std::set<std::string> names;
+  for (const LimitInfo &l : allLimits()) {
+    CHECK(names.insert(l.name).second);
+    CHECK(l.lowest <= l.highest);
+    CHECK((l.defaultValue == 0 || (l.defaultValue >= l.lowest && l.defaultValue <= l.highest)));
+    CHECK(findLimit(l.name) == l.id);
+  }
+  CHECK_FALSE(findLimit("no-such-limit"));
+  CHECK_FALSE(setLimit(Limit::NestingDepth, 257).empty());
+  CHECK(limit(Limit::NestingDepth) == 256);
+}
+
+TEST_CASE("long left-deep chains build, check and free without recursion", "[limits]") {
+  CHECK(check(model("  return " + repeat("x + ", 10000) + "x;")) == "");
+  CHECK(check(model("  return x" + repeat(" * 1.0", 10000) + ";")) == "");
+  CHECK(check(model("  let c = x" + repeat(" > x", 1) + ";\n  return " + repeat("x - ", 5000) + "x;")) == "");
+}
+
+TEST_CASE("deep nesting is a located limit diagnostic, not a crash", "[limits]") {
+  const std::string tag = "limit: nesting deeper than 256 levels";
+  auto starts = [&](const std::string &got) { return got.rfind(tag, 0) == 0; };
+  CHECK(starts(check(model("  return " + repeat("(", 10000) + "x" + repeat(")", 10000) + ";"))));
+  CHECK(starts(check(model("  return " + repeat("relu(", 10000) + "x" + repeat(")", 10000) + ";"))));
+  CHECK(starts(check(model("  return " + repeat("-", 10000) + "x;"))));
+  CHECK(starts(check(model("  return x" + repeat(" ** 1.0", 10000) + ";"))));
+  CHECK(starts(check(model("  var y = x;\n" + repeat("if true {\n", 10000) + repeat("}\n", 10000) + "  return y;"))));
+  CHECK(starts(check(model("  var y = x;\n  if false { y = y + 1.0; }" + repeat(" else if false { y = y + 1.0; }", 10000) +
+                           "\n  return y;"))));
+  CHECK(starts(check(model("  let y = x" + repeat("[...]", 10000) + ";\n  return x;"))));
+  CHECK(starts(check(model("  let y = [" + repeat("[", 10000) + repeat("]", 10000) + "];\n  return x;"))));
+  // Just inside the limit is fine.
+  CHECK(check(model("  return " + repeat("(", 250) + "x" + repeat(")", 250) + ";")) == "");
+  CHECK(check(model("  var y = x;\n" + repeat("if true {\n", 250) + "y = y + 1.0;\n" + repeat("}\n", 250) + "  return y;")) == "");
+}
+
+TEST_CASE("tensor types of too high a rank are a limit diagnostic", "[limits]") {
+  std::string got = check("model main(x: f32[" + repeat("1, ", 16) + "1]) -> f32[1] {\n  return reshape(x, [1]);\n}\n");
+  CHECK(got == "limit: a tensor type of rank 17: dnnc allows rank up to 16 (limit tensor-rank)");
+}
+
+TEST_CASE("thread counts are read within 1..1024", "[limits][threads]") {
+  unsigned n = 0;
+  CHECK(rt::ThreadPool::parseThreads("8", "--threads", n).empty());
+  CHECK(n == 8);
+  CHECK(rt::ThreadPool::parseThreads("1024", "--threads", n).empty());
+  for (const char *bad : {"0", "1025", "100000", "-1", "", "4x", "99999999999999999999999"})
+    CHECK_FALSE(rt::ThreadPool::parseThreads(bad, "--threads", n).empty());
+}
+
+TEST_CASE("a thread pool whose threads fail to start runs on those that did", "[limits][threads]") {
+  std::atomic<int> started{0};
+  auto spawnTwo = [&](std::function<void()> fn) {
+    if (started.fetch_add(1) >= 2)
+      throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again), "thread");
+    return std::thread(std::move(fn));
+  };
+  rt::ThreadPool pool(8, spawnTwo);
+  CHECK(pool.requested() == 8);
+  CHECK(pool.threads() == 3); // the caller and the two that started
+  std::vector<std::atomic<int>> hits(10000);
+  pool.parallelFor(10000, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i)
+      ++hits[static_cast<size_t>(i)];
+  });
+  for (auto &h : hits)
+    CHECK(h.load() == 1);
+
+  auto spawnNone = [](std::function<void()>) -> std::thread {
+    throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again), "thread");
+  };
+  rt::ThreadPool alone(100000, spawnNone); // asked for more than the limit: clamped, then none start
+  CHECK(alone.requested() == 1024);
+  CHECK(alone.threads() == 1);
+  int64_t sum = 0;
+  alone.parallelFor(100, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i)
+      sum += i;
+  });
+  CHECK(sum == 4950);
+}
