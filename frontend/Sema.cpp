@@ -12,7 +12,6 @@
 #include "ir/graph/OpRegistry.h"
 #include "ir/transforms/RankDimPropagation.h"
 #include "runtime/Limits.h"
-#include "runtime/Size.h"
 
 #include <fmt/format.h>
 
@@ -610,7 +609,7 @@ ir::Op *Program::Sema::emit(OpKind kind, std::vector<ir::Value *> operands, std:
   return op;
 }
 
-// A size known to be negative, or past 64 bits or rt::kMaxTensorBytes for every binding,
+// A size known to be negative, or past 64 bits or the tensor-bytes limit for every binding,
 // is an error where the op is written, not at run time.
 void Program::Sema::checkResultSize(const ir::Op &op, const ir::TensorType &t, SourceRange loc) {
   if (static_cast<int64_t>(t.rank()) > limit(Limit::TensorRank))
@@ -624,9 +623,9 @@ void Program::Sema::checkResultSize(const ir::Op &op, const ir::TensorType &t, S
                                              t.dims[k]->str()));
   try {
     auto bytes = an().simplify(t.bytes())->asConst();
-    if (bytes && *bytes > rt::kMaxTensorBytes)
-      fail(DiagKind::Range, loc, fmt::format("the result of '{}' would be {}: {} bytes, over the limit of {} bytes", spelling,
-                                             t.str(), *bytes, rt::kMaxTensorBytes));
+    if (bytes && *bytes > limit(Limit::TensorBytes))
+      fail(DiagKind::Limit, loc, fmt::format("the result of '{}' would be {}: {} bytes, over the limit of {} bytes (limit tensor-bytes)",
+                                             spelling, t.str(), *bytes, limit(Limit::TensorBytes)));
   } catch (const std::overflow_error &) {
     fail(DiagKind::Range, loc, fmt::format("the result of '{}' would be {}: its size overflows 64 bits", spelling, t.str()));
   }

@@ -1,6 +1,7 @@
 // Checked size arithmetic (see Size.h).
 #include "runtime/Size.h"
 
+#include "runtime/Limits.h"
 #include "runtime/Tensor.h"
 
 #include <fmt/format.h>
@@ -25,6 +26,8 @@ std::optional<int64_t> checkedAdd(int64_t a, int64_t b) {
 }
 
 int64_t memoryLimit() {
+  if (int64_t set = limit(Limit::Memory))
+    return set;
   if (const char *env = std::getenv("DNNC_MAX_MEMORY")) {
     char *end = nullptr;
     long long v = std::strtoll(env, &end, 10);
@@ -33,15 +36,17 @@ int64_t memoryLimit() {
   }
   long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
   if (pages <= 0 || page <= 0)
-    return kMaxTensorBytes;
-  return checkedMul(pages, page).value_or(kMaxTensorBytes);
+    return limitInfo(Limit::Memory).highest;
+  return checkedMul(pages, page).value_or(limitInfo(Limit::Memory).highest);
 }
 
 void requireMemory(int64_t bytes, const std::string &what) {
-  int64_t limit = memoryLimit();
-  if (bytes > limit)
-    throw DataError(fmt::format("out of memory: {} bytes for {}, more than the {} bytes available{}", bytes, what, limit,
-                                std::getenv("DNNC_MAX_MEMORY") ? " (DNNC_MAX_MEMORY)" : ""));
+  int64_t most = memoryLimit();
+  if (bytes > most)
+    throw DataError(fmt::format("out of memory: {} bytes for {}, more than the {} bytes available{}", bytes, what, most,
+                                limit(Limit::Memory)          ? " (limit memory)"
+                                : std::getenv("DNNC_MAX_MEMORY") ? " (DNNC_MAX_MEMORY)"
+                                                                 : ""));
 }
 
 std::string shapeText(DType dtype, const std::vector<int64_t> &shape) {
@@ -68,9 +73,9 @@ int64_t checkedBytes(DType dtype, const std::vector<int64_t> &shape, const std::
   auto bytes = checkedMul(n, static_cast<int64_t>(dtypeBytes(dtype)));
   if (!bytes)
     throw DataError(fmt::format("{} is {}: its byte count overflows 64 bits", what, shapeText(dtype, shape)));
-  if (*bytes > kMaxTensorBytes)
-    throw DataError(fmt::format("{} is {}: it needs {} bytes, over the limit of {} bytes", what, shapeText(dtype, shape),
-                                *bytes, kMaxTensorBytes));
+  if (*bytes > limit(Limit::TensorBytes))
+    throw DataError(fmt::format("{} is {}: it needs {} bytes, over the limit of {} bytes (limit tensor-bytes)", what,
+                                shapeText(dtype, shape), *bytes, limit(Limit::TensorBytes)));
   return *bytes;
 }
 

@@ -1,7 +1,8 @@
 // Checked size arithmetic: the one place where element counts and byte sizes are
 // computed from dims a user controls (bindings, data-dependent sizes, file headers).
-// A negative dim, a product that overflows 64 bits, or a tensor past kMaxTensorBytes is
-// a DataError that names the tensor and the numbers, never a wrapped size.
+// A negative dim, a product that overflows 64 bits, or a tensor past the tensor-bytes limit
+// (runtime/Limits.def) is a DataError that names the tensor and the numbers, never a
+// wrapped size.
 #pragma once
 
 #include "runtime/DType.h"
@@ -13,21 +14,18 @@
 
 namespace dnnc::rt {
 
-// Larger than any machine's memory (2^48 bytes = 256 TiB), and small enough that sums of
-// a few such sizes and offsets cannot overflow int64.
-inline constexpr int64_t kMaxTensorBytes = int64_t{1} << 48;
-
 // a * b and a + b, or nullopt when the result does not fit in int64.
 std::optional<int64_t> checkedMul(int64_t a, int64_t b);
 std::optional<int64_t> checkedAdd(int64_t a, int64_t b);
 
 // The bytes of a `dtype` tensor of `shape`; DataError when a dim is negative, the count
-// overflows or the bytes pass kMaxTensorBytes. `what` names the tensor in the message
+// overflows or the bytes pass the tensor-bytes limit. `what` names the tensor in the message
 // ("the result of 'conv2d' at line 2").
 int64_t checkedBytes(DType dtype, const std::vector<int64_t> &shape, const std::string &what);
 
-// The most bytes one allocation may ask for: $DNNC_MAX_MEMORY (bytes) when set, else the
-// machine's physical memory (asking for more would only end in the kernel's OOM killer).
+// The most bytes one allocation may ask for: the memory limit when set (--limit memory=N),
+// else $DNNC_MAX_MEMORY (bytes), else the machine's physical memory (asking for more would
+// only end in the kernel's OOM killer).
 int64_t memoryLimit();
 // Throws DataError("out of memory: N bytes for <what>, ...") when `bytes` exceeds
 // memoryLimit(); callers also turn std::bad_alloc into the same message.

@@ -50,7 +50,7 @@ public:
   Binding bindInputs(const std::vector<const rt::Tensor *> &inputs, Binding preset) const;
   // Checks, before anything is allocated, the asserts about input dims and the sizes of
   // the ops that always run: a failed assert, a negative dim, a dim past 64 bits or a
-  // tensor past rt::kMaxTensorBytes is a DataError naming the op (run() calls it; other
+  // tensor past the tensor-bytes limit is a DataError naming the op (run() calls it; other
   // sizes are checked as their ops run).
   void checkBinding(const Binding &b);
   const Binding &binding() const { return binding_; }
