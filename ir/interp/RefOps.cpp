@@ -100,7 +100,7 @@ double unaryFn(OpKind k, double x) {
   case OpKind::Tanh: return std::tanh(x);
   case OpKind::Sigmoid: return 1.0 / (1.0 + std::exp(-x));
   case OpKind::Relu: return std::isnan(x) ? x : x > 0 ? x : 0.0; // NaN propagates, as np.maximum(x, 0)
-  case OpKind::Gelu: return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+  case OpKind::Gelu: return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); // 1 + erf(...) would cancel for large -x
   case OpKind::Silu: return x / (1.0 + std::exp(-x));
   case OpKind::Erf: return std::erf(x);
   case OpKind::Sin: return std::sin(x);
