@@ -4,11 +4,13 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <set>
 #include <sstream>
 
 namespace dnnc::tool {
 
 std::string parseBinding(const std::string &text, Binding &out) {
+  std::set<std::string> named; // in this text: `B=2,B=3` is a mistake, not a rebinding
   std::string s = text;
   for (char &c : s)
     if (c == ',')
@@ -27,6 +29,8 @@ std::string parseBinding(const std::string &text, Binding &out) {
       if (__builtin_mul_overflow(v, int64_t{10}, &v) || __builtin_add_overflow(v, int64_t{c - '0'}, &v))
         return fmt::format("the value of '{}' is too large: {} does not fit in 64 bits", name,
                            value.size() > 40 ? value.substr(0, 40) + "..." : value);
+    if (!named.insert(name).second)
+      return fmt::format("'{}' is bound twice in '{}'", name, text);
     out[name] = v;
   }
   return "";
