@@ -69,6 +69,10 @@ class Semantics(unittest.TestCase):
         else:
             np.testing.assert_array_equal(got, want, err_msg=msg)
 
+    def check_each(self, outs, want, msg):
+        for k, w in enumerate(want):
+            self.check(outs[k], w, f"output {k}, {msg}")
+
     # ---- accuracy in the tails ----
     def test_gelu_tail(self):
         # gelu(x) = x/2 * erfc(-x/sqrt 2): the form 1 + erf(x/sqrt 2) cancelled to 0 below
@@ -165,8 +169,7 @@ class Semantics(unittest.TestCase):
                 outs = self.run_ok(m, {"a": a, "b": b}, n=12)
                 want = [a < b, a <= b, a > b, a >= b, a == b, a != b, np.maximum(a, b), np.minimum(a, b), a + b, a * b,
                         np.maximum(a, False), np.abs(a)]
-                for k, w in enumerate(want):
-                    self.check(outs[k], w, f"bool op {k} N={n}")
+                self.check_each(outs, want, f"bool op N={n}")
 
     def test_int_maximum_compare(self):
         with tempfile.TemporaryDirectory() as d:
@@ -181,8 +184,7 @@ class Semantics(unittest.TestCase):
                 aa, bb, cc = a[:n], b[:n], c[:n]
                 with np.errstate(all="ignore"):
                     want = [np.maximum(aa, bb), np.minimum(aa, bb), aa == bb, aa < bb, np.where(aa < bb, aa, bb), np.maximum(cc, -cc)]
-                for k, w in enumerate(want):
-                    self.check(outs[k], w, f"int op {k} N={n}")
+                self.check_each(outs, want, f"int op N={n}")
 
     def test_i32_wraps_inside_fused_kernels(self):
         with tempfile.TemporaryDirectory() as d:
@@ -194,8 +196,7 @@ class Semantics(unittest.TestCase):
                 outs = self.run_ok(m, {"c": c[:n], "a": a[:n]}, n=3)
                 with np.errstate(all="ignore"):
                     want = [(c[:n] + c[:n]) < 0, (c[:n] * c[:n]) // np.int32(3), a[:n].astype(np.int32) < 0]
-                for k, w in enumerate(want):
-                    self.check(outs[k], w, f"i32 wrap {k} N={n}")
+                self.check_each(outs, want, f"i32 wrap N={n}")
 
     def test_nan_topk_unique(self):
         with tempfile.TemporaryDirectory() as d:
@@ -296,8 +297,7 @@ class Semantics(unittest.TestCase):
                 with np.errstate(all="ignore"), warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     want = [y.sum(0), y.prod(0), y.mean(0), j.sum(0).astype(np.int32), np.float32(-np.inf), y.max(1)]
-                for k, w in enumerate(want):
-                    self.check(outs[k], w, f"empty reduction {k} N={n}")
+                self.check_each(outs, want, f"empty reduction N={n}")
             for op, axis in (("max", "axis = 0"), ("min", "axis = 0"), ("argmax", "axis = 0"), ("argmin", "axis = 0"), ("max", "axis = [0, 1]")):
                 res = "i64[3]" if op.startswith("arg") else ("f32[]" if "[0, 1]" in axis else "f32[3]")
                 bad = self.model(d, f"empty_{op}", f"dim N;\nmodel main(x: f32[N, 3], k: i64[]) -> {res} {{\n"
@@ -356,8 +356,7 @@ class Semantics(unittest.TestCase):
                 outs = self.run_ok(m, {"a": a[:n], "b": b[:n], "c": c[:n], "e": e[:n]}, n=5)
                 with np.errstate(all="ignore"):
                     want = [a[:n] // b[:n], a[:n] % b[:n], c[:n] // e[:n], c[:n] % e[:n], c[:n] ** 3]
-                for k, w in enumerate(want):
-                    self.check(outs[k], w, f"integer division {k} N={n}")
+                self.check_each(outs, want, f"integer division N={n}")
 
 
 if __name__ == "__main__":
