@@ -327,16 +327,11 @@ class BadArtifacts(unittest.TestCase):
     def resealed(self, edit):
         """The artifact with its JSON header changed by `edit` and its checksum made valid
         again: damage a checksum cannot catch (another dnnc's output, a hand-made file)."""
-        header_size, payload_size = struct.unpack("<QQ", self.bytes[8:24])
-        header = json.loads(self.bytes[32:32 + header_size])
-        edit(header)
-        text, payload = json.dumps(header).encode(), self.bytes[32 + header_size:]
-
-        def fnv1a(data, h=1469598103934665603):
-            for byte in data:
-                h = ((h ^ byte) * 1099511628211) % (1 << 64)
-            return h
-        return self.bytes[:8] + struct.pack("<QQQ", len(text), payload_size, fnv1a(payload, fnv1a(text))) + text + payload
+        def edit_text(text):
+            header = json.loads(text)
+            edit(header)
+            return json.dumps(header)
+        return self.resealed_text(edit_text)
 
     def test_other_format(self):
         self.fails("%d/m.dnnc", [], "has artifact format 1, this runtime reads format 2 (rebuild it with this dnnc)",
