@@ -66,6 +66,11 @@ class BadInputs(unittest.TestCase):
                               "  return conv2d(x, w);\n}\n", ["--bind", "H=3"],
                               "the result of 'conv2d' at line 3 is f32[1, 1, H - 4, H - 4]: dim 2 is H - 4 = -1, which is negative at H = 3")
 
+    def test_max_iterations(self):
+        self.fails_everywhere("dim B;\nmodel main(x: f32[B]) -> f32[B] {\n  var y = x;\n  while sum(y) > -1.0e30 {\n"
+                              "    y = y + 1.0;\n  }\n  return y;\n}\n", ["--bind", "B=3", "--max-iterations", "10"],
+                              "'while' at line 4 ran 10 iterations and its condition still holds (--max-iterations 10)")
+
     def test_size_overflow(self):
         # 2^21 cubed is 2^63 elements: the byte count once wrapped to 0 and the run wrote
         # through a null buffer.
