@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <vector>
 
 namespace dnnc {
 
@@ -72,24 +73,37 @@ std::string DiagnosticEngine::snippet(const SourceRange &r) const {
     return "";
   // One column per character keeps the caret aligned; bytes that are not well-formed
   // UTF-8 and control characters print as '?', never raw.
-  std::string raw = sm_.line(caret.file, caret.line), text;
+  std::string raw = sm_.line(caret.file, caret.line);
+  std::vector<std::string> chars;
   for (size_t i = 0; i < raw.size();) {
     size_t len = utf8SequenceLength(raw, i);
     unsigned char c = static_cast<unsigned char>(raw[i]);
-    text += c == '\t' ? std::string(" ") : len == 0 || c < 0x20 || c == 0x7f ? std::string("?") : raw.substr(i, len);
+    chars.push_back(c == '\t' ? std::string(" ") : len == 0 || c < 0x20 || c == 0x7f ? std::string("?") : raw.substr(i, len));
     i += len ? len : 1;
   }
   if (caret.col < 1)
     caret.col = 1;
   // Underline the part of the range on the caret's line.
   int from = r.begin.line == caret.line ? std::max(r.begin.col, 1) : 1;
-  int to = (r.end.valid() && r.end.line == caret.line) ? r.end.col : static_cast<int>(text.size()) + 1;
+  int to = (r.end.valid() && r.end.line == caret.line) ? r.end.col : static_cast<int>(chars.size()) + 1;
   if (to <= from)
     to = from + 1;
   std::string marks(static_cast<size_t>(std::max(to - 1, caret.col)), ' ');
   for (int c = from; c < to; ++c)
     marks[c - 1] = '~';
   marks[caret.col - 1] = '^';
+  // A long line (generated code) shows a window around the caret, as clang does.
+  constexpr size_t kWidth = 160;
+  size_t first = 0, columns = std::max(chars.size(), marks.size());
+  if (columns > kWidth && static_cast<size_t>(caret.col) > kWidth / 2)
+    first = std::min(static_cast<size_t>(caret.col) - kWidth / 2, columns - kWidth);
+  size_t last = std::min(first + kWidth, chars.size());
+  std::string text = first ? "..." : "";
+  for (size_t k = first; k < last; ++k)
+    text += chars[k];
+  if (last < chars.size())
+    text += "...";
+  marks = (first ? "   " : "") + (first < marks.size() ? marks.substr(first, kWidth) : std::string());
   while (!marks.empty() && marks.back() == ' ')
     marks.pop_back();
   return fmt::format("{:>5} | {}\n      | {}\n", caret.line, text, marks);
