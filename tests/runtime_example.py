@@ -53,4 +53,13 @@ with tempfile.TemporaryDirectory() as d:
                   and np.allclose(first, want.reshape(-1)[:4], rtol=1e-4, atol=1e-5))
             failures += not ok
             print(f"{'ok' if ok else 'FAIL'} {model} {shapes}: {p.stdout.strip().splitlines()[-1]}")
+    # Bad shapes on its command line are usage errors with a message, not an abort.
+    artifact = os.path.join(d, "mlp.dnn.dnnc")
+    for shape, message in (("x=-2x784", "run_artifact: '-2' is not a dim (a count from 0 to 2^40) in 'x=-2x784'"),
+                           ("x=2xx784", "run_artifact: '' is not a dim (a count from 0 to 2^40) in 'x=2xx784'"),
+                           ("x=99999999999x99999999999", "run_artifact: input 'x' is too large")):
+        p = subprocess.run([args.runner, artifact, shape], capture_output=True, text=True)
+        ok = p.returncode == 2 and p.stderr.strip() == message
+        failures += not ok
+        print(f"{'ok' if ok else 'FAIL'} run_artifact {shape}: exit {p.returncode}, {p.stderr.strip()}")
 sys.exit(1 if failures else 0)
