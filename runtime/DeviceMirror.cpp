@@ -85,8 +85,10 @@ void DeviceMirror::forgetOverlapping(const uint8_t *begin, size_t bytes) {
 uint64_t DeviceMirror::emptyBuffer() {
   // An empty tensor shares its host address with whatever the plan put there (it takes no
   // bytes), so it must neither replace nor reuse that value's mirror.
-  if (!empty_)
-    empty_ = acquire(1, emptyCapacity_);
+  if (!empty_) {
+    size_t capacity = 0;
+    empty_ = acquire(1, capacity);
+  }
   return empty_;
 }
 

@@ -82,7 +82,6 @@ private:
   std::vector<std::pair<size_t, uint64_t>> retired_; // forgotten during the current launch
   size_t uploads_ = 0, downloads_ = 0;
   uint64_t empty_ = 0;
-  size_t emptyCapacity_ = 0;
 };
 
 } // namespace dnnc::rt

@@ -34,10 +34,13 @@ int64_t memoryLimit() {
     if (end != env && *end == '\0' && v > 0)
       return v;
   }
-  long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page <= 0)
-    return limitInfo(Limit::Memory).highest;
-  return checkedMul(pages, page).value_or(limitInfo(Limit::Memory).highest);
+  static const int64_t physical = [] {
+    long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0)
+      return limitInfo(Limit::Memory).highest;
+    return checkedMul(pages, page).value_or(limitInfo(Limit::Memory).highest);
+  }();
+  return physical;
 }
 
 void requireMemory(int64_t bytes, const std::string &what) {
@@ -56,7 +59,19 @@ std::string shapeText(DType dtype, const std::vector<int64_t> &shape) {
   return s + "]";
 }
 
+std::optional<int64_t> bytesWithinLimit(DType dtype, const std::vector<int64_t> &shape) {
+  std::optional<int64_t> n = static_cast<int64_t>(dtypeBytes(dtype));
+  for (int64_t d : shape)
+    if (d < 0 || !(n = checkedMul(*n, d)))
+      return std::nullopt;
+  if (*n > limit(Limit::TensorBytes))
+    return std::nullopt;
+  return n;
+}
+
 int64_t checkedBytes(DType dtype, const std::vector<int64_t> &shape, const std::string &what) {
+  if (auto bytes = bytesWithinLimit(dtype, shape))
+    return *bytes;
   // Every dim is checked before any product, so that a negative dim is named even when a
   // zero elsewhere would make the count 0.
   for (size_t k = 0; k < shape.size(); ++k)

@@ -22,6 +22,9 @@ std::optional<int64_t> checkedAdd(int64_t a, int64_t b);
 // overflows or the bytes pass the tensor-bytes limit. `what` names the tensor in the message
 // ("the result of 'conv2d' at line 2").
 int64_t checkedBytes(DType dtype, const std::vector<int64_t> &shape, const std::string &what);
+// The same bytes without the message: nullopt where checkedBytes would throw (for hot
+// paths, which build the message only when it is needed).
+std::optional<int64_t> bytesWithinLimit(DType dtype, const std::vector<int64_t> &shape);
 
 // The most bytes one allocation may ask for: the memory limit when set (--limit memory=N),
 // else $DNNC_MAX_MEMORY (bytes), else the machine's physical memory (asking for more would

@@ -15,13 +15,14 @@ Tensor Tensor::zeros(DType dtype, std::vector<int64_t> shape) {
   Tensor t;
   t.dtype = dtype;
   t.shape = std::move(shape);
-  int64_t bytes = checkedBytes(dtype, t.shape, "a tensor");
-  std::string what = fmt::format("a {} tensor", t.typeText());
-  requireMemory(bytes, what);
+  // Called for every result: the messages are built only when one is thrown.
+  std::optional<int64_t> bytes = bytesWithinLimit(dtype, t.shape);
+  if (!bytes || *bytes > memoryLimit())
+    requireMemory(checkedBytes(dtype, t.shape, "a tensor"), fmt::format("a {} tensor", t.typeText()));
   try {
-    t.bytes.assign(static_cast<size_t>(bytes), 0);
+    t.bytes.assign(static_cast<size_t>(*bytes), 0);
   } catch (const std::bad_alloc &) {
-    throw DataError(fmt::format("out of memory: {} bytes for {} could not be allocated", bytes, what));
+    throw DataError(fmt::format("out of memory: {} bytes for a {} tensor could not be allocated", *bytes, t.typeText()));
   }
   return t;
 }

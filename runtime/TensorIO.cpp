@@ -217,13 +217,6 @@ private:
   size_t i_ = 0;
 };
 
-std::string shapeText(const std::vector<int64_t> &shape) {
-  std::string s;
-  for (int64_t d : shape)
-    s += (s.empty() ? "" : ", ") + std::to_string(d);
-  return "(" + s + ")";
-}
-
 } // namespace
 
 Tensor readNpy(const std::string &path) { return readNpyBytes(readFile(path), path); }

@@ -11,7 +11,6 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include <limits>
 #include <type_traits>
 #include <vector>
 

@@ -95,6 +95,8 @@ bool checkValueSize(const ir::Op &op, const ir::Value &v, const Binding &b) {
                                   k, d->str(), *value, bindingText(b, sym::freeVars(d))));
     shape.push_back(*value);
   }
+  if (rt::bytesWithinLimit(v.type.dtype, shape))
+    return true; // the message below is built only for the error
   std::vector<std::string> names;
   for (sym::ExprRef d : v.type.dims)
     for (std::string &n : sym::freeVars(d))
@@ -337,9 +339,9 @@ Binding Interpreter::bindInputs(const std::vector<const Tensor *> &inputs, Bindi
 }
 
 void Interpreter::checkBinding(const Binding &b) {
-  if (sizesCheckedValid_ && b == sizesCheckedFor_)
+  if (sizesCheckedFor_ == b)
     return;
-  sizesCheckedValid_ = false;
+  sizesCheckedFor_.reset();
   sizesChecked_.clear();
   // Asserts about input dims come first: they state what the sizes below rely on.
   for (const ir::Op *op : graph_.body.ops)
@@ -357,7 +359,6 @@ void Interpreter::checkBinding(const Binding &b) {
       if (op->kind != ir::OpKind::Param && checkValueSize(*op, *v, b))
         sizesChecked_.insert(v);
   sizesCheckedFor_ = b;
-  sizesCheckedValid_ = true;
 }
 
 std::vector<Tensor> Interpreter::run(const std::vector<Tensor> &inputs, const std::map<std::string, Tensor> &params,

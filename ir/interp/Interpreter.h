@@ -63,8 +63,7 @@ private:
   Binding binding_;
   size_t opsExecuted_ = 0;
   std::unordered_set<const ir::Value *> sizesChecked_; // under sizesCheckedFor_
-  Binding sizesCheckedFor_;
-  bool sizesCheckedValid_ = false;
+  std::optional<Binding> sizesCheckedFor_;
 };
 
 // The shape an input must have under a binding, or an empty optional for each unbound

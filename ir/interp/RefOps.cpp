@@ -740,7 +740,6 @@ Shape valueList(const RefContext &c, const std::string &name) {
 
 } // namespace
 
-std::vector<int64_t> refValueList(const RefContext &c, const std::string &name) { return valueList(c, name); }
 
 std::string emptyReductionMessage(const ir::Op &op, const std::string &operand) {
   const char *name = op.kind == OpKind::Max ? "maximum" : op.kind == OpKind::Min ? "minimum" : ir::opInfo(op.kind).spelling;

@@ -30,8 +30,6 @@ std::vector<rt::Tensor> runRefOp(const RefContext &c);
 // and its line when `op` (or an op of a fused group) is one whose reduced extent is 0 under
 // `binding` while its result is not empty. Every device calls this before running an op.
 void checkEmptyReduction(const ir::Op &op, const std::map<std::string, int64_t> &binding);
-// The list attribute `name` (a shape) of op c.op with the entries its run-time operands give.
-std::vector<int64_t> refValueList(const RefContext &c, const std::string &name);
 std::string emptyReductionMessage(const ir::Op &op, const std::string &operand);
 
 } // namespace dnnc::interp
