@@ -1,7 +1,10 @@
 // Element types, shared by the runtime and the compiler (the runtime needs no compiler).
 #pragma once
 
+#include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <limits>
 
 namespace dnnc {
 
@@ -32,6 +35,20 @@ inline size_t dtypeBytes(DType d) {
   case DType::Bool: return 1;
   }
   return 0;
+}
+
+// A float converted to an integer dtype as every device casts (docs/semantics.md):
+// truncated toward zero, saturated at the type's bounds, NaN to 0 (LLVM's fptosi.sat).
+// 2^31 and 2^63 themselves are out of range, so the bounds are compared, not converted.
+inline int64_t saturatingInt(double v, DType to) {
+  if (std::isnan(v))
+    return 0;
+  bool i32 = to == DType::I32;
+  if (v <= (i32 ? -0x1p31 : -0x1p63))
+    return i32 ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int64_t>::min();
+  if (v >= (i32 ? 0x1p31 : 0x1p63))
+    return i32 ? std::numeric_limits<int32_t>::max() : std::numeric_limits<int64_t>::max();
+  return static_cast<int64_t>(std::trunc(v));
 }
 
 } // namespace dnnc

@@ -93,14 +93,10 @@ void Tensor::set(size_t k, double v) {
   case DType::Bool: data()[k] = v != 0.0; return;
   default: break;
   }
-  // Integers truncate toward zero and saturate; NaN becomes 0 (docs/semantics.md). 2^63
-  // itself is out of int64's range, so the upper bound is compared, not converted.
-  double t = std::isnan(v) ? 0 : std::trunc(v);
   if (dtype == DType::I32)
-    write<int32_t>(data(), k, static_cast<int32_t>(std::fmax(std::fmin(t, 2147483647.0), -2147483648.0)));
+    write<int32_t>(data(), k, static_cast<int32_t>(saturatingInt(v, dtype)));
   else
-    write<int64_t>(data(), k, t >= 0x1p63 ? std::numeric_limits<int64_t>::max()
-                              : t <= -0x1p63 ? std::numeric_limits<int64_t>::min() : static_cast<int64_t>(t));
+    write<int64_t>(data(), k, saturatingInt(v, dtype));
 }
 
 void Tensor::setInt(size_t k, int64_t v) {

@@ -107,7 +107,7 @@ std::string ThreadPool::parseThreads(const std::string &text, const std::string 
 ThreadPool &ThreadPool::global() {
   std::call_once(globalOnce, [] {
     unsigned n = globalThreads;
-    // A bad DNNC_NUM_THREADS is rejected by the tools before this runs (checkThreadsEnv);
+    // A bad DNNC_NUM_THREADS is rejected by the tools before this runs (cmdRun in tools/dnnc/main.cpp);
     // a library user's is ignored here rather than trusted.
     if (n == 0)
       if (const char *env = std::getenv("DNNC_NUM_THREADS"); env && *env)

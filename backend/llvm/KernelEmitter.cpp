@@ -362,15 +362,8 @@ private:
         return roundTo(llvm::ConstantFP::get(b_.getFloatTy(), v.number), v.dtype);
       if (v.dtype == DType::Bool)
         return b_.getInt1(v.number != 0);
-      { // saturated as a cast (the largest i64, a min reduction's start, is 2^63 as a double)
-        bool i32 = v.dtype == DType::I32;
-        double lo = i32 ? -0x1p31 : -0x1p63, hi = i32 ? 0x1p31 : 0x1p63;
-        int64_t n = std::isnan(v.number) ? 0
-                    : v.number >= hi     ? (i32 ? std::numeric_limits<int32_t>::max() : std::numeric_limits<int64_t>::max())
-                    : v.number <= lo     ? (i32 ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int64_t>::min())
-                                         : static_cast<int64_t>(v.number);
-        return b_.getInt64(n);
-      }
+      // saturated as a cast (the largest i64, a min reduction's start, is 2^63 as a double)
+      return b_.getInt64(saturatingInt(v.number, v.dtype));
     case kir::Value::Kind::Load: return loadValue(v);
     case kir::Value::Kind::Index: return index(v.index);
     case kir::Value::Kind::Local: return b_.CreateLoad(computeType(v.dtype), locals_.at(v.local));

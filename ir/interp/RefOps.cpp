@@ -187,19 +187,6 @@ std::optional<int64_t> integerFn(OpKind k, int64_t a, int64_t b) {
   }
 }
 
-// Float to integer conversion: truncation toward zero, saturating at the integer type's
-// bounds, NaN to 0 (LLVM's fptosi.sat, which the kernels use).
-int64_t saturatingInt(double v, DType to) {
-  if (std::isnan(v))
-    return 0;
-  double lo = to == DType::I32 ? -0x1p31 : -0x1p63, hi = to == DType::I32 ? 0x1p31 : 0x1p63;
-  if (v <= lo)
-    return to == DType::I32 ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int64_t>::min();
-  if (v >= hi)
-    return to == DType::I32 ? std::numeric_limits<int32_t>::max() : std::numeric_limits<int64_t>::max();
-  return static_cast<int64_t>(std::trunc(v));
-}
-
 // Stores a value computed in double into r[k]: floats round to r's dtype (Tensor::set),
 // integers saturate as a cast does.
 void storeDouble(Tensor &r, size_t k, double v) {
