@@ -71,6 +71,7 @@ int main(int argc, char **argv) {
     size_t eq = arg.find('=');
     if (eq == std::string::npos) {
       std::fprintf(stderr, "run_artifact: expected NAME=D0xD1..., not '%s'\n", argv[a]);
+      dnnc_unload(model);
       return 2;
     }
     std::vector<int64_t> &shape = shapes[arg.substr(0, eq)];
@@ -82,6 +83,7 @@ int main(int argc, char **argv) {
       long long d = std::strtoll(dim.c_str(), &end, 10);
       if (dim.empty() || *end || errno || d < 0 || d > (int64_t{1} << 40)) {
         std::fprintf(stderr, "run_artifact: '%s' is not a dim (a count from 0 to 2^40) in '%s'\n", dim.c_str(), argv[a]);
+        dnnc_unload(model);
         return 2;
       }
       shape.push_back(d);
@@ -96,6 +98,7 @@ int main(int argc, char **argv) {
     auto it = shapes.find(name);
     if (it == shapes.end() || static_cast<int32_t>(it->second.size()) != dnnc_input_rank(model, k)) {
       std::fprintf(stderr, "run_artifact: give input '%s' a shape of rank %d, e.g. %s=2x3\n", name, dnnc_input_rank(model, k), name);
+      dnnc_unload(model);
       return 2;
     }
     dnnc_tensor &t = inputs[k];
@@ -106,6 +109,7 @@ int main(int argc, char **argv) {
       if (__builtin_mul_overflow(count, static_cast<size_t>(t.shape[d] = it->second[static_cast<size_t>(d)]), &count) ||
           count > (size_t{1} << 40) / elementBytes(t.dtype)) {
         std::fprintf(stderr, "run_artifact: input '%s' is too large\n", name);
+        dnnc_unload(model);
         return 2;
       }
     storage[k].resize(count * elementBytes(t.dtype));
