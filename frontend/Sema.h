@@ -13,6 +13,10 @@
 
 namespace dnnc {
 
+namespace sema {
+class Sema;
+}
+
 // A named value of a model, as `dnnc shapes` and the REPL list it.
 struct NamedValue {
   std::string name;
@@ -66,11 +70,11 @@ public:
   std::optional<ExprType> typeExpression(ModelInfo &model, const std::string &text, DiagnosticEngine &diags);
 
 private:
-  class Sema;
+  friend class sema::Sema; // reads the sources and the include paths
   SourceManager sources_;
   std::vector<std::string> includePaths_;
   std::vector<ModelInfo> models_;
-  std::unique_ptr<Sema> sema_;
+  std::unique_ptr<sema::Sema> sema_;
 };
 
 // Where `import nn;` finds the standard library (DNNC_STDLIB overrides).

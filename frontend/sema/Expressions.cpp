@@ -1,0 +1,221 @@
+// Sema: expressions, and the compile-time evaluation of dim arithmetic and numbers.
+#include "frontend/sema/SemaInternal.h"
+#include "frontend/Stack.h"
+
+#include <cmath>
+
+namespace dnnc::sema {
+
+std::optional<Rel> relOf(const std::string &op) {
+  static const std::map<std::string, Rel> rels = {{"==", Rel::EQ}, {"!=", Rel::NE}, {"<", Rel::LT},
+                                                  {"<=", Rel::LE}, {">", Rel::GT},  {">=", Rel::GE}};
+  auto it = rels.find(op);
+  return it == rels.end() ? std::nullopt : std::optional<Rel>(it->second);
+}
+
+Rel negate(Rel r) {
+  switch (r) {
+  case Rel::EQ: return Rel::NE;
+  case Rel::NE: return Rel::EQ;
+  case Rel::LT: return Rel::GE;
+  case Rel::LE: return Rel::GT;
+  case Rel::GT: return Rel::LE;
+  case Rel::GE: return Rel::LT;
+  }
+  return r;
+}
+
+ExprRef Sema::evalDim(const ast::Expr &e, ScopePtr scope, const char *what) {
+  SVal v = eval(e, scope);
+  if (v.kind != SVal::Kind::Int)
+    fail(DiagKind::InvalidDim, e.range, fmt::format("{} must be an integer dim expression, not {}", what, describe(v)));
+  return an().simplify(v.dim);
+}
+
+SVal Sema::eval(const ast::Expr &e, ScopePtr scope) {
+  checkStack(e.range);
+  SVal out;
+  switch (e.kind) {
+  case ast::Expr::Kind::Int: out = SVal::ofInt(sym::constant(e.intValue)); break;
+  case ast::Expr::Kind::Float:
+    out.kind = SVal::Kind::Float;
+    out.f = e.floatValue;
+    break;
+  case ast::Expr::Kind::Bool:
+    out.kind = SVal::Kind::Bool;
+    out.b = e.intValue != 0;
+    break;
+  case ast::Expr::Kind::String:
+    out.kind = SVal::Kind::String;
+    out.s = e.text;
+    break;
+  case ast::Expr::Kind::DType:
+    out.kind = SVal::Kind::DType;
+    out.dtype = *ir::parseDType(e.text);
+    break;
+  case ast::Expr::Kind::Name: out = lookup(e.text, scope, e.range); break;
+  case ast::Expr::Kind::Tuple:
+  case ast::Expr::Kind::List: {
+    std::vector<SVal> items;
+    for (const auto &i : e.items)
+      items.push_back(eval(*i, scope));
+    out = makeList(std::move(items), e.kind == ast::Expr::Kind::Tuple ? SVal::Kind::Tuple : SVal::Kind::List);
+    break;
+  }
+  case ast::Expr::Kind::Unary: out = unary(e, scope); break;
+  case ast::Expr::Kind::Binary: out = binary(e, scope); break;
+  case ast::Expr::Kind::Call: out = call(e, scope); break;
+  case ast::Expr::Kind::Index: out = index(e, scope); break;
+  case ast::Expr::Kind::Member: {
+    SVal base = eval(*e.items[0], scope);
+    if (base.kind != SVal::Kind::Module)
+      fail(DiagKind::Type, e.range, fmt::format("{} has no member '{}'", describe(base), e.text));
+    auto g = lookupGlobal(*base.module, e.text, e.range);
+    if (!g)
+      fail(DiagKind::UnknownName, e.range, fmt::format("module '{}' has no member '{}'", base.module->name, e.text));
+    out = *g;
+    break;
+  }
+  }
+  out.loc = e.range;
+  return out;
+}
+
+SVal Sema::unary(const ast::Expr &e, ScopePtr scope) {
+  SVal v = eval(*e.items[0], scope);
+  if (e.text == "+" && (v.kind == SVal::Kind::Int || v.kind == SVal::Kind::Float || v.kind == SVal::Kind::Tensor))
+    return v;
+  if (e.text == "-") {
+    if (v.kind == SVal::Kind::Int)
+      return SVal::ofInt(sym::neg(v.dim));
+    if (v.kind == SVal::Kind::Float) {
+      v.f = -v.f;
+      return v;
+    }
+    if (v.kind == SVal::Kind::Tensor)
+      return SVal::ofTensor(emit(OpKind::Neg, {v.tensor}, {}, 1, e.range)->results[0]);
+  }
+  if (e.text == "not") {
+    if (v.kind == SVal::Kind::Bool) {
+      v.b = !v.b;
+      return v;
+    }
+    if (v.kind == SVal::Kind::Tensor)
+      return SVal::ofTensor(emit(OpKind::Not, {v.tensor}, {}, 1, e.range)->results[0]);
+  }
+  fail(DiagKind::Type, e.range, fmt::format("cannot apply '{}' to {}", e.text, describe(v)));
+}
+
+SVal Sema::compileTimeBinary(const std::string &op, const SVal &a, const SVal &b, const ast::Expr &e) {
+  using K = SVal::Kind;
+  if (op == "and" || op == "or") {
+    if (a.kind != K::Bool || b.kind != K::Bool)
+      fail(DiagKind::Type, e.range, fmt::format("'{}' needs bool operands, not {} and {}", op, describe(a), describe(b)));
+    SVal r = a;
+    r.b = op == "and" ? (a.b && b.b) : (a.b || b.b);
+    return r;
+  }
+  if (a.kind == K::Int && b.kind == K::Int) {
+    if (auto rel = relOf(op)) {
+      if (an().canProve(a.dim, *rel, b.dim) || an().canProve(a.dim, negate(*rel), b.dim)) {
+        SVal r;
+        r.kind = K::Bool;
+        r.b = an().canProve(a.dim, *rel, b.dim);
+        return r;
+      }
+      return {}; // undecided: compared at run time
+    }
+    if ((op == "/" || op == "%") && b.dim->asConst() && *b.dim->asConst() <= 0)
+      fail(DiagKind::Range, e.range, fmt::format("'{}' by {} in a dim expression (dims divide by positive numbers)", op, b.dim->str()));
+    if (op == "+") return SVal::ofInt(sym::add(a.dim, b.dim));
+    if (op == "-") return SVal::ofInt(sym::sub(a.dim, b.dim));
+    if (op == "*") return SVal::ofInt(sym::mul(a.dim, b.dim));
+    if (op == "/") return SVal::ofInt(sym::floorDiv(a.dim, b.dim));
+    if (op == "%") return SVal::ofInt(sym::mod(a.dim, b.dim));
+    if (op == "**") {
+      auto n = b.dim->asConst();
+      if (!n || *n < 0 || *n > 64)
+        fail(DiagKind::InvalidDim, e.range, "a dim power needs a constant exponent between 0 and 64");
+      ExprRef r = sym::constant(1);
+      for (int64_t i = 0; i < *n; ++i)
+        r = sym::mul(r, a.dim);
+      return SVal::ofInt(r);
+    }
+  }
+  auto num = [](const SVal &v) -> std::optional<double> {
+    if (v.kind == K::Float)
+      return v.f;
+    if (v.kind == K::Int && v.dim->isConst())
+      return static_cast<double>(*v.dim->asConst());
+    return std::nullopt;
+  };
+  auto x = num(a), y = num(b);
+  if (x && y && (a.kind == K::Float || b.kind == K::Float)) {
+    SVal r;
+    if (auto rel = relOf(op)) {
+      r.kind = K::Bool;
+      switch (*rel) {
+      case Rel::EQ: r.b = *x == *y; break;
+      case Rel::NE: r.b = *x != *y; break;
+      case Rel::LT: r.b = *x < *y; break;
+      case Rel::LE: r.b = *x <= *y; break;
+      case Rel::GT: r.b = *x > *y; break;
+      case Rel::GE: r.b = *x >= *y; break;
+      }
+      return r;
+    }
+    r.kind = K::Float;
+    if (op == "+") r.f = *x + *y;
+    else if (op == "-") r.f = *x - *y;
+    else if (op == "*") r.f = *x * *y;
+    else if (op == "/") r.f = *x / *y;
+    else if (op == "%") r.f = std::fmod(*x, *y);
+    else if (op == "**") r.f = std::pow(*x, *y);
+    else return {};
+    return r;
+  }
+  return {};
+}
+
+SVal Sema::binary(const ast::Expr &e, ScopePtr scope) {
+  // A left-deep chain (a + b + c + ..., ten thousand terms if need be) is evaluated along
+  // its left spine without recursion.
+  std::vector<const ast::Expr *> spine{&e};
+  while (spine.back()->items[0]->kind == ast::Expr::Kind::Binary)
+    spine.push_back(spine.back()->items[0].get());
+  SVal acc = eval(*spine.back()->items[0], scope);
+  for (auto it = spine.rbegin(); it != spine.rend(); ++it) {
+    SVal b = eval(*(*it)->items[1], scope);
+    acc = binaryOp(**it, acc, b);
+    acc.loc = (*it)->range;
+  }
+  return acc;
+}
+
+SVal Sema::binaryOp(const ast::Expr &e, const SVal &a, const SVal &b) {
+  const std::string &op = e.text;
+  if (a.kind != SVal::Kind::Tensor && b.kind != SVal::Kind::Tensor) {
+    if (!a.isNumber() || !b.isNumber())
+      fail(DiagKind::Type, e.range, fmt::format("cannot apply '{}' to {} and {}", op, describe(a), describe(b)));
+    SVal folded = compileTimeBinary(op, a, b, e);
+    if (folded.kind != SVal::Kind::None)
+      return folded;
+  }
+  static const std::map<std::string, OpKind> kinds = {
+      {"+", OpKind::Add}, {"-", OpKind::Sub}, {"*", OpKind::Mul},   {"/", OpKind::Div},  {"%", OpKind::Mod},
+      {"**", OpKind::Pow}, {"@", OpKind::Matmul}, {"==", OpKind::Eq}, {"!=", OpKind::Ne}, {"<", OpKind::Lt},
+      {"<=", OpKind::Le}, {">", OpKind::Gt},  {">=", OpKind::Ge},   {"and", OpKind::And}, {"or", OpKind::Or}};
+  for (const SVal *v : {&a, &b})
+    if (v->kind != SVal::Kind::Tensor && !v->isNumber())
+      fail(DiagKind::Type, v->loc, fmt::format("cannot apply '{}' to {}", op, describe(*v)));
+  // Scalar literals adopt the tensor operand's dtype.
+  std::optional<DType> adopt;
+  if (a.kind == SVal::Kind::Tensor)
+    adopt = a.tensor->type.dtype;
+  else if (b.kind == SVal::Kind::Tensor)
+    adopt = b.tensor->type.dtype;
+  ir::Value *x = materialize(a, adopt, a.loc), *y = materialize(b, adopt, b.loc);
+  return SVal::ofTensor(emit(kinds.at(op), {x, y}, {}, 1, e.range)->results[0]);
+}
+
+} // namespace dnnc::sema

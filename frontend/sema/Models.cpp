@@ -1,0 +1,186 @@
+// Sema: one graph per model, REPL typing in a model's scope, and Program's entry points.
+#include "frontend/sema/SemaInternal.h"
+#include "frontend/Parser.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace dnnc::sema {
+
+namespace fs = std::filesystem;
+
+void Sema::buildModel(ModuleCtx &m, const ast::Decl &d, ModelInfo &info) {
+  info.name = d.name;
+  info.loc = d.nameRange;
+  info.graph = std::make_unique<ir::Graph>();
+  info.graph->name = d.name;
+  info.analyzer = globalAn_;
+  info.dims = globalDims_;
+  ModelState state{info.graph.get(), &info, &info.graph->body, 0, 0, {}, {}};
+  st_ = &state;
+  struct Reset {
+    ModelState *&st;
+    ~Reset() { st = nullptr; }
+  } reset{st_};
+  ScopePtr scope = moduleScope(m);
+  for (const ast::Param &p : d.params) {
+    if (p.defaultValue)
+      fail(DiagKind::Type, p.defaultValue->range, "model inputs cannot have default values");
+    TensorType t = declaredType(*p.type, scope, true, d.name);
+    ir::Value *v = info.graph->newValue(t, p.name, p.range);
+    v->owner = &info.graph->body;
+    info.graph->body.args.push_back(v);
+    bind(scope, p.name, SVal::ofTensor(v), false, p.range);
+    record(p.name, "input", SVal::ofTensor(v), p.range);
+  }
+  SVal result;
+  if (!execBlock(d.body, scope, &result))
+    fail(DiagKind::ControlFlow, d.nameRange, fmt::format("model '{}' ends without returning a value", d.name));
+  checkAgainst(result, *d.type, scope, fmt::format("the result of model '{}'", d.name), DiagKind::Annotation, d.type->range, true);
+  std::vector<SVal> outs = (result.kind == SVal::Kind::Tuple || result.kind == SVal::Kind::List) ? result.items
+                                                                                                  : std::vector<SVal>{result};
+  for (size_t i = 0; i < outs.size(); ++i) {
+    ir::Value *v = materialize(outs[i], std::nullopt, d.type->range);
+    info.graph->body.yields.push_back(v);
+    record(fmt::format("out{}", i), "output", SVal::ofTensor(v), d.type->range);
+  }
+  // Params the model uses come first, in declaration order.
+  std::vector<NamedValue> params;
+  for (const ir::Op *op : info.graph->body.ops)
+    if (op->kind == OpKind::Param)
+      params.push_back({op->results[0]->name, "param", op->loc, op->results[0]->type, ir::ShapeClass::ISDO, "param"});
+  std::stable_sort(params.begin(), params.end(), [](const NamedValue &a, const NamedValue &b) {
+    return std::tie(a.loc.begin.file, a.loc.begin.line, a.loc.begin.col) < std::tie(b.loc.begin.file, b.loc.begin.line, b.loc.begin.col);
+  });
+  info.values.insert(info.values.begin(), params.begin(), params.end());
+  info.scope = scope;
+  info.graph->mainFile = m.ast->file;
+  for (const DimInfo &dim : info.dims) {
+    sym::Interval r = info.analyzer.range(dim.name);
+    info.graph->dimRanges[dim.name] = {r.lo, r.hi};
+  }
+  for (auto &[key, mod] : modules_)
+    if (mod->ast)
+      info.graph->fileNames[mod->ast->file] = fs::path(mod->path).filename().string();
+  ir::verify(*info.graph);
+  ir::checkPropagation(*info.graph, info.analyzer);
+}
+
+void Sema::checkModels(ModuleCtx &m, std::vector<ModelInfo> &out) {
+  for (const auto &d : m.ast->decls)
+    if (d->kind == ast::Decl::Kind::Model) {
+      ModelInfo info;
+      buildModel(m, *d, info);
+      out.push_back(std::move(info));
+    }
+}
+
+ExprType Sema::typeExpression(ModelInfo &info, const ast::Expr &e) {
+  // Build into a scratch region that no model holds: nothing of it survives.
+  ir::Region scratch;
+  ModelState state{info.graph.get(), &info, &scratch, 0, 0, {}, {}};
+  state.depth = 1;
+  size_t dimsMark = info.dims.size();
+  sym::Analyzer saved = info.analyzer;
+  st_ = &state;
+  struct Reset {
+    ModelState *&st;
+    ModelInfo &info;
+    size_t mark;
+    sym::Analyzer &saved;
+    ~Reset() {
+      st = nullptr;
+      info.dims.resize(mark);
+      info.analyzer = saved;
+    }
+  } reset{st_, info, dimsMark, saved};
+  auto scope = std::static_pointer_cast<Scope>(info.scope);
+  SVal v = eval(e, scope);
+  ExprType t;
+  switch (v.kind) {
+  case SVal::Kind::Tensor:
+    t.kind = "tensor";
+    t.tensor = v.tensor->type;
+    if (v.tensor->def) {
+      t.shapeClass = v.tensor->def->shapeClass;
+      t.op = ir::opInfo(v.tensor->def->kind).spelling;
+    } else {
+      t.op = "input";
+    }
+    break;
+  case SVal::Kind::Int:
+    t.kind = "int";
+    t.dim = an().simplify(v.dim);
+    break;
+  default:
+    t.kind = "value";
+    t.text = describe(v);
+  }
+  return t;
+}
+
+} // namespace dnnc::sema
+
+namespace dnnc {
+
+namespace fs = std::filesystem;
+
+Program::Program() = default;
+Program::~Program() = default;
+
+bool Program::loadText(const std::string &path, std::string text, DiagnosticEngine &diags) {
+  sema_ = std::make_unique<sema::Sema>(*this, diags);
+  models_.clear();
+  try {
+    sema::ModuleCtx *m = sema_->loadFile(path, &text, {});
+    if (!m)
+      return false;
+    sema_->checkModels(*m, models_);
+  } catch (const CompileError &e) {
+    diags.report(e.diag);
+    return false;
+  } catch (const std::overflow_error &e) {
+    diags.report({DiagKind::Range, {}, std::string("a dim expression is too large: ") + e.what(), {}});
+    return false;
+  }
+  return !diags.hasErrors();
+}
+
+bool Program::load(const std::string &path, DiagnosticEngine &diags) {
+  std::ifstream in(path, std::ios::binary);
+  std::error_code ec;
+  if (!in || fs::is_directory(path, ec)) {
+    diags.report({DiagKind::Import, {}, fmt::format("cannot read '{}'", path), {}});
+    return false;
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return loadText(path, ss.str(), diags);
+}
+
+ModelInfo *Program::model(const std::string &name) {
+  for (ModelInfo &m : models_)
+    if (m.name == name)
+      return &m;
+  return nullptr;
+}
+
+std::optional<ExprType> Program::typeExpression(ModelInfo &model, const std::string &text, DiagnosticEngine &diags) {
+  int file = sources_.add("<repl>", text);
+  auto e = parseExpression(sources_, file, diags);
+  if (!e)
+    return std::nullopt;
+  sema_->setDiagnostics(diags);
+  try {
+    return sema_->typeExpression(model, *e);
+  } catch (const CompileError &err) {
+    diags.report(err.diag);
+    return std::nullopt;
+  } catch (const std::overflow_error &err) {
+    diags.report({DiagKind::Range, {}, std::string("a dim expression is too large: ") + err.what(), {}});
+    return std::nullopt;
+  }
+}
+
+} // namespace dnnc
