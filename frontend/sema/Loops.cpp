@@ -37,10 +37,10 @@ void Sema::execLoop(const ast::Stmt &s, ScopePtr scope) {
     carriedText += (carriedText.empty() ? "" : ",") + n;
   op->attrs["carried"] = carriedText;
 
-  // Runs the body with the carried vars typed `types`; returns their types after it.
-  std::vector<TensorType> types;
+  // Builds the body (or a while's condition) with the carried vars typed `types`.
+  std::vector<TensorType> entryTypes, types;
   for (const SVal &v : entry)
-    types.push_back(v.tensor->type);
+    entryTypes.push_back(v.tensor->type);
   ir::Region *outer = st_->cur;
   std::unique_ptr<ir::Region> body, cond;
   auto runRegion = [&](const ast::Block *block, const ast::Expr *condExpr) {
@@ -86,65 +86,29 @@ void Sema::execLoop(const ast::Stmt &s, ScopePtr scope) {
     return region;
   };
 
-  // Fixpoint: run the body; axes whose dims change become generic loop dims; run again.
-  // Axes that enter equal and grow by the same constant share one generic dim (a KV
-  // cache and the token list of a decoder), which the final pass confirms.
+  // RDP owns the fixpoint policy; sema builds the body with the types it asks for.
   std::string origin = fmt::format("fresh: loop-variant in the loop at line {}", s.range.begin.line);
-  std::vector<TensorType> entryTypes = types;
-  for (bool share : {true, false}) {
-    std::set<std::pair<size_t, size_t>> generic;
-    std::map<std::string, ExprRef> groups; // "entry dim|growth" -> generic dim
-    std::map<std::string, std::vector<std::pair<size_t, size_t>>> members;
-    types = entryTypes;
-    size_t dimsMark = st_->info->dims.size();
-    for (int pass = 0;; ++pass) {
-      size_t namedMark = st_->info->values.size();
-      body = runRegion(&s.body, nullptr);
-      bool stable = true;
-      for (size_t k = 0; k < carried.size(); ++k) {
-        const TensorType &after = body->yields[k]->type;
-        if (after.dtype != types[k].dtype || after.rank() != types[k].rank())
-          fail(DiagKind::Assign, s.range,
-               fmt::format("'{}' enters the loop as {} and leaves an iteration as {}; a var keeps its dtype and rank",
-                           carried[k], types[k].str(), after.str()));
-        for (size_t axis : ir::loopVariantAxes(types[k], after, an())) {
-          if (generic.count({k, axis}))
-            continue; // already generic: its growth is read off below
-          stable = false;
-          if (pass >= 3)
-            continue;
-          generic.insert({k, axis});
-          ExprRef growth = an().simplify(sym::sub(after.dims[axis], types[k].dims[axis]));
-          std::string key = share && growth->isConst() ? types[k].dims[axis]->str() + "|" + growth->str()
-                                                       : fmt::format("{}|{}", k, axis);
-          auto [it, isNew] = groups.try_emplace(key, nullptr);
-          if (isNew) {
-            it->second = freshDim("L", s.range, origin);
-            // The entry size bounds it from below only while the loop cannot shrink it: a
-            // loop that drops an element per iteration may reach 0.
-            sym::Interval entryRange = an().bounds(types[k].dims[axis]);
-            bool grows = an().canProve(growth, Rel::GE, sym::constant(0));
-            an().declare(it->second->asVar()->name, grows ? std::max<int64_t>(0, entryRange.lo) : 0);
-          }
-          members[key].push_back({k, axis});
-          types[k].dims[axis] = it->second;
+  ir::PropagationContext loopCtx{an(), [&](const std::string &hint) { return freshDim(hint, s.range, origin); }};
+  size_t namedMark = 0, dimsMark = 0;
+  ir::LoopBody loopBody{
+      [&](const std::vector<TensorType> &carriedTypes) {
+        namedMark = st_->info->values.size();
+        types = carriedTypes;
+        body = runRegion(&s.body, nullptr);
+        std::vector<TensorType> after;
+        for (size_t k = 0; k < carried.size(); ++k) {
+          after.push_back(body->yields[k]->type);
+          if (after[k].dtype != types[k].dtype || after[k].rank() != types[k].rank())
+            fail(DiagKind::Assign, s.range,
+                 fmt::format("'{}' enters the loop as {} and leaves an iteration as {}; a var keeps its dtype and rank",
+                             carried[k], types[k].str(), after[k].str()));
         }
-      }
-      if (stable || pass >= 3)
-        break;
-      st_->info->values.resize(namedMark); // the names recorded by the discarded pass
-    }
-    bool confirmed = true;
-    for (auto &[key, axes] : members) {
-      std::set<std::string> growths;
-      for (auto [k, axis] : axes)
-        growths.insert(an().simplify(sym::sub(body->yields[k]->type.dims[axis], types[k].dims[axis]))->str());
-      confirmed = confirmed && growths.size() == 1;
-    }
-    if (confirmed || !share)
-      break;
-    st_->info->dims.resize(dimsMark); // retry with one generic dim per axis
-  }
+        return after;
+      },
+      [&] { st_->info->values.resize(namedMark); }, // the names recorded by the discarded build
+      [&] { dimsMark = st_->info->dims.size(); },
+      [&] { st_->info->dims.resize(dimsMark); }};
+  types = ir::loopFixpoint(entryTypes, loopBody, loopCtx).generic; // the last build's types
   if (!isFor)
     cond = runRegion(nullptr, s.value.get());
   bool fresh = false;

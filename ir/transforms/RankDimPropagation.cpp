@@ -4,6 +4,9 @@
 
 #include <fmt/format.h>
 
+#include <map>
+#include <set>
+
 namespace dnnc::ir {
 
 void inferOp(Op &op, PropagationContext &ctx) {
@@ -37,6 +40,70 @@ std::vector<size_t> loopVariantAxes(const TensorType &entry, const TensorType &a
     if (!(entry.dims[i] == afterOne.dims[i] || an.canProve(entry.dims[i], sym::Rel::EQ, afterOne.dims[i])))
       axes.push_back(i);
   return axes;
+}
+
+namespace {
+// Passes that may widen an axis to a generic dim; the build after the last of them is
+// final whether or not it is stable.
+constexpr int kWideningPasses = 3;
+
+using Axis = std::pair<size_t, size_t>; // (carried value, axis)
+} // namespace
+
+LoopFixpoint loopFixpoint(const std::vector<TensorType> &entry, const LoopBody &body, PropagationContext &ctx) {
+  sym::Analyzer &an = ctx.analyzer;
+  LoopFixpoint out;
+  for (bool share : {true, false}) {
+    std::set<Axis> generic;
+    std::map<std::string, sym::ExprRef> groups; // "entry dim|growth" -> generic dim
+    std::map<std::string, std::vector<Axis>> members;
+    out.generic = entry;
+    body.beginAttempt();
+    for (int pass = 0;; ++pass) {
+      out.afterOne = body.build(out.generic);
+      bool stable = true;
+      for (size_t k = 0; k < entry.size(); ++k) {
+        TensorType &type = out.generic[k];
+        const TensorType &after = out.afterOne[k];
+        for (size_t axis : loopVariantAxes(type, after, an)) {
+          if (generic.count({k, axis}))
+            continue; // already generic: its growth is read off below
+          stable = false;
+          if (pass >= kWideningPasses)
+            continue;
+          generic.insert({k, axis});
+          sym::ExprRef growth = an.simplify(sym::sub(after.dims[axis], type.dims[axis]));
+          std::string key = share && growth->isConst() ? type.dims[axis]->str() + "|" + growth->str()
+                                                       : fmt::format("{}|{}", k, axis);
+          auto [it, isNew] = groups.try_emplace(key, nullptr);
+          if (isNew) {
+            it->second = ctx.freshDim("L");
+            // The entry size bounds it from below only while the loop cannot shrink it: a
+            // loop that drops an element per iteration may reach 0.
+            sym::Interval entryRange = an.bounds(type.dims[axis]);
+            bool grows = an.canProve(growth, sym::Rel::GE, sym::constant(0));
+            an.declare(it->second->asVar()->name, grows ? std::max<int64_t>(0, entryRange.lo) : 0);
+          }
+          members[key].push_back({k, axis});
+          type.dims[axis] = it->second;
+        }
+      }
+      if (stable || pass >= kWideningPasses)
+        break;
+      body.discardBuild();
+    }
+    bool confirmed = true;
+    for (auto &[key, axes] : members) {
+      std::set<std::string> growths;
+      for (auto [k, axis] : axes)
+        growths.insert(an.simplify(sym::sub(out.afterOne[k].dims[axis], out.generic[k].dims[axis]))->str());
+      confirmed = confirmed && growths.size() == 1;
+    }
+    if (confirmed || !share)
+      break;
+    body.abandonAttempt(); // retry with one generic dim per axis
+  }
+  return out;
 }
 
 TensorType loopExitType(const TensorType &entry, const TensorType &generic, const TensorType &afterGeneric,

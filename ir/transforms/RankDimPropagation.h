@@ -13,6 +13,7 @@
 
 #include <functional>
 #include <optional>
+#include <vector>
 
 namespace dnnc::ir {
 
@@ -29,9 +30,37 @@ void inferOp(Op &op, PropagationContext &ctx);
 // had to be generalized, which makes the if EDO for that value.
 std::optional<TensorType> joinTypes(const TensorType &a, const TensorType &b, PropagationContext &ctx, bool &fresh);
 
-// Loop-carried dims. Given a carried value's type on entry and after one iteration of
-// the body, says which axes vary across iterations.
+// Given a carried value's type on entry and after one iteration of the body, says which
+// axes vary across iterations.
 std::vector<size_t> loopVariantAxes(const TensorType &entry, const TensorType &afterOne, const sym::Analyzer &an);
+
+// The frontend's side of a loop's fixpoint: RDP chooses the types the carried values have
+// inside the body, the frontend builds the body with them (its ops, names and fresh dims).
+struct LoopBody {
+  // Builds the body with the carried values typed `carried`, replacing the previous build,
+  // and returns the types one iteration leaves them with, of the same dtypes and ranks
+  // (a change of either is the frontend's error to report).
+  std::function<std::vector<TensorType>(const std::vector<TensorType> &carried)> build;
+  // The last build is superseded by the next one: forget what it recorded.
+  std::function<void()> discardBuild;
+  // An attempt at the fixpoint begins; an abandoned attempt's fresh dims are forgotten.
+  std::function<void()> beginAttempt, abandonAttempt;
+};
+
+// The carried types a loop's body is built with, and what one iteration of it leaves.
+struct LoopFixpoint {
+  std::vector<TensorType> generic;
+  std::vector<TensorType> afterOne;
+};
+
+// Carried types to a fixpoint: the body is built, axes whose dims change across an
+// iteration become generic loop dims (fresh dims from `ctx`, bounded below by the entry
+// size while the loop cannot shrink them), and the body is built again, for at most
+// three widening passes and one last build. Axes that enter equal and grow by the same
+// constant share one generic dim (a KV cache and the token list of a decoder); when the
+// last build does not confirm a shared growth, the attempt is rolled back and redone
+// with one generic dim per axis. Returns the last build's types; sema keeps that body.
+LoopFixpoint loopFixpoint(const std::vector<TensorType> &entry, const LoopBody &body, PropagationContext &ctx);
 
 // After the body ran with each variant axis typed as the generic dim `generic[axis]`,
 // the type the loop leaves: `entry + c*trips` where the body adds a constant c per

@@ -2,10 +2,12 @@
 // backward pinning, ISVDOS folding, and the verifier.
 #include "frontend/Sema.h"
 #include "ir/graph/OpRegistry.h"
+#include "ir/transforms/RankDimPropagation.h"
 
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <sstream>
 
@@ -87,6 +89,94 @@ model main(x: f32[T0]) -> f32[T] {
   CHECK(out.shapeClass == ir::ShapeClass::EDO);
   REQUIRE(out.type.dims[0]->asVar());
   CHECK(out.type.dims[0]->asVar()->name == "T"); // the fresh dim, named by the result type
+}
+
+namespace {
+
+// RDP's loop fixpoint driven directly, with a body whose growth per iteration is given by
+// `grow(build, generic)`; counts what the policy asks of the frontend.
+struct FakeLoop {
+  sym::Analyzer an;
+  int builds = 0, discards = 0, attempts = 0, abandons = 0, fresh = 0;
+  std::function<std::vector<ir::TensorType>(const std::vector<ir::TensorType> &)> grow;
+
+  ir::LoopFixpoint run(const std::vector<ir::TensorType> &entry) {
+    ir::PropagationContext ctx{an, [&](const std::string &hint) {
+                                 std::string name = fresh++ ? hint + std::to_string(fresh) : hint;
+                                 an.declare(name, 0);
+                                 return sym::var(name);
+                               }};
+    ir::LoopBody body{[&](const std::vector<ir::TensorType> &carried) {
+                        ++builds;
+                        return grow(carried);
+                      },
+                      [&] { ++discards; }, [&] { ++attempts; }, [&] { ++abandons; }};
+    return ir::loopFixpoint(entry, body, ctx);
+  }
+};
+
+ir::TensorType vec(std::vector<sym::ExprRef> dims) { return ir::TensorType{ir::DType::F32, std::move(dims)}; }
+
+} // namespace
+
+TEST_CASE("loop fixpoint: equal entries growing alike share one generic dim", "[rdp]") {
+  FakeLoop loop;
+  loop.an.declare("N", 1);
+  loop.grow = [](const std::vector<ir::TensorType> &carried) {
+    std::vector<ir::TensorType> after;
+    for (const ir::TensorType &t : carried)
+      after.push_back(vec({sym::add(t.dims[0], sym::constant(1))}));
+    return after;
+  };
+  ir::LoopFixpoint fix = loop.run({vec({sym::var("N")}), vec({sym::var("N")})});
+  CHECK(fix.generic[0].str() == "f32[L]");
+  CHECK(fix.generic[1].str() == "f32[L]");
+  CHECK(fix.afterOne[1].str() == "f32[L + 1]");
+  CHECK(loop.an.range("L").lo == 1); // bounded below by the entry size: the loop only grows it
+  CHECK(loop.builds == 2);
+  CHECK(loop.discards == 1);
+  CHECK(loop.abandons == 0);
+}
+
+TEST_CASE("loop fixpoint: a shared growth the last build does not confirm is redone per axis", "[rdp]") {
+  FakeLoop loop;
+  loop.an.declare("N", 1);
+  // Both grow by 1 from the entry size, but by 1 and 2 once generic.
+  loop.grow = [](const std::vector<ir::TensorType> &carried) {
+    std::vector<ir::TensorType> after;
+    for (size_t k = 0; k < carried.size(); ++k) {
+      bool entry = carried[k].dims[0] == sym::var("N");
+      after.push_back(vec({sym::add(carried[k].dims[0], sym::constant(entry ? 1 : static_cast<int64_t>(k) + 1))}));
+    }
+    return after;
+  };
+  ir::LoopFixpoint fix = loop.run({vec({sym::var("N")}), vec({sym::var("N")})});
+  CHECK(fix.generic[0].str() == "f32[L2]");
+  CHECK(fix.generic[1].str() == "f32[L3]");
+  CHECK(fix.afterOne[1].str() == "f32[L3 + 2]");
+  CHECK(loop.attempts == 2);
+  CHECK(loop.abandons == 1);
+  CHECK(loop.builds == 4);
+}
+
+TEST_CASE("loop fixpoint: three widening passes, then the last build is final", "[rdp]") {
+  FakeLoop loop;
+  loop.an.declare("N", 1);
+  // Each build varies the first axis still at its entry size, so it never settles.
+  loop.grow = [](const std::vector<ir::TensorType> &carried) {
+    ir::TensorType t = carried[0];
+    for (auto &d : t.dims)
+      if (d == sym::var("N")) {
+        d = sym::add(d, sym::constant(1));
+        break;
+      }
+    return std::vector<ir::TensorType>{t};
+  };
+  auto n = sym::var("N");
+  ir::LoopFixpoint fix = loop.run({vec({n, n, n, n})});
+  CHECK(loop.builds == 4);
+  CHECK(fix.generic[0].dims[3] == n); // found varying by the last build: not widened
+  CHECK(fix.generic[0].dims[2] != n);
 }
 
 TEST_CASE("if joins agreeing dims and generalizes differing ones", "[rdp]") {
