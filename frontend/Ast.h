@@ -25,11 +25,18 @@ struct Subscript {
   SourceRange range;
 };
 
+// Operators, resolved from their spelling once by the parser (`Expr::text` keeps the
+// spelling for printing and messages).
+enum class UnaryOp { Plus, Minus, Not };
+enum class BinaryOp { Add, Sub, Mul, Div, Mod, Pow, Matmul, Eq, Ne, Lt, Le, Gt, Ge, And, Or };
+
 struct Expr {
   enum class Kind { Int, Float, Bool, String, Name, DType, Tuple, List, Unary, Binary, Call, Index, Member };
   Kind kind;
   SourceRange range;
   std::string text;            // Name/Member/DType/String spelling, operator for Unary/Binary
+  UnaryOp unaryOp = UnaryOp::Plus;    // Unary
+  BinaryOp binaryOp = BinaryOp::Add;  // Binary
   int64_t intValue = 0;        // Int and Bool
   double floatValue = 0;       // Float
   std::vector<ExprPtr> items;  // Tuple/List elements; Unary/Binary operands; Member base

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include <map>
 #include <optional>
 #include <set>
 #include <tuple>
@@ -225,6 +226,18 @@ public:
     return e;
   }
 
+  // The operator a binary token spells (the grammar's spellings, so another is a bug).
+  static ast::BinaryOp binaryOperator(const std::string &spelling) {
+    using O = ast::BinaryOp;
+    static const std::map<std::string, O> ops = {
+        {"+", O::Add}, {"-", O::Sub}, {"*", O::Mul},   {"/", O::Div},   {"%", O::Mod},  {"**", O::Pow}, {"@", O::Matmul}, {"==", O::Eq},
+        {"!=", O::Ne}, {"<", O::Lt},  {"<=", O::Le},   {">", O::Gt},    {">=", O::Ge},  {"and", O::And}, {"or", O::Or}};
+    auto it = ops.find(spelling);
+    if (it == ops.end())
+      throw InternalError("unknown binary operator '" + spelling + "'");
+    return it->second;
+  }
+
   // The operator token and the two operands of a binary expression, or false.
   static bool binaryParts(P::ExprContext *c, antlr4::Token *&op, std::vector<P::ExprContext *> &operands) {
     op = nullptr;
@@ -257,12 +270,14 @@ public:
     if (auto *x = dynamic_cast<P::UnaryExprContext *>(c)) {
       auto e = make(ast::Expr::Kind::Unary, range(c, x->op));
       e->text = x->op->getText();
+      e->unaryOp = e->text == "-" ? ast::UnaryOp::Minus : ast::UnaryOp::Plus; // the grammar allows only these two
       e->items.push_back(expr(x->expr()));
       return e;
     }
     if (auto *x = dynamic_cast<P::NotExprContext *>(c)) {
       auto e = make(ast::Expr::Kind::Unary, range(c));
       e->text = "not";
+      e->unaryOp = ast::UnaryOp::Not;
       e->items.push_back(expr(x->expr()));
       return e;
     }
@@ -286,6 +301,7 @@ public:
     for (auto it = spine.rbegin(); it != spine.rend(); ++it) {
       auto e = make(ast::Expr::Kind::Binary, range(it->node, it->op));
       e->text = it->op->getText();
+      e->binaryOp = binaryOperator(e->text);
       e->items.push_back(std::move(acc));
       e->items.push_back(expr(it->right));
       acc = std::move(e);

@@ -6,12 +6,52 @@
 
 namespace dnnc::sema {
 
-std::optional<Rel> relOf(const std::string &op) {
-  static const std::map<std::string, Rel> rels = {{"==", Rel::EQ}, {"!=", Rel::NE}, {"<", Rel::LT},
-                                                  {"<=", Rel::LE}, {">", Rel::GT},  {">=", Rel::GE}};
-  auto it = rels.find(op);
-  return it == rels.end() ? std::nullopt : std::optional<Rel>(it->second);
+using O = ast::BinaryOp;
+
+std::optional<Rel> relOf(ast::BinaryOp op) {
+  switch (op) {
+  case O::Eq: return Rel::EQ;
+  case O::Ne: return Rel::NE;
+  case O::Lt: return Rel::LT;
+  case O::Le: return Rel::LE;
+  case O::Gt: return Rel::GT;
+  case O::Ge: return Rel::GE;
+  case O::Add:
+  case O::Sub:
+  case O::Mul:
+  case O::Div:
+  case O::Mod:
+  case O::Pow:
+  case O::Matmul:
+  case O::And:
+  case O::Or: return std::nullopt;
+  }
+  return std::nullopt;
 }
+
+namespace {
+// The graph op a binary operator applies to tensors.
+OpKind tensorOp(ast::BinaryOp op) {
+  switch (op) {
+  case O::Add: return OpKind::Add;
+  case O::Sub: return OpKind::Sub;
+  case O::Mul: return OpKind::Mul;
+  case O::Div: return OpKind::Div;
+  case O::Mod: return OpKind::Mod;
+  case O::Pow: return OpKind::Pow;
+  case O::Matmul: return OpKind::Matmul;
+  case O::Eq: return OpKind::Eq;
+  case O::Ne: return OpKind::Ne;
+  case O::Lt: return OpKind::Lt;
+  case O::Le: return OpKind::Le;
+  case O::Gt: return OpKind::Gt;
+  case O::Ge: return OpKind::Ge;
+  case O::And: return OpKind::And;
+  case O::Or: return OpKind::Or;
+  }
+  throw InternalError("unknown binary operator");
+}
+} // namespace
 
 Rel negate(Rel r) {
   switch (r) {
@@ -83,9 +123,9 @@ SVal Sema::eval(const ast::Expr &e, ScopePtr scope) {
 
 SVal Sema::unary(const ast::Expr &e, ScopePtr scope) {
   SVal v = eval(*e.items[0], scope);
-  if (e.text == "+" && (v.kind == SVal::Kind::Int || v.kind == SVal::Kind::Float || v.kind == SVal::Kind::Tensor))
+  if (e.unaryOp == ast::UnaryOp::Plus && (v.kind == SVal::Kind::Int || v.kind == SVal::Kind::Float || v.kind == SVal::Kind::Tensor))
     return v;
-  if (e.text == "-") {
+  if (e.unaryOp == ast::UnaryOp::Minus) {
     if (v.kind == SVal::Kind::Int)
       return SVal::ofInt(sym::neg(v.dim));
     if (v.kind == SVal::Kind::Float) {
@@ -95,7 +135,7 @@ SVal Sema::unary(const ast::Expr &e, ScopePtr scope) {
     if (v.kind == SVal::Kind::Tensor)
       return SVal::ofTensor(emit(OpKind::Neg, {v.tensor}, {}, 1, e.range)->results[0]);
   }
-  if (e.text == "not") {
+  if (e.unaryOp == ast::UnaryOp::Not) {
     if (v.kind == SVal::Kind::Bool) {
       v.b = !v.b;
       return v;
@@ -106,13 +146,14 @@ SVal Sema::unary(const ast::Expr &e, ScopePtr scope) {
   fail(DiagKind::Type, e.range, fmt::format("cannot apply '{}' to {}", e.text, describe(v)));
 }
 
-SVal Sema::compileTimeBinary(const std::string &op, const SVal &a, const SVal &b, const ast::Expr &e) {
+SVal Sema::compileTimeBinary(const SVal &a, const SVal &b, const ast::Expr &e) {
   using K = SVal::Kind;
-  if (op == "and" || op == "or") {
+  ast::BinaryOp op = e.binaryOp;
+  if (op == O::And || op == O::Or) {
     if (a.kind != K::Bool || b.kind != K::Bool)
-      fail(DiagKind::Type, e.range, fmt::format("'{}' needs bool operands, not {} and {}", op, describe(a), describe(b)));
+      fail(DiagKind::Type, e.range, fmt::format("'{}' needs bool operands, not {} and {}", e.text, describe(a), describe(b)));
     SVal r = a;
-    r.b = op == "and" ? (a.b && b.b) : (a.b || b.b);
+    r.b = op == O::And ? (a.b && b.b) : (a.b || b.b);
     return r;
   }
   if (a.kind == K::Int && b.kind == K::Int) {
@@ -125,14 +166,14 @@ SVal Sema::compileTimeBinary(const std::string &op, const SVal &a, const SVal &b
       }
       return {}; // undecided: compared at run time
     }
-    if ((op == "/" || op == "%") && b.dim->asConst() && *b.dim->asConst() <= 0)
-      fail(DiagKind::Range, e.range, fmt::format("'{}' by {} in a dim expression (dims divide by positive numbers)", op, b.dim->str()));
-    if (op == "+") return SVal::ofInt(sym::add(a.dim, b.dim));
-    if (op == "-") return SVal::ofInt(sym::sub(a.dim, b.dim));
-    if (op == "*") return SVal::ofInt(sym::mul(a.dim, b.dim));
-    if (op == "/") return SVal::ofInt(sym::floorDiv(a.dim, b.dim));
-    if (op == "%") return SVal::ofInt(sym::mod(a.dim, b.dim));
-    if (op == "**") {
+    if ((op == O::Div || op == O::Mod) && b.dim->asConst() && *b.dim->asConst() <= 0)
+      fail(DiagKind::Range, e.range, fmt::format("'{}' by {} in a dim expression (dims divide by positive numbers)", e.text, b.dim->str()));
+    if (op == O::Add) return SVal::ofInt(sym::add(a.dim, b.dim));
+    if (op == O::Sub) return SVal::ofInt(sym::sub(a.dim, b.dim));
+    if (op == O::Mul) return SVal::ofInt(sym::mul(a.dim, b.dim));
+    if (op == O::Div) return SVal::ofInt(sym::floorDiv(a.dim, b.dim));
+    if (op == O::Mod) return SVal::ofInt(sym::mod(a.dim, b.dim));
+    if (op == O::Pow) {
       auto n = b.dim->asConst();
       if (!n || *n < 0 || *n > 64)
         fail(DiagKind::InvalidDim, e.range, "a dim power needs a constant exponent between 0 and 64");
@@ -165,12 +206,12 @@ SVal Sema::compileTimeBinary(const std::string &op, const SVal &a, const SVal &b
       return r;
     }
     r.kind = K::Float;
-    if (op == "+") r.f = *x + *y;
-    else if (op == "-") r.f = *x - *y;
-    else if (op == "*") r.f = *x * *y;
-    else if (op == "/") r.f = *x / *y;
-    else if (op == "%") r.f = std::fmod(*x, *y);
-    else if (op == "**") r.f = std::pow(*x, *y);
+    if (op == O::Add) r.f = *x + *y;
+    else if (op == O::Sub) r.f = *x - *y;
+    else if (op == O::Mul) r.f = *x * *y;
+    else if (op == O::Div) r.f = *x / *y;
+    else if (op == O::Mod) r.f = std::fmod(*x, *y);
+    else if (op == O::Pow) r.f = std::pow(*x, *y);
     else return {};
     return r;
   }
@@ -197,14 +238,10 @@ SVal Sema::binaryOp(const ast::Expr &e, const SVal &a, const SVal &b) {
   if (a.kind != SVal::Kind::Tensor && b.kind != SVal::Kind::Tensor) {
     if (!a.isNumber() || !b.isNumber())
       fail(DiagKind::Type, e.range, fmt::format("cannot apply '{}' to {} and {}", op, describe(a), describe(b)));
-    SVal folded = compileTimeBinary(op, a, b, e);
+    SVal folded = compileTimeBinary(a, b, e);
     if (folded.kind != SVal::Kind::None)
       return folded;
   }
-  static const std::map<std::string, OpKind> kinds = {
-      {"+", OpKind::Add}, {"-", OpKind::Sub}, {"*", OpKind::Mul},   {"/", OpKind::Div},  {"%", OpKind::Mod},
-      {"**", OpKind::Pow}, {"@", OpKind::Matmul}, {"==", OpKind::Eq}, {"!=", OpKind::Ne}, {"<", OpKind::Lt},
-      {"<=", OpKind::Le}, {">", OpKind::Gt},  {">=", OpKind::Ge},   {"and", OpKind::And}, {"or", OpKind::Or}};
   for (const SVal *v : {&a, &b})
     if (v->kind != SVal::Kind::Tensor && !v->isNumber())
       fail(DiagKind::Type, v->loc, fmt::format("cannot apply '{}' to {}", op, describe(*v)));
@@ -215,7 +252,7 @@ SVal Sema::binaryOp(const ast::Expr &e, const SVal &a, const SVal &b) {
   else if (b.kind == SVal::Kind::Tensor)
     adopt = b.tensor->type.dtype;
   ir::Value *x = materialize(a, adopt, a.loc), *y = materialize(b, adopt, b.loc);
-  return SVal::ofTensor(emit(kinds.at(op), {x, y}, {}, 1, e.range)->results[0]);
+  return SVal::ofTensor(emit(tensorOp(e.binaryOp), {x, y}, {}, 1, e.range)->results[0]);
 }
 
 } // namespace dnnc::sema

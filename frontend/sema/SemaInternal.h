@@ -53,17 +53,20 @@ struct SVal {
   bool isNumber() const { return kind == Kind::Int || kind == Kind::Float || kind == Kind::Bool; }
 };
 
+// How diagnostics name a value ("a tensor f32[N]", "the integer 3", ...).
 std::string describe(const SVal &v);
 
 // A call's arguments, each with its source, evaluated.
 using CallArgs = std::vector<std::pair<ast::Arg *, SVal>>;
 
+// A name bound in a scope.
 struct Binding {
   SVal val;
   bool isMutable = false;
   SourceRange declLoc;
 };
 
+// A block's names; a lookup walks out through the enclosing scopes, then to the module's globals.
 struct Scope {
   std::shared_ptr<Scope> parent;
   ModuleCtx *module = nullptr;
@@ -78,6 +81,7 @@ struct Scope {
 };
 using ScopePtr = std::shared_ptr<Scope>;
 
+// A module-level declaration.
 struct Global {
   enum class Kind { Const, Dim, Param, Fn, Model, Import } kind;
   SVal value;                 // Const, Dim
@@ -86,6 +90,7 @@ struct Global {
   ModuleCtx *import = nullptr;
 };
 
+// A loaded module file: its AST and its globals.
 struct ModuleCtx {
   std::string name, path;
   std::unique_ptr<ast::Module> ast;
@@ -93,16 +98,11 @@ struct ModuleCtx {
   bool ready = false; // globals declared (false while loading: an import cycle)
 };
 
-// Why an annotation-or-signature check failed, for the caller to phrase.
-struct TypeCheck {
-  const char *what; // "annotation", "argument 'x' of 'linear'", ...
-  DiagKind mismatchKind;
-};
-
+// A list (or tuple) of compile-time values.
 SVal makeList(std::vector<SVal> items, SVal::Kind k = SVal::Kind::List);
-
-std::optional<Rel> relOf(const std::string &op);
-
+// The relation a comparison operator states; nullopt for other operators.
+std::optional<Rel> relOf(ast::BinaryOp op);
+// The relation that holds exactly when `r` does not.
 Rel negate(Rel r);
 
 // Makes a scope nested in `parent`.
@@ -167,7 +167,7 @@ private:
   SVal unary(const ast::Expr &e, ScopePtr scope);
   SVal binary(const ast::Expr &e, ScopePtr scope);
   SVal binaryOp(const ast::Expr &e, const SVal &a, const SVal &b);
-  SVal compileTimeBinary(const std::string &op, const SVal &a, const SVal &b, const ast::Expr &e);
+  SVal compileTimeBinary(const SVal &a, const SVal &b, const ast::Expr &e);
   SVal call(const ast::Expr &e, ScopePtr scope);
   SVal callBuiltin(const ir::OpInfo &info, CallArgs &args, const ast::Expr &e);
   std::optional<SVal> callSemaBuiltin(const std::string &name, CallArgs &args,

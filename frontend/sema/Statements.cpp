@@ -183,7 +183,7 @@ void Sema::execIf(const ast::Stmt &s, ScopePtr scope, SVal *returned, bool &didR
 
 void Sema::execAssert(const ast::Stmt &s, ScopePtr scope) {
   const ast::Expr &e = *s.value;
-  auto rel = e.kind == ast::Expr::Kind::Binary ? relOf(e.text) : std::nullopt;
+  auto rel = e.kind == ast::Expr::Kind::Binary ? relOf(e.binaryOp) : std::nullopt;
   if (!rel)
     fail(DiagKind::Type, e.range, "assert takes a relation between dims, such as `assert S == T;`");
   SVal a = eval(*e.items[0], scope), b = eval(*e.items[1], scope);

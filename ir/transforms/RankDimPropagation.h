@@ -59,7 +59,7 @@ struct LoopFixpoint {
 // three widening passes and one last build. Axes that enter equal and grow by the same
 // constant share one generic dim (a KV cache and the token list of a decoder); when the
 // last build does not confirm a shared growth, the attempt is rolled back and redone
-// with one generic dim per axis. Returns the last build's types; sema keeps that body.
+// with one generic dim per axis. Returns the last build's types (the caller keeps that build).
 LoopFixpoint loopFixpoint(const std::vector<TensorType> &entry, const LoopBody &body, PropagationContext &ctx);
 
 // After the body ran with each variant axis typed as the generic dim `generic[axis]`,
