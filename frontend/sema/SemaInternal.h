@@ -6,7 +6,7 @@
 #include "frontend/Sema.h"
 #include "ir/graph/OpRegistry.h"
 #include "ir/transforms/RankDimPropagation.h"
-#include "runtime/Limits.h"
+#include "base/Limits.h"
 
 #include <fmt/format.h>
 
