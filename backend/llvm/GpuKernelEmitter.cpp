@@ -6,7 +6,7 @@
 #include "backend/llvm/KernelEmitter.h"
 
 #include "backend/gpu/GpuMapping.h"
-#include "frontend/Diagnostics.h"
+#include "base/Error.h"
 #include "runtime/KernelAbi.h"
 
 #include <llvm/IR/IntrinsicsNVPTX.h>

@@ -3,7 +3,7 @@
 // ir/graph/ScalarOps.def, switched over with no default.
 #include "backend/llvm/KernelEmitter.h"
 
-#include "frontend/Diagnostics.h"
+#include "base/Error.h"
 #include "ir/graph/OpRegistry.h"
 
 #include <llvm/Analysis/TargetLibraryInfo.h>

@@ -6,7 +6,7 @@
 // both sides give it a case.
 #pragma once
 
-#include "frontend/Diagnostics.h"
+#include "base/Error.h"
 #include "ir/graph/Graph.h"
 
 #include <optional>
