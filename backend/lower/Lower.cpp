@@ -2,7 +2,6 @@
 #include "backend/lower/Lower.h"
 
 #include "ir/graph/OpRegistry.h"
-#include "ir/transforms/MemoryPlan.h"
 
 #include <fmt/format.h>
 
