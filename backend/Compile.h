@@ -5,7 +5,7 @@
 // Contract: runs ir::defaultPipeline on `g` in place (the executable and the artifact
 // describe the optimized graph), lowers every op that has a kernel with the target's
 // schedules, and plans memory (the plan-memory pass) unless options.memoryPlan is off.
-// Throws rt::DataError for user errors (no GPU, an unsupported arch, no linker);
+// Throws DataError for user errors (no GPU, an unsupported arch, no linker);
 // buildArtifact writes nothing unless everything succeeded.
 #pragma once
 

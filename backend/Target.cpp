@@ -3,10 +3,10 @@
 
 #include "backend/llvm/CpuBackend.h"
 #include "backend/llvm/NvptxBackend.h"
+#include "base/TensorIO.h"
 #include "runtime/CpuDevice.h"
 #include "runtime/CudaDevice.h"
 #include "runtime/GpuSimulator.h"
-#include "runtime/TensorIO.h"
 
 #include <fmt/format.h>
 
@@ -30,7 +30,7 @@ struct ScratchDir {
   ScratchDir() {
     std::string tmpl = (fs::temp_directory_path() / "dnnc-build-XXXXXX").string();
     if (!mkdtemp(tmpl.data()))
-      throw rt::DataError("cannot create a temporary directory for the build");
+      throw DataError("cannot create a temporary directory for the build");
     path = tmpl;
   }
   ~ScratchDir() {
@@ -56,10 +56,10 @@ std::string linkSharedObject(const std::string &object, const fs::path &dir) {
     int status = 0;
     waitpid(pid, &status, 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-      throw rt::DataError(fmt::format("linking the kernels with '{}' failed", driver));
+      throw DataError(fmt::format("linking the kernels with '{}' failed", driver));
     return rt::readFile(so.string());
   }
-  throw rt::DataError("building for the CPU needs a C compiler driver to link a shared object (cc, gcc or clang); "
+  throw DataError("building for the CPU needs a C compiler driver to link a shared object (cc, gcc or clang); "
                       "install gcc");
 }
 
@@ -88,14 +88,14 @@ public:
 
 // The PTX architecture to build for the GPU that `probe` describes: its own when dnnc
 // supports it, sm_90 for newer GPUs (the driver compiles PTX forward). Throws
-// rt::DataError for GPUs older than sm_80.
+// DataError for GPUs older than sm_80.
 std::string archFor(const rt::CudaProbe &probe) {
   const auto &archs = supportedArchs();
   if (std::find(archs.begin(), archs.end(), probe.arch()) != archs.end())
     return probe.arch();
   if (probe.major >= 9)
     return "sm_90";
-  throw rt::DataError(fmt::format("GPU '{}' is {}; dnnc's PTX needs sm_80 or newer", probe.name, probe.arch()));
+  throw DataError(fmt::format("GPU '{}' is {}; dnnc's PTX needs sm_80 or newer", probe.name, probe.arch()));
 }
 
 // An NVIDIA GPU: one PTX module for options.arch, loaded on GPU 0 by the CUDA driver.
@@ -139,7 +139,7 @@ public:
   bool buildsArtifacts() const override { return false; }
   std::string artifactPayload(const std::vector<const kir::Kernel *> &, const TargetOptions &,
                               rt::ArtifactInfo &) const override {
-    throw rt::DataError("cuda-sim runs only inside dnnc: there are no artifacts for it");
+    throw DataError("cuda-sim runs only inside dnnc: there are no artifacts for it");
   }
   ModuleText moduleText(const std::vector<const kir::Kernel *> &kernels, const TargetOptions &) const override {
     return {CpuModule::compile(kernels, true)->llvmIR(), ""};

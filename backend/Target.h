@@ -29,11 +29,11 @@ public:
   // (the GPU's architecture). Returns why not, or "".
   virtual std::string probe(TargetOptions &options) const;
   // Compiles the lowered kernels into a module and loads it on a new device. Throws
-  // rt::DataError for user errors (an unsupported arch, no GPU).
+  // DataError for user errors (an unsupported arch, no GPU).
   virtual std::unique_ptr<rt::Device> makeDevice(const lower::LoweredGraph &lowered, const TargetOptions &options) const = 0;
   // Whether `dnnc build` writes artifacts for it (the runtime loads cpu and cuda ones).
   virtual bool buildsArtifacts() const { return true; }
-  // The artifact's payload (the kernels' code) with `info` filled in. Throws rt::DataError.
+  // The artifact's payload (the kernels' code) with `info` filled in. Throws DataError.
   virtual std::string artifactPayload(const std::vector<const kir::Kernel *> &kernels, const TargetOptions &options,
                                       rt::ArtifactInfo &info) const = 0;
   // The compiled module as text (`dnnc emit`): optimized LLVM IR, and the assembly made

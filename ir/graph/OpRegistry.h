@@ -2,7 +2,7 @@
 // and builtin signature (ir/graph/Ops.def is the list).
 #pragma once
 
-#include "frontend/Diagnostics.h"
+#include "base/Diagnostics.h"
 #include "ir/graph/Graph.h"
 #include "ir/sym/Analyzer.h"
 

@@ -1,7 +1,7 @@
 // The pass registry and the pass manager (see PassManager.h).
 #include "ir/transforms/PassManager.h"
 
-#include "frontend/Diagnostics.h"
+#include "base/Error.h"
 #include "ir/transforms/ExecutionOrder.h"
 #include "ir/transforms/Fusion.h"
 

@@ -1,11 +1,11 @@
-// dnnc: the command-line driver (check, shapes, emit, repl).
+// dnnc: the command-line driver (check, shapes, emit, opt, run, build, repl).
 #include "backend/Compile.h"
 #include "frontend/Ast.h"
 #include "frontend/Parser.h"
 #include "ir/graph/Serialize.h"
+#include "base/Limits.h"
+#include "base/TensorIO.h"
 #include "runtime/Artifact.h"
-#include "runtime/Limits.h"
-#include "runtime/TensorIO.h"
 #include "runtime/ThreadPool.h"
 #include "tools/dnnc/Driver.h"
 
@@ -161,7 +161,7 @@ int writeOutput(const std::string &path, const std::string &text) {
   }
   try {
     rt::writeFileAtomically(path, text);
-  } catch (const rt::DataError &e) {
+  } catch (const DataError &e) {
     std::cerr << "dnnc: error: " << e.what() << "\n";
     return kUserError;
   }
@@ -285,7 +285,7 @@ int cmdEmit(int argc, char **argv) {
         else if (stage == "llvm")
           text += target->moduleText(kernels, options.target).llvmIR;
       }
-    } catch (const rt::DataError &e) {
+    } catch (const DataError &e) {
       std::cerr << "dnnc: error: " << e.what() << "\n";
       return kUserError;
     }
@@ -313,7 +313,7 @@ bool loadGraphs(const CommonOptions &c, Program &p, std::vector<std::unique_ptr<
   } catch (const nlohmann::json::exception &e) {
     std::cerr << "dnnc: error: '" << c.file << "' is not graph IR JSON: " << e.what() << "\n";
     return false;
-  } catch (const rt::DataError &e) {
+  } catch (const DataError &e) {
     std::cerr << "dnnc: error: '" << c.file << "': " << e.what() << "\n";
     return false;
   }
@@ -489,7 +489,7 @@ int cmdBuild(int argc, char **argv) {
   }
   try {
     backend::buildArtifact(*m->graph, *target, options, out);
-  } catch (const rt::DataError &e) {
+  } catch (const DataError &e) {
     std::cerr << "dnnc: error: " << e.what() << "\n";
     return kUserError;
   }
