@@ -31,7 +31,7 @@ Lowered lowerFor(ir::Graph &g, const Target &target, const CompileOptions &optio
   ir::PassManager passes(options.passes);
   ir::PassState state;
   passes.run(g, ir::defaultPipeline(options.passes), state);
-  Lowered out{lower::lowerGraph(g, target.gpuSchedules()), std::nullopt};
+  Lowered out{lower::lowerGraph(g, target.schedule()), std::nullopt};
   if (options.memoryPlan) {
     state.kernelOps = [&](const ir::Graph &) { return madeKernels(out.kernels); }; // just lowered
     passes.run(g, ir::loweredPipeline(), state);
@@ -60,7 +60,7 @@ void buildArtifact(ir::Graph &g, const Target &target, const CompileOptions &opt
 
 ir::PassState passStateFor(const Target &target) {
   ir::PassState state;
-  state.kernelOps = [&target](const ir::Graph &g) { return madeKernels(lower::lowerGraph(g, target.gpuSchedules())); };
+  state.kernelOps = [&target](const ir::Graph &g) { return madeKernels(lower::lowerGraph(g, target.schedule())); };
   return state;
 }
 

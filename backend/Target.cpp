@@ -1,6 +1,7 @@
 // The cpu, cuda and cuda-sim targets (see Target.h).
 #include "backend/Target.h"
 
+#include "backend/gpu/GpuMapping.h"
 #include "backend/llvm/CpuBackend.h"
 #include "backend/llvm/NvptxBackend.h"
 #include "base/TensorIO.h"
@@ -67,7 +68,7 @@ std::string linkSharedObject(const std::string &object, const fs::path &dir) {
 class CpuTarget final : public Target {
 public:
   std::string_view name() const override { return "cpu"; }
-  bool gpuSchedules() const override { return false; }
+  const lower::ScheduleOptions &schedule() const override { return lower::kCpuSchedule; }
   std::unique_ptr<rt::Device> makeDevice(const lower::LoweredGraph &lowered, const TargetOptions &) const override {
     std::shared_ptr<CpuModule> module = CpuModule::compile(lowered.kernelPointers());
     return std::make_unique<rt::CpuDevice>(module->lookup(lowered.kernelPointers()), module);
@@ -98,11 +99,17 @@ std::string archFor(const rt::CudaProbe &probe) {
   throw DataError(fmt::format("GPU '{}' is {}; dnnc's PTX needs sm_80 or newer", probe.name, probe.arch()));
 }
 
+// What the GPU and its simulator share: the GPU's schedules and grid mapping.
+class GpuTarget : public Target {
+public:
+  const lower::ScheduleOptions &schedule() const override { return lower::kGpuSchedule; }
+  std::string kernelNote(const kir::Kernel &k) const override { return "// " + gpu::describeLaunch(k) + "\n"; }
+};
+
 // An NVIDIA GPU: one PTX module for options.arch, loaded on GPU 0 by the CUDA driver.
-class CudaTarget final : public Target {
+class CudaTarget final : public GpuTarget {
 public:
   std::string_view name() const override { return "cuda"; }
-  bool gpuSchedules() const override { return true; }
   std::string probe(TargetOptions &options) const override {
     rt::CudaProbe probe = rt::probeCuda();
     if (!probe.ok)
@@ -128,10 +135,9 @@ public:
 // The GPU's kernels and work mapping compiled for this CPU and run by
 // rt::SimulatedGpuDevice, so GPU schedules are tested without a GPU. It exists only inside
 // dnnc: there are no artifacts for it.
-class CudaSimTarget final : public Target {
+class CudaSimTarget final : public GpuTarget {
 public:
   std::string_view name() const override { return "cuda-sim"; }
-  bool gpuSchedules() const override { return true; }
   std::unique_ptr<rt::Device> makeDevice(const lower::LoweredGraph &lowered, const TargetOptions &) const override {
     std::shared_ptr<CpuModule> module = CpuModule::compile(lowered.kernelPointers(), true);
     return std::make_unique<rt::SimulatedGpuDevice>(module->lookup(lowered.kernelPointers()), module);
@@ -151,9 +157,7 @@ public:
 
 std::string Target::probe(TargetOptions &) const { return ""; }
 
-std::string Target::kernelNote(const kir::Kernel &k) const {
-  return gpuSchedules() ? "// " + kir::describeGpuLaunch(k) + "\n" : "";
-}
+std::string Target::kernelNote(const kir::Kernel &) const { return ""; }
 
 const std::vector<const Target *> &allTargets() {
   static const CpuTarget cpu;

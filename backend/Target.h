@@ -23,8 +23,8 @@ class Target {
 public:
   virtual ~Target() = default;
   virtual std::string_view name() const = 0;
-  // Schedule options: kernels lowered for a GPU's grid (lower::lowerGraph's forGpu).
-  virtual bool gpuSchedules() const = 0;
+  // The schedule choices its kernels are lowered with (backend/lower/Schedule.h).
+  virtual const lower::ScheduleOptions &schedule() const = 0;
   // Whether this machine can run the target now; fills in what depends on the machine
   // (the GPU's architecture). Returns why not, or "".
   virtual std::string probe(TargetOptions &options) const;
@@ -45,7 +45,7 @@ public:
   // What `dnnc build` says it built for ("this CPU", "sm_90").
   virtual std::string builtFor(const TargetOptions &options) const = 0;
   // A line printed before each kernel by --emit=kernels (how a GPU maps it), or "".
-  std::string kernelNote(const kir::Kernel &k) const;
+  virtual std::string kernelNote(const kir::Kernel &k) const;
 };
 
 // Every registered target; null when `name` is none of them.

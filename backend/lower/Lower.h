@@ -9,6 +9,7 @@
 // host checks the runtime makes first (take indices, static point indices).
 #pragma once
 
+#include "backend/lower/Schedule.h"
 #include "ir/graph/Graph.h"
 #include "ir/kernel/Kernel.h"
 
@@ -18,9 +19,8 @@
 
 namespace dnnc::lower {
 
-// forGpu: schedules chosen for a GPU's grid where the CPU's would leave it idle (a
-// convolution computes per output element instead of vectorizing rows per channel).
-std::optional<kir::Kernel> lowerOp(const ir::Op &op, const std::string &name, bool forGpu = false);
+// schedule: the target's choices (Schedule.h); what the kernel computes is the same for all.
+std::optional<kir::Kernel> lowerOp(const ir::Op &op, const std::string &name, const ScheduleOptions &schedule = kCpuSchedule);
 
 // Every op of a graph (all regions, program order) that has a kernel, with its kernel.
 struct LoweredGraph {
@@ -30,7 +30,7 @@ struct LoweredGraph {
   std::vector<const kir::Kernel *> kernelPointers() const; // what the back ends compile
   std::vector<rt::KernelInfo> kernelInfos() const;         // what the runtime launches
 };
-LoweredGraph lowerGraph(const ir::Graph &g, bool forGpu = false);
+LoweredGraph lowerGraph(const ir::Graph &g, const ScheduleOptions &schedule = kCpuSchedule);
 // What the runtime needs to launch `k`: its dim names, parallel extent and work estimate.
 rt::KernelInfo kernelInfo(const kir::Kernel &k);
 
