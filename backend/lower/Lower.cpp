@@ -4,7 +4,6 @@
 #include "backend/gpu/GpuMapping.h"
 #include "backend/lower/Schedule.h"
 #include "ir/graph/OpRegistry.h"
-#include "ir/transforms/MemoryPlan.h"
 
 #include <fmt/format.h>
 
@@ -820,24 +819,6 @@ std::vector<rt::KernelInfo> LoweredGraph::kernelInfos() const {
   return out;
 }
 
-ir::MemoryPlan LoweredGraph::memoryPlan(const ir::Graph &g) const {
-  auto made = kernelOf();
-  return ir::planMemory(g, [&](const ir::Op &op) { return made.count(&op) != 0; });
-}
-
-rt::ArenaPlan arenaPlan(const ir::Graph &g, const LoweredGraph &lowered) {
-  ir::MemoryPlan plan = lowered.memoryPlan(g);
-  rt::ArenaPlan out;
-  out.bytes = plan.arena;
-  for (const ir::PlannedBuffer &b : plan.buffers) {
-    out.offsets[b.value] = b.offset;
-    if (b.late)
-      out.late.insert(b.value);
-  }
-  out.lateBytes = plan.lateArena;
-  return out;
-}
-
 std::map<const ir::Op *, size_t> LoweredGraph::kernelOf() const {
   std::map<const ir::Op *, size_t> out;
   for (size_t k = 0; k < ops.size(); ++k)
@@ -865,14 +846,6 @@ ExprRef workOf(const Stmt &s) {
   }
 }
 } // namespace
-
-std::unique_ptr<rt::Executable> executable(const ir::Graph &g, const LoweredGraph &lowered, std::vector<rt::KernelInfo> infos,
-                                           std::unique_ptr<rt::Device> device, bool memoryPlan) {
-  auto exe = std::make_unique<rt::Executable>(g, lowered.kernelOf(), std::move(infos), std::move(device));
-  if (memoryPlan)
-    exe->setArenaPlan(arenaPlan(g, lowered));
-  return exe;
-}
 
 rt::KernelInfo kernelInfo(const kir::Kernel &k) {
   rt::KernelInfo info;

@@ -13,7 +13,6 @@
 #include "ir/graph/Graph.h"
 #include "ir/kernel/Kernel.h"
 
-#include "ir/transforms/MemoryPlan.h"
 #include "runtime/Executable.h"
 
 #include <optional>
@@ -30,17 +29,8 @@ struct LoweredGraph {
   std::map<const ir::Op *, size_t> kernelOf() const;
   std::vector<const kir::Kernel *> kernelPointers() const; // what the back ends compile
   std::vector<rt::KernelInfo> kernelInfos() const;         // what the runtime launches
-  // The memory plan of the graph these kernels came from: their results are planned.
-  ir::MemoryPlan memoryPlan(const ir::Graph &g) const;
 };
 LoweredGraph lowerGraph(const ir::Graph &g, const ScheduleOptions &schedule = kCpuSchedule);
-// The memory plan of `g` for the kernels in `lowered` (ir/transforms/MemoryPlan.h), in
-// the runtime's terms.
-rt::ArenaPlan arenaPlan(const ir::Graph &g, const LoweredGraph &lowered);
-// The executable that runs `g` with `lowered`'s kernels (described by `infos`) on
-// `device`; memoryPlan: intermediates in the planned arena.
-std::unique_ptr<rt::Executable> executable(const ir::Graph &g, const LoweredGraph &lowered, std::vector<rt::KernelInfo> infos,
-                                           std::unique_ptr<rt::Device> device, bool memoryPlan);
 // What the runtime needs to launch `k`: its dim names, parallel extent and work estimate.
 rt::KernelInfo kernelInfo(const kir::Kernel &k);
 

@@ -1,11 +1,11 @@
 // Construction and the textual form of the graph IR.
 #include "ir/graph/Graph.h"
 
+#include "ir/graph/Walk.h"
 #include "ir/graph/OpRegistry.h"
 
 #include <fmt/format.h>
 
-#include <functional>
 
 namespace dnnc::ir {
 
@@ -39,14 +39,7 @@ std::string sourceLine(const Graph &g, const SourceRange &loc) {
 
 std::vector<const Op *> opsPostOrder(const Graph &g) {
   std::vector<const Op *> out;
-  std::function<void(const Region &)> visit = [&](const Region &r) {
-    for (const Op *op : r.ops) {
-      for (const auto &sub : op->regions)
-        visit(*sub);
-      out.push_back(op);
-    }
-  };
-  visit(g.body);
+  walk(g.body, [&](const Op &op) { out.push_back(&op); }, WalkOrder::Post);
   return out;
 }
 

@@ -1,10 +1,10 @@
 // Execution-order planning (see ExecutionOrder.h for the contract).
 #include "ir/transforms/ExecutionOrder.h"
 
+#include "ir/graph/Walk.h"
 #include "ir/transforms/MemoryPlan.h"
 
 #include <algorithm>
-#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -18,10 +18,8 @@ class Orderer {
 public:
   explicit Orderer(const Graph &g) : reference_(referenceBinding(g)) {}
 
+  // Reorders `r` alone (planExecutionOrder orders nested regions first).
   void region(Region &r, OrderStats &stats) {
-    for (Op *op : r.ops)
-      for (auto &sub : op->regions)
-        region(*sub, stats);
     if (r.ops.size() < 3)
       return;
     // Dependencies inside the region: operands (also those used by nested regions).
@@ -33,7 +31,7 @@ public:
     std::vector<std::set<size_t>> deps(n);
     std::vector<std::vector<const Value *>> reads(n);
     for (size_t k = 0; k < n; ++k) {
-      collectReads(*r.ops[k], reads[k]);
+      forEachRead(*r.ops[k], [&](const Value *v) { reads[k].push_back(v); });
       for (const Value *v : reads[k])
         if (auto it = madeBy.find(v); it != madeBy.end() && it->second != k)
           deps[k].insert(it->second);
@@ -74,17 +72,6 @@ public:
   }
 
 private:
-  static void collectReads(const Op &op, std::vector<const Value *> &out) {
-    for (const Value *v : op.operands)
-      out.push_back(v);
-    for (const auto &sub : op.regions) {
-      for (const Op *inner : sub->ops)
-        collectReads(*inner, out);
-      for (const Value *y : sub->yields)
-        out.push_back(y);
-    }
-  }
-
   int64_t bytes(const Value *v) const {
     auto it = bytes_.find(v);
     if (it == bytes_.end())
@@ -189,7 +176,8 @@ private:
 
 OrderStats planExecutionOrder(Graph &g) {
   OrderStats stats;
-  Orderer(g).region(g.body, stats);
+  Orderer orderer(g);
+  walkRegions(g.body, [&](Region &r) { orderer.region(r, stats); }, WalkOrder::Post);
   verify(g);
   return stats;
 }

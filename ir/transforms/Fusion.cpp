@@ -1,10 +1,10 @@
 // Fusion passes (see Fusion.h for the contract).
 #include "ir/transforms/Fusion.h"
 
+#include "ir/graph/Walk.h"
 #include "ir/graph/OpRegistry.h"
 
 #include <algorithm>
-#include <functional>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -40,23 +40,12 @@ public:
         reduction_(kinds.count(FusionKind::Reduction) > 0) {}
 
   FusionStats run() {
-    countUses(g_.body);
-    visit(g_.body);
+    uses_ = countUses(g_.body);
+    walkRegions(g_.body, [&](Region &r) { fuseRegion(r); }, WalkOrder::Post);
     return stats_;
   }
 
 private:
-  void countUses(const Region &r) {
-    for (const Op *op : r.ops) {
-      for (const Value *v : op->operands)
-        ++uses_[v];
-      for (const auto &sub : op->regions)
-        countUses(*sub);
-    }
-    for (const Value *y : r.yields)
-      ++uses_[y];
-  }
-
   // The transpose that makes a matmul's B by swapping its last two axes, when the GEMM
   // can read it in place instead (f32, used only there, injective fusion on).
   Op *transposedB(const Op &mm) {
@@ -114,10 +103,8 @@ private:
   // recursion and for LLVM, whatever the model (a 10,000-term sum is 40 kernels).
   static constexpr size_t kMaxGroup = 256;
 
-  void visit(Region &r) {
-    for (Op *op : r.ops)
-      for (auto &sub : op->regions)
-        visit(*sub);
+  // Fuses within `r`, whose nested regions are done (their groups are taken first).
+  void fuseRegion(Region &r) {
     std::unordered_set<const Op *> inRegion(r.ops.begin(), r.ops.end());
     // Groups are found first and the region rewritten once at the end (linear time).
     std::unordered_map<const Op *, size_t> groupOf;

@@ -1,16 +1,30 @@
-// The optimization pipeline (see Pipeline.h).
+// The pipelines, as lists with a reason per entry (see Pipeline.h).
 #include "ir/transforms/Pipeline.h"
-
-#include "ir/transforms/ExecutionOrder.h"
-#include "ir/transforms/Fusion.h"
 
 namespace dnnc::ir {
 
-void optimize(Graph &g, const PipelineOptions &options) {
+std::vector<PassInfo> defaultPipeline(const PassOptions &options) {
+  std::vector<PassInfo> passes;
+  // Fusion first: it decides which ops become one kernel, so ordering and planning see
+  // the kernels that will run (a fused group's intermediates never reach memory).
   if (options.fuse)
-    fuseAll(g);
+    passes.push_back(passInfo(PassId::Fuse));
+  // Execution order next: it lowers the peak of live bytes over the fused ops, and the
+  // memory planner's lifetimes follow the order it leaves.
   if (options.reorder)
-    planExecutionOrder(g);
+    passes.push_back(passInfo(PassId::Order));
+  return passes;
+}
+
+std::vector<PassInfo> loweredPipeline() {
+  // Memory planning last: only results of ops lowered to kernels get arena space, and
+  // lifetimes run over the final order.
+  return {passInfo(PassId::PlanMemory)};
+}
+
+void optimize(Graph &g, const PassOptions &options) {
+  PassState state;
+  PassManager(options).run(g, defaultPipeline(options), state);
 }
 
 } // namespace dnnc::ir

@@ -1,17 +1,17 @@
-// The graph optimization pipeline every compile path runs (dnnc run, build, emit, and the
-// REPL's :mem): fusion, then execution-order planning. Memory planning follows at
-// lowering, over the order this leaves.
+// The pipelines every compile path runs (backend/Compile.h, `dnnc opt` by default): the
+// graph passes before lowering, and the one that needs to know what lowering made.
 #pragma once
 
-#include "ir/graph/Graph.h"
+#include "ir/transforms/PassManager.h"
 
 namespace dnnc::ir {
 
-struct PipelineOptions {
-  bool fuse = true;    // --no-fuse turns it off
-  bool reorder = true; // execution-order planning
-};
+// Before lowering, under options.fuse / options.reorder.
+std::vector<PassInfo> defaultPipeline(const PassOptions &options);
+// After lowering: memory planning, which plans the results of the ops that became kernels.
+std::vector<PassInfo> loweredPipeline();
 
-void optimize(Graph &g, const PipelineOptions &options = {});
+// Runs defaultPipeline(options) on `g` (for the paths that stop before lowering).
+void optimize(Graph &g, const PassOptions &options = {});
 
 } // namespace dnnc::ir

@@ -74,7 +74,8 @@ TensorType loopExitType(const TensorType &entry, const TensorType &generic, cons
 void unifyDim(Graph &g, const std::string &freshVar, sym::ExprRef value, std::vector<TensorType *> extra = {});
 
 // Re-derives every rule-typed op's result types and checks they agree with what the
-// graph holds (throws InternalError on a disagreement). Used by --verify-each and tests.
+// graph holds (throws InternalError on a disagreement). Sema runs it on every model it
+// builds; the frontend fuzzer too.
 void checkPropagation(const Graph &g, sym::Analyzer &an);
 
 } // namespace dnnc::ir

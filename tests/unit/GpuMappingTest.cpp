@@ -1,10 +1,9 @@
 // How kernels map onto a GPU grid (gpu::mappingOf, gridOf, loopNest): GEMMs by
 // blocks with column tiles on y, reductions by warps, everything else by threads over the
 // whole perfectly nested loop range; concat's loops each over the grid.
+#include "backend/Compile.h"
 #include "backend/gpu/GpuMapping.h"
-#include "backend/lower/Lower.h"
 #include "frontend/Sema.h"
-#include "ir/transforms/Pipeline.h"
 
 #include <catch2/catch.hpp>
 
@@ -34,8 +33,9 @@ TEST_CASE("kernels map onto the GPU grid by what they compute", "[gpu]") {
   DiagnosticEngine diags(program.sources());
   REQUIRE(program.loadText("gpu.dnn", kModel, diags));
   ir::Graph &g = *program.models().at(0).graph;
-  ir::optimize(g, {false, true});
-  lower::LoweredGraph lowered = lower::lowerGraph(g, lower::kGpuSchedule);
+  backend::CompileOptions unfused;
+  unfused.passes.fuse = false;
+  lower::LoweredGraph lowered = backend::lowerFor(g, *backend::findTarget("cuda"), unfused).kernels;
 
   const kir::Kernel &gemm = kernelOf(lowered, "_matmul");
   CHECK(gpu::mappingOf(gemm) == gpu::Mapping::Blocks);

@@ -1,7 +1,7 @@
 // The memory planner on random programs: at random bindings no two buffers that are live
 // at once overlap (except an elementwise result sharing the operand that dies there),
 // every buffer fits in the arena, and every use of a value lies inside its lifetime.
-#include "backend/lower/Lower.h"
+#include "backend/Compile.h"
 #include "frontend/Sema.h"
 #include "ir/transforms/ExecutionOrder.h"
 #include "ir/transforms/Fusion.h"
@@ -75,7 +75,9 @@ TEST_CASE("planned buffers never overlap while both are live", "[plan]") {
       ir::OrderStats order = ir::planExecutionOrder(g);
       CHECK(order.peakAfter <= order.peakBefore);
     }
-    ir::MemoryPlan plan = lower::lowerGraph(g).memoryPlan(g);
+    backend::CompileOptions planOnly; // the graph as it stands: lowered and planned
+    planOnly.passes.fuse = planOnly.passes.reorder = false;
+    ir::MemoryPlan plan = *backend::lowerFor(g, *backend::findTarget("cpu"), planOnly).plan;
     if (plan.buffers.empty()) // everything fused into the output
       continue;
     // Every use lies inside the lifetime of what it uses.

@@ -1,6 +1,7 @@
 // Pieces shared by the dnnc subcommands.
 #pragma once
 
+#include "backend/Compile.h"
 #include "frontend/Sema.h"
 
 #include <map>
@@ -29,8 +30,7 @@ struct RunOptions {
   int repeat = 0;  // timed runs after the first (--stats reports their median)
   bool stats = false;
   bool artifact = false; // running a built artifact: nothing is compiled
-  bool memoryPlan = true; // --no-memory-plan turns the arena off
-  bool fuse = true;       // --no-fuse keeps one kernel per op
+  backend::CompileOptions compile; // the target's options are probed, not given
 };
 int runModel(Program &p, const RunOptions &o);
 // `dnnc run ARTIFACT`: loads and runs a `dnnc build` artifact with no compiling.
@@ -38,6 +38,7 @@ int runArtifact(const std::string &path, const RunOptions &o);
 
 // `dnnc shapes` output.
 void printShapes(const ModelInfo &m, const Binding &b, bool json, std::ostream &os);
-int runRepl(const std::string &file, const std::vector<std::string> &includes);
+// passes: how :mem runs the pipeline before it plans memory.
+int runRepl(const std::string &file, const std::vector<std::string> &includes, const ir::PassOptions &passes);
 
 } // namespace dnnc::tool

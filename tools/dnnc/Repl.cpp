@@ -1,8 +1,6 @@
 // `dnnc repl`: shape queries on a loaded model; nothing runs.
-#include "backend/lower/Lower.h"
+#include "backend/Compile.h"
 #include "ir/graph/Serialize.h"
-#include "ir/transforms/Pipeline.h"
-#include "ir/transforms/MemoryPlan.h"
 #include "tools/dnnc/Driver.h"
 #include "tools/dnnc/Repl.h"
 
@@ -42,8 +40,10 @@ const char *kHelp = R"(commands:
 
 class Repl {
 public:
-  Repl(std::vector<std::string> includes, bool interactive, std::ostream &out, std::ostream &err)
-      : includes_(std::move(includes)), interactive_(interactive), out_(out), err_(err) {}
+  Repl(std::vector<std::string> includes, bool interactive, std::ostream &out, std::ostream &err, ir::PassOptions passes)
+      : includes_(std::move(includes)), interactive_(interactive), out_(out), err_(err) {
+    compile_.passes = std::move(passes);
+  }
 
   void load(const std::string &file) {
     auto p = std::make_unique<Program>();
@@ -221,8 +221,7 @@ private:
     if (it == plans_.end()) {
       Planned p;
       p.graph = ir::cloneGraph(*model_->graph);
-      ir::optimize(*p.graph);
-      p.plan = lower::lowerGraph(*p.graph).memoryPlan(*p.graph);
+      p.plan = std::move(*backend::lowerFor(*p.graph, *backend::findTarget("cpu"), compile_).plan);
       it = plans_.emplace(model_, std::move(p)).first;
     }
     return it->second.plan;
@@ -415,6 +414,7 @@ private:
   }
 
   std::vector<std::string> includes_;
+  backend::CompileOptions compile_; // how :mem's plan is made
   std::map<const ModelInfo *, Planned> plans_;
   bool interactive_;
   std::unique_ptr<Program> program_;
@@ -423,15 +423,16 @@ private:
   std::ostream &out_, &err_;
 };
 
-ReplSession::ReplSession(std::vector<std::string> includes, bool interactive, std::ostream &out, std::ostream &err)
-    : impl_(std::make_unique<Repl>(std::move(includes), interactive, out, err)) {}
+ReplSession::ReplSession(std::vector<std::string> includes, bool interactive, std::ostream &out, std::ostream &err,
+                         ir::PassOptions passes)
+    : impl_(std::make_unique<Repl>(std::move(includes), interactive, out, err, std::move(passes))) {}
 ReplSession::~ReplSession() = default;
 void ReplSession::load(const std::string &file) { impl_->load(file); }
 bool ReplSession::handle(const std::string &line) { return impl_->handle(line); }
 
-int runRepl(const std::string &file, const std::vector<std::string> &includes) {
+int runRepl(const std::string &file, const std::vector<std::string> &includes, const ir::PassOptions &passes) {
   bool interactive = isatty(STDIN_FILENO);
-  ReplSession repl(includes, interactive, std::cout, std::cerr);
+  ReplSession repl(includes, interactive, std::cout, std::cerr, passes);
   if (!file.empty())
     repl.load(file);
   std::string history;

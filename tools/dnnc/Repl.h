@@ -2,6 +2,8 @@
 // driver reads lines from the terminal or stdin; the REPL fuzzer feeds its own).
 #pragma once
 
+#include "ir/transforms/PassManager.h"
+
 #include <memory>
 #include <ostream>
 #include <string>
@@ -14,8 +16,9 @@ class Repl;
 class ReplSession {
 public:
   // Results go to `out`, errors and diagnostics to `err`; `interactive` sessions also
-  // confirm what they load.
-  ReplSession(std::vector<std::string> includes, bool interactive, std::ostream &out, std::ostream &err);
+  // confirm what they load. `passes`: the pipeline's options for :mem's plan.
+  ReplSession(std::vector<std::string> includes, bool interactive, std::ostream &out, std::ostream &err,
+              ir::PassOptions passes = {});
   ~ReplSession();
   void load(const std::string &file);
   // Handles one line; false when the session should end (:quit). A user's mistake is a

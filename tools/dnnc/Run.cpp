@@ -1,9 +1,6 @@
 // `dnnc run`: runs a model (compiled now, or a built artifact) on .npy inputs and
 // .safetensors weights (or seeded random ones) and writes its outputs as .npy files.
-#include "backend/CpuExecutable.h"
-#include "backend/CudaExecutable.h"
 #include "ir/interp/Interpreter.h"
-#include "ir/transforms/Pipeline.h"
 #include "runtime/Artifact.h"
 #include "runtime/ModelIO.h"
 #include "base/TensorIO.h"
@@ -155,22 +152,22 @@ int runModel(Program &p, const RunOptions &o) {
     std::cerr << "dnnc: error: " << err << "\n";
     return kUserError;
   }
-  ir::optimize(*m->graph, {o.fuse, true});
-  const ir::Graph &g = *m->graph;
+  ir::Graph &g = *m->graph;
   // Compiled devices run every statically shaped op as a kernel; auto takes the GPU when
   // one works.
   std::unique_ptr<rt::Executable> compiled; // none: the reference interpreter
   try {
-    if (o.device == "cuda-sim") {
-      compiled = backend::compileForSimulatedGpu(g, o.memoryPlan);
-    } else if (o.device != "ref") {
-      rt::CudaProbe probe;
-      if (o.device != "cpu")
-        probe = rt::probeCuda();
-      if (o.device == "cuda" && !probe.ok)
-        throw DataError("--device cuda: " + probe.error);
-      compiled = probe.ok ? backend::compileForCuda(g, backend::archFor(probe), o.memoryPlan)
-                          : backend::compileForCpu(g, o.memoryPlan);
+    backend::CompileOptions options = o.compile;
+    const backend::Target *target = backend::findTarget(o.device == "auto" ? "cuda" : o.device);
+    if (target) {
+      if (std::string why = target->probe(options.target); !why.empty()) {
+        if (o.device != "auto")
+          throw DataError(fmt::format("--device {}: {}", o.device, why));
+        target = backend::findTarget("cpu");
+      }
+      compiled = backend::compile(g, *target, options);
+    } else {
+      ir::optimize(g, options.passes); // the interpreter runs the optimized graph too
     }
   } catch (const DataError &e) {
     std::cerr << "dnnc: error: " << e.what() << "\n";

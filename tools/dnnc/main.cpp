@@ -1,26 +1,23 @@
-// dnnc: the command-line driver (check, shapes, emit, repl).
+// dnnc: the command-line driver (check, shapes, emit, opt, run, build, repl).
+#include "backend/Compile.h"
 #include "frontend/Ast.h"
-#include "backend/Build.h"
-#include "backend/llvm/CpuBackend.h"
-#include "runtime/Artifact.h"
-#include "base/TensorIO.h"
-#include "runtime/ThreadPool.h"
-#include "base/Limits.h"
-#include "backend/llvm/NvptxBackend.h"
-#include "backend/gpu/GpuMapping.h"
-#include "backend/lower/Lower.h"
-#include "ir/transforms/Pipeline.h"
-#include "ir/transforms/MemoryPlan.h"
 #include "frontend/Parser.h"
+#include "ir/graph/Serialize.h"
+#include "base/Limits.h"
+#include "base/TensorIO.h"
+#include "runtime/Artifact.h"
+#include "runtime/ThreadPool.h"
 #include "tools/dnnc/Driver.h"
 
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 namespace po = boost::program_options;
 using namespace dnnc;
@@ -34,14 +31,17 @@ commands:
   check FILE                      parse and type-check
   shapes FILE [--model M] [--bind B=4,T=16] [--json]
                                   every named value with its type and shape class
-  emit FILE --emit=ast|ir|opt|kernels|llvm|ptx|plan [--target cpu|cuda] [--arch sm_90] [--no-fuse] [-o OUT]
+  emit FILE --emit=ast|ir|ir-json|opt|kernels|llvm|ptx|plan [--target cpu|cuda] [--arch sm_90] [--no-fuse] [-o OUT]
                                   print a compiler stage as text
+  opt FILE|IR.json [--passes=fuse,order,plan-memory] [--emit=ir|json] [-o OUT]
+                                  run graph passes and print the IR they leave
   build FILE -o OUT [--target cpu|cuda] [--arch sm_90]
                                   compile a model into an artifact the runtime loads
   run FILE [--weights W] [--input NAME=X.npy]... [--bind B=2] [--out DIR] [--device auto|cpu|cuda|ref] [--seed N]
                                   compile a model (or load an artifact) and run it
   repl [FILE]                     the shape-query REPL
 
+Commands that compile also take --verify-each, --print-before=PASS and --print-after=PASS.
 Run 'dnnc <command> --help' for a command's options; 'dnnc --version' for the version.
 )";
 
@@ -105,12 +105,44 @@ int parseOptions(int argc, char **argv, const po::options_description &desc, con
   return -1;
 }
 
-// --target: cpu or cuda; false (with the error printed) otherwise.
-bool knownTarget(const std::string &target) {
-  if (target == "cpu" || target == "cuda")
-    return true;
-  std::cerr << "dnnc: error: unknown target '" << target << "' (targets: cpu, cuda)\n";
-  return false;
+// --target: a target that builds artifacts; null (with the error printed) otherwise.
+const backend::Target *artifactTarget(const std::string &name) {
+  const backend::Target *t = backend::findTarget(name);
+  if (t && t->buildsArtifacts())
+    return t;
+  std::cerr << "dnnc: error: unknown target '" << name << "' (targets: " << backend::targetNames(true) << ")\n";
+  return nullptr;
+}
+
+// The pass manager's flags, on every command that compiles.
+struct PassFlags {
+  std::vector<std::string> printBefore, printAfter;
+};
+
+po::options_description passOptions(PassFlags &f) {
+  po::options_description d("pass options");
+  d.add_options()("no-fuse", "one kernel per op (no fusion)")("verify-each", "verify the IR after every pass")(
+      "print-before", po::value(&f.printBefore)->composing(), "PASS[,PASS]: print the IR before these passes (or all), to stderr")(
+      "print-after", po::value(&f.printAfter)->composing(), "PASS[,PASS]: print the IR after these passes (or all), to stderr");
+  return d;
+}
+
+// The pass options the flags ask for; false (with the usage error printed) for an unknown pass.
+bool readPassOptions(const po::variables_map &vm, const PassFlags &f, ir::PassOptions &out) {
+  out.fuse = vm.count("no-fuse") == 0;
+  out.verifyEach = vm.count("verify-each") > 0;
+  for (auto [flags, names] : {std::pair{&f.printBefore, &out.printBefore}, std::pair{&f.printAfter, &out.printAfter}})
+    for (const std::string &list : *flags) {
+      std::istringstream in(list);
+      for (std::string name; std::getline(in, name, ',');)
+        if (!name.empty())
+          names->insert(name);
+    }
+  if (std::string err = ir::checkPrintNames(out); !err.empty()) {
+    std::cerr << "dnnc: error: " << err << "\n";
+    return false;
+  }
+  return true;
 }
 
 bool loadProgram(Program &p, const CommonOptions &c, DiagnosticEngine &diags) {
@@ -138,13 +170,26 @@ int writeOutput(const std::string &path, const std::string &text) {
 
 int cmdCheck(int argc, char **argv) {
   CommonOptions c;
+  PassFlags flags;
   po::options_description desc = commonOptions(c);
+  desc.add(passOptions(flags));
   po::variables_map vm;
-  if (int rc = parseOptions(argc, argv, desc, "usage: dnnc check FILE [-I DIR]...\n", true, c, vm); rc >= 0)
+  if (int rc = parseOptions(argc, argv, desc, "usage: dnnc check FILE [-I DIR]... [--verify-each] [--print-after=PASS]\n", true, c,
+                            vm);
+      rc >= 0)
     return rc;
+  ir::PassOptions passes;
+  if (!readPassOptions(vm, flags, passes))
+    return kUsage;
   Program p;
   DiagnosticEngine diags(p.sources());
-  return loadProgram(p, c, diags) ? kOk : kUserError;
+  if (!loadProgram(p, c, diags))
+    return kUserError;
+  // With a pass flag, check also runs the pipeline the compiling commands run.
+  if (passes.verifyEach || !passes.printBefore.empty() || !passes.printAfter.empty())
+    for (ModelInfo &m : p.models())
+      ir::optimize(*m.graph, passes);
+  return kOk;
 }
 
 int cmdShapes(int argc, char **argv) {
@@ -178,24 +223,30 @@ int cmdShapes(int argc, char **argv) {
 
 int cmdEmit(int argc, char **argv) {
   CommonOptions c;
-  std::string stage, out, target = "cpu", arch = "sm_80";
+  PassFlags flags;
+  std::string stage, out, targetName = "cpu";
+  backend::CompileOptions options;
   po::options_description desc = commonOptions(c);
-  desc.add_options()("emit", po::value(&stage)->required(), "the stage: ast, ir, opt (after fusion), kernels, llvm, ptx or plan (the memory plan)")(
-      "target", po::value(&target), "for --emit=llvm: cpu (this host, the default) or cuda")(
-      "arch", po::value(&arch), "the GPU architecture for PTX (default sm_80)")("no-fuse", "one kernel per op (no fusion)")(
-      "output,o", po::value(&out),
-                                                                              "write to this file, not stdout");
+  desc.add_options()("emit", po::value(&stage)->required(),
+                     "the stage: ast, ir, ir-json (the graph IR as JSON, for dnnc opt), opt (after fusion), kernels, llvm, ptx or plan (the memory plan)")(
+      "target", po::value(&targetName), "for --emit=llvm: cpu (this host, the default) or cuda")(
+      "arch", po::value(&options.target.arch), "the GPU architecture for PTX (default sm_80)")(
+      "output,o", po::value(&out), "write to this file, not stdout");
+  desc.add(passOptions(flags));
   po::variables_map vm;
-  const char *usage = "usage: dnnc emit FILE --emit=ast|ir|opt|kernels|llvm|ptx|plan [--target cpu|cuda] [--arch sm_90] [--no-fuse] [-o OUT]\n";
+  const char *usage = "usage: dnnc emit FILE --emit=ast|ir|ir-json|opt|kernels|llvm|ptx|plan [--target cpu|cuda] [--arch sm_90] [--no-fuse] [-o OUT]\n";
   if (int rc = parseOptions(argc, argv, desc, usage, true, c, vm); rc >= 0)
     return rc;
-  const std::vector<std::string> stages{"ast", "ir", "opt", "kernels", "llvm", "ptx", "plan"};
+  const std::vector<std::string> stages{"ast", "ir", "ir-json", "opt", "kernels", "llvm", "ptx", "plan"};
   if (std::find(stages.begin(), stages.end(), stage) == stages.end()) {
-    std::cerr << "dnnc: error: unknown stage '" << stage << "' for --emit (this build emits: ast, ir, opt, kernels, llvm, ptx, plan)\n";
+    std::cerr << "dnnc: error: unknown stage '" << stage << "' for --emit (this build emits: ast, ir, ir-json, opt, kernels, llvm, ptx, plan)\n";
     return kUsage;
   }
-  if (!knownTarget(target))
+  const backend::Target *target = artifactTarget(targetName);
+  if (!target || !readPassOptions(vm, flags, options.passes))
     return kUsage;
+  if (stage == "ptx") // PTX is the cuda target's, whatever --target says
+    target = backend::findTarget("cuda");
   Program p;
   DiagnosticEngine diags(p.sources());
   if (!loadProgram(p, c, diags))
@@ -209,28 +260,30 @@ int cmdEmit(int argc, char **argv) {
   } else if (stage == "ir") {
     for (const ModelInfo &m : p.models())
       text += ir::print(*m.graph);
+  } else if (stage == "ir-json") { // one model as an object, several as a list
+    nlohmann::json graphs = nlohmann::json::array();
+    for (const ModelInfo &m : p.models())
+      graphs.push_back(ir::toJson(*m.graph));
+    text = (graphs.size() == 1 ? graphs[0] : graphs).dump(1) + "\n";
+  } else if (stage == "opt") {
+    for (ModelInfo &m : p.models()) {
+      ir::optimize(*m.graph, options.passes);
+      text += ir::print(*m.graph);
+    }
   } else {
-    for (ModelInfo &m : p.models())
-      ir::optimize(*m.graph, {vm.count("no-fuse") == 0, true});
     try {
-      for (const ModelInfo &m : p.models()) {
-        if (stage == "opt") {
-          text += ir::print(*m.graph);
-          continue;
-        }
-        lower::LoweredGraph lowered = lower::lowerGraph(*m.graph, target == "cuda" || stage == "ptx" ? lower::kGpuSchedule : lower::kCpuSchedule);
-        std::vector<const kir::Kernel *> kernels = lowered.kernelPointers();
+      for (ModelInfo &m : p.models()) {
+        backend::Lowered lowered = backend::lowerFor(*m.graph, *target, options);
+        std::vector<const kir::Kernel *> kernels = lowered.kernels.kernelPointers();
         if (stage == "kernels")
-          for (const kir::Kernel *k : kernels) // on the GPU, each with how it maps onto the grid
-            text += (target == "cuda" ? "// " + gpu::describeLaunch(*k) + "\n" : "") + kir::print(*k);
-        if (stage == "plan") {
-          text += ir::print(lowered.memoryPlan(*m.graph), *m.graph);
-        } else if (stage == "ptx" || (stage == "llvm" && target == "cuda")) {
-          backend::PtxModule ptx = backend::compilePtx(kernels, arch);
-          text += stage == "ptx" ? ptx.ptx : ptx.llvmIR;
-        } else if (stage == "llvm") {
-          text += backend::CpuModule::compile(kernels)->llvmIR();
-        }
+          for (const kir::Kernel *k : kernels)
+            text += target->kernelNote(*k) + kir::print(*k);
+        else if (stage == "plan")
+          text += ir::print(*lowered.plan, *m.graph);
+        else if (stage == "ptx")
+          text += target->moduleText(kernels, options.target).assembly;
+        else if (stage == "llvm")
+          text += target->moduleText(kernels, options.target).llvmIR;
       }
     } catch (const DataError &e) {
       std::cerr << "dnnc: error: " << e.what() << "\n";
@@ -240,8 +293,91 @@ int cmdEmit(int argc, char **argv) {
   return writeOutput(out, text);
 }
 
+// Reads the models of a .dnn file, or graphs in their JSON form (`dnnc emit --emit=ir-json`).
+bool loadGraphs(const CommonOptions &c, Program &p, std::vector<std::unique_ptr<ir::Graph>> &owned,
+                std::vector<ir::Graph *> &graphs) {
+  if (std::filesystem::path(c.file).extension() != ".json") {
+    DiagnosticEngine diags(p.sources());
+    if (!loadProgram(p, c, diags))
+      return false;
+    for (ModelInfo &m : p.models())
+      graphs.push_back(m.graph.get());
+    return true;
+  }
+  try {
+    nlohmann::json j = nlohmann::json::parse(rt::readFile(c.file));
+    for (const nlohmann::json &g : j.is_array() ? j : nlohmann::json::array({j})) {
+      owned.push_back(ir::fromJson(g));
+      graphs.push_back(owned.back().get());
+    }
+  } catch (const nlohmann::json::exception &e) {
+    std::cerr << "dnnc: error: '" << c.file << "' is not graph IR JSON: " << e.what() << "\n";
+    return false;
+  } catch (const DataError &e) {
+    std::cerr << "dnnc: error: '" << c.file << "': " << e.what() << "\n";
+    return false;
+  }
+  return true;
+}
+
+int cmdOpt(int argc, char **argv) {
+  CommonOptions c;
+  PassFlags flags;
+  std::string passList, format = "ir", out, targetName = "cpu";
+  po::options_description desc = commonOptions(c);
+  std::string passHelp = "PASS[,PASS]: the passes to run, in order (default: the pipeline every compile runs). Passes:";
+  for (const ir::PassInfo &info : ir::allPasses())
+    passHelp += fmt::format("\n  {:<12} {}", info.name, info.reason);
+  desc.add_options()("passes", po::value(&passList), passHelp.c_str())(
+      "emit", po::value(&format), "ir (text, the default; a memory plan follows its graph) or json (the graph, for dnnc opt)")(
+      "target", po::value(&targetName), "whose kernels plan-memory plans buffers for: cpu (the default), cuda or cuda-sim")(
+      "output,o", po::value(&out), "write to this file, not stdout");
+  desc.add(passOptions(flags));
+  po::variables_map vm;
+  const char *usage = "usage: dnnc opt FILE|IR.json [--passes=fuse,order,plan-memory] [--emit=ir|json] [--verify-each] [-o OUT]\n";
+  if (int rc = parseOptions(argc, argv, desc, usage, true, c, vm); rc >= 0)
+    return rc;
+  ir::PassOptions options;
+  if (!readPassOptions(vm, flags, options))
+    return kUsage;
+  std::vector<ir::PassInfo> passes;
+  if (!vm.count("passes"))
+    passes = ir::defaultPipeline(options);
+  else if (std::string err = ir::parsePassList(passList, passes); !err.empty()) {
+    std::cerr << "dnnc: error: " << err << "\n";
+    return kUsage;
+  }
+  const backend::Target *target = backend::findTarget(targetName);
+  if (!target || (format != "ir" && format != "json")) {
+    std::cerr << "dnnc: error: "
+              << (target ? "unknown format '" + format + "' for --emit (ir, json)"
+                         : "unknown target '" + targetName + "' (targets: " + backend::targetNames(false) + ")")
+              << "\n";
+    return kUsage;
+  }
+  Program p;
+  std::vector<std::unique_ptr<ir::Graph>> owned;
+  std::vector<ir::Graph *> graphs;
+  if (!loadGraphs(c, p, owned, graphs))
+    return kUserError;
+  std::string text;
+  nlohmann::json json = nlohmann::json::array();
+  for (ir::Graph *g : graphs) {
+    ir::PassState state = backend::passStateFor(*target);
+    ir::PassManager(options).run(*g, passes, state);
+    if (format == "json")
+      json.push_back(ir::toJson(*g));
+    else
+      text += ir::print(*g) + (state.memoryPlan ? ir::print(*state.memoryPlan, *g) : "");
+  }
+  if (format == "json")
+    text = (json.size() == 1 ? json[0] : json).dump(1) + "\n";
+  return writeOutput(out, text);
+}
+
 int cmdRun(int argc, char **argv) {
   CommonOptions c;
+  PassFlags flags;
   RunOptions o;
   std::string bind, threads;
   int64_t maxIterations = 0;
@@ -259,15 +395,17 @@ int cmdRun(int argc, char **argv) {
       "stop with an error when a while loop runs N iterations and its condition still holds (default: no limit)")(
       "repeat", po::value(&o.repeat), "run N more times and report the median time with --stats")(
       "no-memory-plan", "allocate every intermediate on its own (no planned arena)")(
-      "no-fuse", "one kernel per op (no fusion)")("stats", "print the dims, kernels, ops run and arena bytes");
+      "stats", "print the dims, kernels, ops run and arena bytes");
+  desc.add(passOptions(flags));
   po::variables_map vm;
   const char *usage = "usage: dnnc run FILE [--weights W.safetensors] [--input NAME=X.npy]... [--bind B=2,T=8] "
                       "[--out DIR] [--device auto|cpu|cuda|ref] [--seed N] [--threads N]\n";
   if (int rc = parseOptions(argc, argv, desc, usage, true, c, vm); rc >= 0)
     return rc;
   o.stats = vm.count("stats") > 0;
-  o.memoryPlan = vm.count("no-memory-plan") == 0;
-  o.fuse = vm.count("no-fuse") == 0;
+  o.compile.memoryPlan = vm.count("no-memory-plan") == 0;
+  if (!readPassOptions(vm, flags, o.compile.passes))
+    return kUsage;
   if (o.repeat < 0 || o.repeat > 1000000) {
     std::cerr << "dnnc: error: --repeat takes a count from 0 to 1000000\n";
     return kUsage;
@@ -304,7 +442,7 @@ int cmdRun(int argc, char **argv) {
     }
     o.inputs.emplace_back(in.substr(0, eq), in.substr(eq + 1));
   }
-  if (o.device != "auto" && o.device != "ref" && o.device != "cpu" && o.device != "cuda" && o.device != "cuda-sim") {
+  if (o.device != "auto" && o.device != "ref" && !backend::findTarget(o.device)) {
     std::cerr << "dnnc: error: unknown device '" << o.device << "' (devices: auto, cpu, cuda, ref, cuda-sim)\n";
     return kUsage;
   }
@@ -321,19 +459,24 @@ int cmdRun(int argc, char **argv) {
 
 int cmdBuild(int argc, char **argv) {
   CommonOptions c;
-  std::string out, target = "cpu", arch = "sm_80", model;
+  PassFlags flags;
+  std::string out, targetName = "cpu", model;
+  backend::CompileOptions options;
   po::options_description desc = commonOptions(c);
   desc.add_options()("output,o", po::value(&out)->required(), "the artifact to write")(
-      "target", po::value(&target), "cpu (this host, the default) or cuda")("arch", po::value(&arch),
-                                                                            "the GPU architecture for cuda (default sm_80)")(
+      "target", po::value(&targetName), "cpu (this host, the default) or cuda")(
+      "arch", po::value(&options.target.arch), "the GPU architecture for cuda (default sm_80)")(
       "model", po::value(&model), "the model to build (default: main, or the first)")(
-      "no-memory-plan", "allocate every intermediate on its own (no planned arena)")("no-fuse", "one kernel per op (no fusion)");
+      "no-memory-plan", "allocate every intermediate on its own (no planned arena)");
+  desc.add(passOptions(flags));
   po::variables_map vm;
   const char *usage = "usage: dnnc build FILE -o OUT [--target cpu|cuda] [--arch sm_90] [--model M]\n";
   if (int rc = parseOptions(argc, argv, desc, usage, true, c, vm); rc >= 0)
     return rc;
-  if (!knownTarget(target))
+  const backend::Target *target = artifactTarget(targetName);
+  if (!target || !readPassOptions(vm, flags, options.passes))
     return kUsage;
+  options.memoryPlan = vm.count("no-memory-plan") == 0;
   Program p;
   DiagnosticEngine diags(p.sources());
   if (!loadProgram(p, c, diags))
@@ -345,23 +488,27 @@ int cmdBuild(int argc, char **argv) {
     return kUserError;
   }
   try {
-    ir::optimize(*m->graph, {vm.count("no-fuse") == 0, true});
-    backend::buildArtifact(*m->graph, target, arch, out, vm.count("no-memory-plan") == 0);
+    backend::buildArtifact(*m->graph, *target, options, out);
   } catch (const DataError &e) {
     std::cerr << "dnnc: error: " << e.what() << "\n";
     return kUserError;
   }
-  std::cout << fmt::format("built model '{}' for {} -> {}\n", m->name, target == "cuda" ? arch : "this CPU", out);
+  std::cout << fmt::format("built model '{}' for {} -> {}\n", m->name, target->builtFor(options.target), out);
   return kOk;
 }
 
 int cmdRepl(int argc, char **argv) {
   CommonOptions c;
+  PassFlags flags;
   po::options_description desc = commonOptions(c);
+  desc.add(passOptions(flags));
   po::variables_map vm;
   if (int rc = parseOptions(argc, argv, desc, "usage: dnnc repl [FILE] [-I DIR]...\n", false, c, vm); rc >= 0)
     return rc;
-  return runRepl(c.file, c.includes);
+  ir::PassOptions passes; // for :mem, which plans memory as dnnc run does
+  if (!readPassOptions(vm, flags, passes))
+    return kUsage;
+  return runRepl(c.file, c.includes, passes);
 }
 
 } // namespace
@@ -387,6 +534,8 @@ int main(int argc, char **argv) {
       return cmdShapes(argc - 1, argv + 1);
     if (cmd == "emit")
       return cmdEmit(argc - 1, argv + 1);
+    if (cmd == "opt")
+      return cmdOpt(argc - 1, argv + 1);
     if (cmd == "repl")
       return cmdRepl(argc - 1, argv + 1);
     if (cmd == "run")

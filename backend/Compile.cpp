@@ -1,0 +1,67 @@
+// The compile sequence (see Compile.h).
+#include "backend/Compile.h"
+
+#include <unordered_set>
+
+namespace dnnc::backend {
+namespace {
+
+// The plan in the runtime's terms: offsets by value, the late arena's members.
+rt::ArenaPlan arenaPlan(const ir::MemoryPlan &plan) {
+  rt::ArenaPlan out;
+  out.bytes = plan.arena;
+  for (const ir::PlannedBuffer &b : plan.buffers) {
+    out.offsets[b.value] = b.offset;
+    if (b.late)
+      out.late.insert(b.value);
+  }
+  out.lateBytes = plan.lateArena;
+  return out;
+}
+
+// Ops' results get planned buffers when the ops became kernels.
+std::function<bool(const ir::Op &)> madeKernels(const lower::LoweredGraph &lowered) {
+  auto made = std::make_shared<std::unordered_set<const ir::Op *>>(lowered.ops.begin(), lowered.ops.end());
+  return [made](const ir::Op &op) { return made->count(&op) != 0; };
+}
+
+} // namespace
+
+Lowered lowerFor(ir::Graph &g, const Target &target, const CompileOptions &options) {
+  ir::PassManager passes(options.passes);
+  ir::PassState state;
+  passes.run(g, ir::defaultPipeline(options.passes), state);
+  Lowered out{lower::lowerGraph(g, target.schedule()), std::nullopt};
+  if (options.memoryPlan) {
+    state.kernelOps = [&](const ir::Graph &) { return madeKernels(out.kernels); }; // just lowered
+    passes.run(g, ir::loweredPipeline(), state);
+    out.plan = std::move(state.memoryPlan);
+  }
+  return out;
+}
+
+std::unique_ptr<rt::Executable> compile(ir::Graph &g, const Target &target, const CompileOptions &options) {
+  Lowered lowered = lowerFor(g, target, options);
+  auto exe = std::make_unique<rt::Executable>(g, lowered.kernels.kernelOf(), lowered.kernels.kernelInfos(),
+                                              target.makeDevice(lowered.kernels, options.target));
+  if (lowered.plan)
+    exe->setArenaPlan(arenaPlan(*lowered.plan));
+  return exe;
+}
+
+void buildArtifact(ir::Graph &g, const Target &target, const CompileOptions &options, const std::string &path) {
+  Lowered lowered = lowerFor(g, target, options);
+  rt::ArtifactInfo info;
+  info.target = target.name();
+  std::string payload = target.artifactPayload(lowered.kernels.kernelPointers(), options.target, info);
+  rt::writeArtifact(path, g, lowered.kernels.kernelOf(), lowered.kernels.kernelInfos(),
+                    lowered.plan ? arenaPlan(*lowered.plan) : rt::ArenaPlan{}, info, payload);
+}
+
+ir::PassState passStateFor(const Target &target) {
+  ir::PassState state;
+  state.kernelOps = [&target](const ir::Graph &g) { return madeKernels(lower::lowerGraph(g, target.schedule())); };
+  return state;
+}
+
+} // namespace dnnc::backend

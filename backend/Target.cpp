@@ -1,0 +1,185 @@
+// The cpu, cuda and cuda-sim targets (see Target.h).
+#include "backend/Target.h"
+
+#include "backend/gpu/GpuMapping.h"
+#include "backend/llvm/CpuBackend.h"
+#include "backend/llvm/NvptxBackend.h"
+#include "base/TensorIO.h"
+#include "runtime/CpuDevice.h"
+#include "runtime/CudaDevice.h"
+#include "runtime/GpuSimulator.h"
+
+#include <fmt/format.h>
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+
+extern char **environ;
+
+namespace dnnc::backend {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A scratch directory removed on every path out.
+struct ScratchDir {
+  fs::path path;
+  ScratchDir() {
+    std::string tmpl = (fs::temp_directory_path() / "dnnc-build-XXXXXX").string();
+    if (!mkdtemp(tmpl.data()))
+      throw DataError("cannot create a temporary directory for the build");
+    path = tmpl;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+// Links an object into a shared object with the system's compiler driver (which knows
+// where libm and the C runtime live); its messages go to stderr.
+std::string linkSharedObject(const std::string &object, const fs::path &dir) {
+  fs::path obj = dir / "kernels.o", so = dir / "kernels.so";
+  rt::writeFileAtomically(obj.string(), object);
+  for (const char *driver : {"cc", "gcc", "clang"}) {
+    std::vector<std::string> args{driver, "-shared", "-o", so.string(), obj.string(), "-lmvec", "-lm"};
+    std::vector<char *> argv;
+    for (std::string &a : args)
+      argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid;
+    if (posix_spawnp(&pid, driver, nullptr, nullptr, argv.data(), environ) != 0)
+      continue; // not installed: try the next
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      throw DataError(fmt::format("linking the kernels with '{}' failed", driver));
+    return rt::readFile(so.string());
+  }
+  throw DataError("building for the CPU needs a C compiler driver to link a shared object (cc, gcc or clang); "
+                      "install gcc");
+}
+
+// This host's CPU: kernels JIT-compiled in process, or linked into a shared object.
+class CpuTarget final : public Target {
+public:
+  std::string_view name() const override { return "cpu"; }
+  const lower::ScheduleOptions &schedule() const override { return lower::kCpuSchedule; }
+  std::unique_ptr<rt::Device> makeDevice(const lower::LoweredGraph &lowered, const TargetOptions &) const override {
+    std::shared_ptr<CpuModule> module = CpuModule::compile(lowered.kernelPointers());
+    return std::make_unique<rt::CpuDevice>(module->lookup(lowered.kernelPointers()), module);
+  }
+  std::string artifactPayload(const std::vector<const kir::Kernel *> &kernels, const TargetOptions &,
+                              rt::ArtifactInfo &info) const override {
+    info.arch = hostCpuName();
+    unsigned width = hostVectorWidth();
+    info.vectorIsa = width >= 16 ? "avx512f" : width >= 8 ? "avx2" : "sse2";
+    ScratchDir scratch;
+    return linkSharedObject(compileHostObject(kernels), scratch.path);
+  }
+  ModuleText moduleText(const std::vector<const kir::Kernel *> &kernels, const TargetOptions &) const override {
+    return {CpuModule::compile(kernels)->llvmIR(), ""};
+  }
+  std::string builtFor(const TargetOptions &) const override { return "this CPU"; }
+};
+
+// The PTX architecture to build for the GPU that `probe` describes: its own when dnnc
+// supports it, sm_90 for newer GPUs (the driver compiles PTX forward). Throws
+// DataError for GPUs older than sm_80.
+std::string archFor(const rt::CudaProbe &probe) {
+  const auto &archs = supportedArchs();
+  if (std::find(archs.begin(), archs.end(), probe.arch()) != archs.end())
+    return probe.arch();
+  if (probe.major >= 9)
+    return "sm_90";
+  throw DataError(fmt::format("GPU '{}' is {}; dnnc's PTX needs sm_80 or newer", probe.name, probe.arch()));
+}
+
+// What the GPU and its simulator share: the GPU's schedules and grid mapping.
+class GpuTarget : public Target {
+public:
+  const lower::ScheduleOptions &schedule() const override { return lower::kGpuSchedule; }
+  std::string kernelNote(const kir::Kernel &k) const override { return "// " + gpu::describeLaunch(k) + "\n"; }
+};
+
+// An NVIDIA GPU: one PTX module for options.arch, loaded on GPU 0 by the CUDA driver.
+class CudaTarget final : public GpuTarget {
+public:
+  std::string_view name() const override { return "cuda"; }
+  std::string probe(TargetOptions &options) const override {
+    rt::CudaProbe probe = rt::probeCuda();
+    if (!probe.ok)
+      return probe.error;
+    options.arch = archFor(probe);
+    return "";
+  }
+  std::unique_ptr<rt::Device> makeDevice(const lower::LoweredGraph &lowered, const TargetOptions &options) const override {
+    return std::make_unique<rt::CudaDevice>(compilePtx(lowered.kernelPointers(), options.arch).ptx, lowered.kernelInfos());
+  }
+  std::string artifactPayload(const std::vector<const kir::Kernel *> &kernels, const TargetOptions &options,
+                              rt::ArtifactInfo &info) const override {
+    info.arch = options.arch;
+    return compilePtx(kernels, options.arch).ptx;
+  }
+  ModuleText moduleText(const std::vector<const kir::Kernel *> &kernels, const TargetOptions &options) const override {
+    PtxModule ptx = compilePtx(kernels, options.arch);
+    return {ptx.llvmIR, ptx.ptx};
+  }
+  std::string builtFor(const TargetOptions &options) const override { return options.arch; }
+};
+
+// The GPU's kernels and work mapping compiled for this CPU and run by
+// rt::SimulatedGpuDevice, so GPU schedules are tested without a GPU. It exists only inside
+// dnnc: there are no artifacts for it.
+class CudaSimTarget final : public GpuTarget {
+public:
+  std::string_view name() const override { return "cuda-sim"; }
+  std::unique_ptr<rt::Device> makeDevice(const lower::LoweredGraph &lowered, const TargetOptions &) const override {
+    std::shared_ptr<CpuModule> module = CpuModule::compile(lowered.kernelPointers(), true);
+    return std::make_unique<rt::SimulatedGpuDevice>(module->lookup(lowered.kernelPointers()), module);
+  }
+  bool buildsArtifacts() const override { return false; }
+  std::string artifactPayload(const std::vector<const kir::Kernel *> &, const TargetOptions &,
+                              rt::ArtifactInfo &) const override {
+    throw DataError("cuda-sim runs only inside dnnc: there are no artifacts for it");
+  }
+  ModuleText moduleText(const std::vector<const kir::Kernel *> &kernels, const TargetOptions &) const override {
+    return {CpuModule::compile(kernels, true)->llvmIR(), ""};
+  }
+  std::string builtFor(const TargetOptions &) const override { return "the GPU simulator"; }
+};
+
+} // namespace
+
+std::string Target::probe(TargetOptions &) const { return ""; }
+
+std::string Target::kernelNote(const kir::Kernel &) const { return ""; }
+
+const std::vector<const Target *> &allTargets() {
+  static const CpuTarget cpu;
+  static const CudaTarget cuda;
+  static const CudaSimTarget cudaSim;
+  static const std::vector<const Target *> targets{&cpu, &cuda, &cudaSim};
+  return targets;
+}
+
+const Target *findTarget(std::string_view name) {
+  for (const Target *t : allTargets())
+    if (t->name() == name)
+      return t;
+  return nullptr;
+}
+
+std::string targetNames(bool artifactsOnly) {
+  std::string names;
+  for (const Target *t : allTargets())
+    if (!artifactsOnly || t->buildsArtifacts())
+      names += fmt::format("{}{}", names.empty() ? "" : ", ", t->name());
+  return names;
+}
+
+} // namespace dnnc::backend
