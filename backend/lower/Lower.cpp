@@ -243,18 +243,17 @@ ValuePtr Lowering::readValue(const ir::Value *v, const Dims &idx) {
   case OpKind::Reshape: case OpKind::Unsqueeze: case OpKind::Squeeze: case OpKind::Flatten:
     return readValue(p->operands[0], reshapeIndex(o, operandDims(0), idx));
   case OpKind::Index: {
-    const auto &starts = p->get<ir::DimList>("starts");
-    const auto &steps = p->get<ir::DimList>("steps"), &points = p->get<ir::DimList>("points");
+    ir::IndexAttrs ix = ir::IndexAttrs::of(*p);
     const Dims &d = operandDims(0);
     Dims at;
     size_t next = 0;
     for (size_t a = 0; a < d.size(); ++a) {
-      if (points[a]->asConst() == 1) {
-        at.push_back(starts[a]);
+      if (ix.isPoint(a)) {
+        at.push_back(ix.starts[a]);
         continue;
       }
-      ExprRef begin = sym::max(c(0), sym::min(starts[a], d[a]));
-      at.push_back(sym::add(begin, sym::mul(idx[next++], steps[a])));
+      ExprRef begin = sym::max(c(0), sym::min(ix.starts[a], d[a]));
+      at.push_back(sym::add(begin, sym::mul(idx[next++], ix.steps[a])));
     }
     return readValue(p->operands[0], at);
   }
@@ -813,16 +812,17 @@ StmtPtr Lowering::take(size_t a) {
 // (x[l] in a loop), read from its operand (the runtime has checked every point index).
 StmtPtr Lowering::index() {
   const Dims &in = dims(0), &o = dims(out());
-  const auto &starts = op_.get<ir::DimList>("starts"), &stops = op_.get<ir::DimList>("stops");
-  auto steps = listAttr("steps"), points = listAttr("points");
+  ir::IndexAttrs ix = ir::IndexAttrs::of(op_);
+  const ir::DimList &starts = ix.starts, &stops = ix.stops;
   Dims idx = vars(o.size()), inIdx;
   size_t next = 0;
   int operand = 1;
   ValuePtr offset;
   for (size_t a = 0; a < in.size(); ++a) {
-    if (!points[a] && (!starts[a] || !stops[a]))
+    bool point = ix.isPoint(a);
+    if (!point && (!starts[a] || !stops[a]))
       return nullptr; // a slice with run-time bounds has a run-time length: a host op
-    if (points[a] && !starts[a]) {
+    if (point && !starts[a]) {
       ExprRef stride = c(1);
       for (size_t k = a + 1; k < in.size(); ++k)
         stride = sym::mul(stride, in[k]);
@@ -835,8 +835,8 @@ StmtPtr Lowering::index() {
       inIdx.push_back(c(0));
       continue;
     }
-    ExprRef begin = points[a] ? starts[a] : sym::max(c(0), sym::min(starts[a], in[a]));
-    inIdx.push_back(points[a] ? begin : sym::add(begin, sym::mul(idx[next++], c(steps[a]))));
+    ExprRef begin = point ? starts[a] : sym::max(c(0), sym::min(starts[a], in[a]));
+    inIdx.push_back(point ? begin : sym::add(begin, sym::mul(idx[next++], c(ix.step(a)))));
   }
   return nest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), kir::load(0, kir::flatIndex(in, inIdx), dtype(0), offset))));
 }
@@ -860,11 +860,9 @@ std::optional<kir::Kernel> Lowering::run() {
     k_.body = nest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), readValue(op_.results[0], idx))));
     return std::move(k_);
   }
-  switch (op_.kind) {
-  case OpKind::Param: case OpKind::Constant: case OpKind::DimValue: case OpKind::If: case OpKind::For:
-  case OpKind::While: case OpKind::AssertDims: case OpKind::Topk: case OpKind::Resize: case OpKind::Nonzero:
-  case OpKind::MaskedSelect: case OpKind::Unique:
+  if (info.placement != ir::Placement::Kernel)
     return std::nullopt;
+  switch (op_.kind) {
   case OpKind::Zeros:
   case OpKind::Ones:
   case OpKind::Full: {
@@ -916,8 +914,8 @@ std::optional<kir::Kernel> Lowering::run() {
   }
   case OpKind::Index: body = index(); break;
   default:
-    if (info.shapeRule == nullptr)
-      return std::nullopt;
+    if (!ir::isElementwise(op_.kind) && !ir::isReduction(op_.kind))
+      throw InternalError(fmt::format("op '{}' runs in a kernel but has no lowering", info.spelling));
     body = ir::isElementwise(op_.kind) ? elementwise() : reduction();
   }
   if (!body)

@@ -13,7 +13,7 @@
 namespace dnnc::ir {
 
 enum class OpKind {
-#define OP(name, spelling, cls, dtypeRule, shapeRule, sig) name,
+#define OP(name, spelling, cls, dtypeRule, shapeRule, pattern, placement, flags, grad, verb, sig) name,
 #include "ir/graph/Ops.def"
 #undef OP
 };
@@ -51,6 +51,20 @@ struct Op {
 
   bool has(const std::string &k) const { return attrs.count(k) != 0; }
   template <class T> const T &get(const std::string &k) const { return std::get<T>(attrs.at(k)); }
+};
+
+// The typed attributes of `index` (x[subscripts]): per input axis a start, stop and step
+// (null: given by a run-time operand, those operands following x in axis order) and a
+// point flag (a point index, which drops its axis). They live in the op's attrs as dim
+// lists, so they print and serialize like any attribute; only this struct names them.
+struct IndexAttrs {
+  const DimList &starts, &stops, &steps, &points;
+
+  // The attrs of an `index` op (InternalError for any other op).
+  static IndexAttrs of(const Op &op);
+  static std::map<std::string, Attr> make(DimList starts, DimList stops, DimList steps, DimList points);
+  bool isPoint(size_t axis) const { return points[axis]->asConst() == 1; }
+  int64_t step(size_t axis) const { return *steps[axis]->asConst(); } // sema allows constants only
 };
 
 // One model after sema: its body region (inputs are the region's arguments, outputs its

@@ -462,12 +462,11 @@ std::vector<TensorType> arangeRule(const RuleContext &c, DType dt) {
 // and a flag saying a point index drops the axis.
 std::vector<TensorType> indexRule(const RuleContext &c, DType dt) {
   const DimList &in = c.in(0).dims;
-  const DimList &starts = c.listAttr("starts"), &stops = c.listAttr("stops"), &steps = c.listAttr("steps");
-  const DimList &points = c.listAttr("points");
+  IndexAttrs ix = IndexAttrs::of(c.op);
+  const DimList &starts = ix.starts, &stops = ix.stops, &steps = ix.steps;
   DimList out;
   for (size_t i = 0; i < in.size(); ++i) {
-    bool point = points[i]->asConst() == 1;
-    if (point) {
+    if (ix.isPoint(i)) {
       if (starts[i] && (c.analyzer.canProve(starts[i], Rel::GE, in[i]) || c.analyzer.canProve(starts[i], Rel::LT, sym::constant(0))))
         c.error(DiagKind::Range, fmt::format("index {} is out of range for dim {} of {} (size {})", starts[i]->str(), i,
                                              typeText(c, 0), in[i]->str()));
@@ -499,8 +498,12 @@ const std::vector<OpInfo> &table() {
               Flatten = flattenRule, Pad = padRule, Take = takeRule, OneHot = oneHotRule, Topk = topkRule,
               Resize = resizeRule, Nonzero = nonzeroRule, MaskedSelect = maskedSelectRule, Unique = uniqueRule,
               Creation = creationRule, Arange = arangeRule, Index = indexRule;
-#define OP(name, spelling, cls, dtypeRule, shapeRule, sig)                                                             \
-  v.push_back({OpKind::name, spelling, ShapeClass::cls, DTypeRule::dtypeRule, shapeRule, parseSignature(sig)});
+    using namespace opflag;
+    constexpr unsigned NoFlags = 0;
+    constexpr GradRule NoGrad = nullptr;
+#define OP(name, spelling, cls, dtypeRule, shapeRule, pattern, placement, flags, grad, verb, sig)                      \
+  v.push_back({OpKind::name, spelling, ShapeClass::cls, DTypeRule::dtypeRule, shapeRule, OpPattern::pattern,            \
+               Placement::placement, flags, grad, verb, parseSignature(sig)});
 #include "ir/graph/Ops.def"
 #undef OP
     return v;
@@ -557,16 +560,16 @@ void RuleContext::requireEqual(sym::ExprRef a, sym::ExprRef b, const std::string
 const std::vector<OpInfo> &allOps() { return table(); }
 const OpInfo &opInfo(OpKind k) { return table().at(static_cast<size_t>(k)); }
 
-bool isElementwise(OpKind k) { return opInfo(k).shapeRule && opInfo(k).shapeRule == opInfo(OpKind::Add).shapeRule; }
-
-bool isReduction(OpKind k) {
-  switch (k) {
-  case OpKind::Sum: case OpKind::Mean: case OpKind::Max: case OpKind::Min: case OpKind::Prod: case OpKind::Argmax:
-  case OpKind::Argmin: case OpKind::Logsumexp: case OpKind::Softmax: case OpKind::LogSoftmax:
-    return true;
-  default: return false;
-  }
+bool isElementwise(OpKind k) {
+  OpPattern p = opInfo(k).pattern;
+  return p == OpPattern::Elementwise || p == OpPattern::Broadcast;
 }
+
+bool isReduction(OpKind k) { return opInfo(k).pattern == OpPattern::Reduction; }
+
+bool readsIndices(const Op &op) { return opInfo(op.kind).has(OpFlag::ReadsIdx) && op.operands.size() > 1; }
+
+bool isInjective(const Op &op) { return opInfo(op.kind).pattern == OpPattern::Injective && !readsIndices(op); }
 
 const OpInfo *findBuiltin(const std::string &spelling) {
   for (const OpInfo &i : table())
@@ -576,22 +579,8 @@ const OpInfo *findBuiltin(const std::string &spelling) {
 }
 
 std::string opVerb(OpKind k) {
-  switch (k) {
-  case OpKind::Add: return "add";
-  case OpKind::Sub: return "subtract";
-  case OpKind::Mul: return "multiply";
-  case OpKind::Div: return "divide";
-  case OpKind::Mod: return "take the remainder of";
-  case OpKind::Pow: return "raise";
-  case OpKind::Matmul: return "multiply (matmul)";
-  case OpKind::Eq: case OpKind::Ne: case OpKind::Lt: case OpKind::Le: case OpKind::Gt: case OpKind::Ge: return "compare";
-  case OpKind::Concat: return "concatenate";
-  case OpKind::Stack: return "stack";
-  case OpKind::Conv2d: return "convolve";
-  case OpKind::BroadcastTo: return "broadcast";
-  case OpKind::Split: return "split";
-  default: return std::string("apply '") + opInfo(k).spelling + "' to";
-  }
+  const OpInfo &info = opInfo(k);
+  return *info.verb ? info.verb : std::string("apply '") + info.spelling + "' to";
 }
 
 std::vector<TensorType> inferResultTypes(const RuleContext &ctx) {

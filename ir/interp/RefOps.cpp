@@ -665,8 +665,8 @@ Tensor topk(const RefContext &c, int64_t k, size_t axis, Tensor &indices) {
 // axis order) and a flag for a point index that drops the axis.
 Tensor index(const RefContext &c) {
   const Tensor &x = *c.in[0];
-  const auto &starts = c.op.get<ir::DimList>("starts"), &stops = c.op.get<ir::DimList>("stops");
-  auto steps = c.listAttr("steps"), points = c.listAttr("points");
+  ir::IndexAttrs ix = ir::IndexAttrs::of(c.op);
+  const ir::DimList &starts = ix.starts, &stops = ix.stops;
   size_t next = 1;
   Shape begin, count, step;
   std::vector<bool> drop;
@@ -676,7 +676,7 @@ Tensor index(const RefContext &c) {
       int64_t v = e ? c.dim(e) : c.in.at(next++)->getInt(0);
       return (!e && v < 0) ? v + d : v; // static negatives were normalized by sema
     };
-    if (points[a]) {
+    if (ix.isPoint(a)) {
       int64_t p = bound(starts[a]);
       if (p < 0 || p >= d)
         throw DataError(fmt::format("index {} is out of range for dim {} of {} (size {})", p, a, x.typeText(), d));
@@ -685,7 +685,7 @@ Tensor index(const RefContext &c) {
     }
     int64_t b = std::clamp<int64_t>(bound(starts[a]), 0, d);
     int64_t e = std::clamp<int64_t>(bound(stops[a]), 0, d);
-    int64_t s = steps[a];
+    int64_t s = ix.step(a);
     begin.push_back(b), count.push_back(e > b ? (e - b + s - 1) / s : 0), step.push_back(s), drop.push_back(false);
   }
   Tensor r = Tensor::zeros(x.dtype, count);
