@@ -58,8 +58,7 @@ void checkIndices(const ir::Op &op, const std::vector<const Tensor *> &in, const
   if (op.kind == ir::OpKind::Take || op.kind == ir::OpKind::Embedding) {
     size_t axis = 0;
     if (op.kind == ir::OpKind::Take) {
-      int64_t a = eval(op.get<sym::ExprRef>("axis"));
-      axis = static_cast<size_t>(a < 0 ? a + static_cast<int64_t>(in[0]->shape.size()) : a);
+      axis = static_cast<size_t>(eval(op.get<sym::ExprRef>("axis"))); // non-negative after sema
     }
     int64_t d = in[0]->shape[axis];
     for (size_t k = 0; k < in[1]->numel(); ++k) {

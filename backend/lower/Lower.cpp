@@ -64,7 +64,7 @@ public:
       out.push_back(*e->asConst());
     return out;
   }
-  size_t axis(int64_t a, size_t rank) const { return static_cast<size_t>(a < 0 ? a + static_cast<int64_t>(rank) : a); }
+  size_t axisAttr(const std::string &n) const { return static_cast<size_t>(intAttr(n)); } // non-negative after sema
 
   // Fresh loop variables for every axis of `shape`.
   Dims vars(size_t n) {
@@ -230,7 +230,7 @@ ValuePtr Lowering::readValue(const ir::Value *v, const Dims &idx) {
     if (p->has("perm")) {
       const auto &list = p->get<ir::DimList>("perm");
       for (size_t k = 0; k < list.size(); ++k)
-        perm[k] = axis(*list[k]->asConst(), rank);
+        perm[k] = static_cast<size_t>(*list[k]->asConst());
     } else {
       std::swap(perm[rank - 1], perm[rank - 2]);
     }
@@ -279,7 +279,7 @@ StmtPtr Lowering::reduction() {
     std::iota(axes.begin(), axes.end(), 0);
   } else {
     for (int64_t a : listAttr("axis"))
-      axes.push_back(axis(a, in.size()));
+      axes.push_back(static_cast<size_t>(a));
   }
   std::set<size_t> reduced(axes.begin(), axes.end());
   Dims keptShape, keptIdx, redShape, redIdx, inIdx(in.size());
@@ -425,7 +425,7 @@ StmtPtr Lowering::reduction() {
 
 StmtPtr Lowering::softmax() {
   const Dims &in = this->in(0);
-  size_t a = axis(intAttr("axis"), in.size());
+  size_t a = axisAttr("axis");
   Dims rowShape, rowIdx, idx(in.size());
   for (size_t k = 0; k < in.size(); ++k) {
     ExprRef v = sym::var(kir::loopVar(next_++));
@@ -724,7 +724,7 @@ StmtPtr Lowering::transpose() {
   if (op_.has("perm")) {
     auto p = listAttr("perm");
     for (size_t k = 0; k < p.size(); ++k)
-      perm[k] = axis(p[k], in.size());
+      perm[k] = static_cast<size_t>(p[k]);
   } else {
     std::swap(perm[in.size() - 1], perm[in.size() - 2]);
   }
@@ -736,7 +736,7 @@ StmtPtr Lowering::transpose() {
 
 StmtPtr Lowering::concat(bool stack) {
   const Dims &o = dims(out());
-  size_t a = axis(intAttr("axis"), stack ? o.size() : o.size());
+  size_t a = axisAttr("axis");
   std::vector<StmtPtr> parts;
   ExprRef offset = c(0);
   for (size_t b = 0; b < op_.operands.size(); ++b) {
@@ -755,7 +755,7 @@ StmtPtr Lowering::concat(bool stack) {
 
 StmtPtr Lowering::split() {
   const Dims &in = dims(0);
-  size_t a = axis(intAttr("axis"), in.size());
+  size_t a = axisAttr("axis");
   std::vector<StmtPtr> parts;
   ExprRef offset = c(0);
   for (size_t r = 0; r < op_.results.size(); ++r) {
@@ -901,7 +901,7 @@ std::optional<kir::Kernel> Lowering::run() {
     k_.independentLoops = true;
     break;
   case OpKind::Pad: body = pad(); break;
-  case OpKind::Take: body = take(axis(intAttr("axis"), dims(0).size())); break;
+  case OpKind::Take: body = take(axisAttr("axis")); break;
   case OpKind::Embedding: body = take(0); break;
   case OpKind::OneHot: {
     const Dims &o = dims(out());

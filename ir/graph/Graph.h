@@ -10,6 +10,10 @@
 #include <variant>
 #include <vector>
 
+namespace dnnc::sym {
+class Analyzer;
+} // namespace dnnc::sym
+
 namespace dnnc::ir {
 
 enum class OpKind {
@@ -102,5 +106,9 @@ std::string attrText(const Attr &a);
 // Checks structural invariants (operands defined before use and in scope, result and
 // yield counts, typed values); throws InternalError naming the first violation.
 void verify(const Graph &g);
+// The same, and with the analyzer that holds the model's facts (its asserts), every
+// rule-typed op is re-checked: its dtype and shape rule still gives the types its results
+// hold (dims a rule makes fresh are compared by rank only) and its axes are non-negative.
+void verify(const Graph &g, const sym::Analyzer &analyzer);
 
 } // namespace dnnc::ir

@@ -75,6 +75,12 @@ struct RuleContext {
   const DimList &listAttr(const std::string &k) const { return op.get<DimList>(k); }
   // Normalizes a possibly negative axis against `rank` (error when out of range).
   size_t axis(int64_t a, size_t rank, const std::string &what = "axis") const;
+  // The axis attribute `k` (a list of axes for axisListAttr) checked and normalized
+  // against `rank`; the normalized value is recorded in `normalizedAxes`, which sema
+  // writes back, so every axis attribute is non-negative after sema.
+  size_t axisAttr(const std::string &k, size_t rank) const;
+  std::vector<size_t> axisListAttr(const std::string &k, size_t rank) const;
+  mutable std::map<std::string, Attr> normalizedAxes = {};
   [[noreturn]] void error(DiagKind kind, std::string message, std::vector<std::pair<int, sym::ExprRef>> blame = {},
                           std::string suggestion = "") const;
   // `a == b` must hold: proved, or a shape-mismatch / unprovable-equality error.

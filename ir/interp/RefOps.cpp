@@ -82,7 +82,8 @@ Shape broadcastShape(const std::vector<const Tensor *> &ts) {
   return out;
 }
 
-size_t normAxis(int64_t a, size_t rank) { return static_cast<size_t>(a < 0 ? a + static_cast<int64_t>(rank) : a); }
+// Axis attributes are non-negative after sema.
+size_t axisOf(int64_t a) { return static_cast<size_t>(a); }
 
 double floorMod(double a, double b) {
   double r = std::fmod(a, b);
@@ -285,7 +286,7 @@ std::vector<size_t> reduceAxes(const RefContext &c, size_t rank) {
   }
   std::vector<size_t> out;
   for (int64_t a : c.listAttr("axis"))
-    out.push_back(normAxis(a, rank));
+    out.push_back(axisOf(a));
   return out;
 }
 
@@ -411,7 +412,7 @@ Tensor reduce(const RefContext &c, DType out) {
 
 Tensor softmax(const RefContext &c, bool logarithm) {
   const Tensor &x = *c.in[0];
-  size_t axis = normAxis(c.intAttr("axis"), x.shape.size());
+  size_t axis = axisOf(c.intAttr("axis"));
   Tensor r = Tensor::zeros(x.dtype, x.shape);
   Shape st = stridesOf(x.shape);
   int64_t n = x.shape[axis];
@@ -747,7 +748,7 @@ void checkEmptyReduction(const ir::Op &op, const std::map<std::string, int64_t> 
   if (op.has("axis"))
     for (sym::ExprRef a : op.get<ir::DimList>("axis"))
       if (auto v = a->asConst())
-        reduced[normAxis(*v, t.dims.size())] = true;
+        reduced[axisOf(*v)] = true;
   bool emptyAxis = false, emptyResult = false;
   Shape shape;
   for (size_t k = 0; k < t.dims.size(); ++k) {
@@ -868,7 +869,7 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
     if (op.has("perm")) {
       auto p = c.listAttr("perm");
       for (size_t k = 0; k < r; ++k)
-        perm[k] = normAxis(p[k], r);
+        perm[k] = axisOf(p[k]);
     } else {
       std::swap(perm[r - 1], perm[r - 2]);
     }
@@ -881,7 +882,7 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
   }
   case OpKind::Unsqueeze: {
     Shape s = c.in[0]->shape;
-    s.insert(s.begin() + static_cast<long>(normAxis(c.intAttr("axis"), s.size() + 1)), 1);
+    s.insert(s.begin() + static_cast<long>(axisOf(c.intAttr("axis"))), 1);
     return one(reshaped(*c.in[0], s));
   }
   case OpKind::Squeeze: {
@@ -889,16 +890,16 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
     std::set<size_t> axes;
     if (op.has("axis"))
       for (int64_t a : c.listAttr("axis"))
-        axes.insert(normAxis(a, in.size()));
+        axes.insert(axisOf(a));
     Shape s;
     for (size_t k = 0; k < in.size(); ++k)
       if (op.has("axis") ? !axes.count(k) : in[k] != 1)
         s.push_back(in[k]);
     return one(reshaped(*c.in[0], s));
   }
-  case OpKind::Concat: return one(concat(c.in, normAxis(c.intAttr("axis"), c.in[0]->shape.size())));
+  case OpKind::Concat: return one(concat(c.in, axisOf(c.intAttr("axis"))));
   case OpKind::Stack: {
-    size_t axis = normAxis(c.intAttr("axis"), c.in[0]->shape.size() + 1);
+    size_t axis = axisOf(c.intAttr("axis"));
     std::vector<Tensor> parts;
     for (const Tensor *t : c.in) {
       Shape s = t->shape;
@@ -912,7 +913,7 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
   }
   case OpKind::Split: {
     const Tensor &x = *c.in[0];
-    size_t axis = normAxis(c.intAttr("axis"), x.shape.size());
+    size_t axis = axisOf(c.intAttr("axis"));
     auto parts = c.listAttr("parts");
     std::vector<int64_t> sizes = parts.size() == 1 ? std::vector<int64_t>(static_cast<size_t>(parts[0]), x.shape[axis] / parts[0]) : parts;
     std::vector<Tensor> out;
@@ -927,7 +928,7 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
     const Shape &in = c.in[0]->shape;
     if (in.empty())
       return one(reshaped(*c.in[0], {1}));
-    size_t s = normAxis(c.intAttr("start"), in.size());
+    size_t s = axisOf(c.intAttr("start"));
     Shape out(in.begin(), in.begin() + static_cast<long>(s));
     out.push_back(static_cast<int64_t>(numelOf(Shape(in.begin() + static_cast<long>(s), in.end()))));
     return one(reshaped(*c.in[0], out));
@@ -956,7 +957,7 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
     });
     return one(r);
   }
-  case OpKind::Take: return one(take(*c.in[0], *c.in[1], normAxis(c.intAttr("axis"), c.in[0]->shape.size())));
+  case OpKind::Take: return one(take(*c.in[0], *c.in[1], axisOf(c.intAttr("axis"))));
   case OpKind::Embedding: return one(take(*c.in[0], *c.in[1], 0));
   case OpKind::OneHot: {
     const Tensor &ids = *c.in[0];
@@ -972,7 +973,7 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
     return one(r);
   }
   case OpKind::Topk: {
-    size_t axis = normAxis(c.intAttr("axis"), c.in[0]->shape.size());
+    size_t axis = axisOf(c.intAttr("axis"));
     int64_t k = op.has("k") ? c.intAttr("k") : c.in[1]->getInt(0);
     Tensor indices;
     Tensor values = topk(c, k, axis, indices);

