@@ -82,8 +82,13 @@ Shape broadcastShape(const std::vector<const Tensor *> &ts) {
   return out;
 }
 
-// Axis attributes are non-negative after sema.
-size_t axisOf(int64_t a) { return static_cast<size_t>(a); }
+// Axis attributes are non-negative after sema (a graph from elsewhere that breaks this
+// is an internal error, not an index past the shape).
+size_t axisOf(int64_t a) {
+  if (a < 0)
+    throw InternalError(fmt::format("axis {} was not normalized by sema", a));
+  return static_cast<size_t>(a);
+}
 
 double floorMod(double a, double b) {
   double r = std::fmod(a, b);
