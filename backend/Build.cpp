@@ -5,7 +5,7 @@
 #include "backend/llvm/NvptxBackend.h"
 #include "backend/lower/Lower.h"
 #include "runtime/Artifact.h"
-#include "runtime/TensorIO.h"
+#include "base/TensorIO.h"
 
 #include <fmt/format.h>
 
@@ -28,7 +28,7 @@ struct ScratchDir {
   ScratchDir() {
     std::string tmpl = (fs::temp_directory_path() / "dnnc-build-XXXXXX").string();
     if (!mkdtemp(tmpl.data()))
-      throw rt::DataError("cannot create a temporary directory for the build");
+      throw DataError("cannot create a temporary directory for the build");
     path = tmpl;
   }
   ~ScratchDir() {
@@ -54,10 +54,10 @@ std::string linkSharedObject(const std::string &object, const fs::path &dir) {
     int status = 0;
     waitpid(pid, &status, 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-      throw rt::DataError(fmt::format("linking the kernels with '{}' failed", driver));
+      throw DataError(fmt::format("linking the kernels with '{}' failed", driver));
     return rt::readFile(so.string());
   }
-  throw rt::DataError("building for the CPU needs a C compiler driver to link a shared object (cc, gcc or clang); "
+  throw DataError("building for the CPU needs a C compiler driver to link a shared object (cc, gcc or clang); "
                       "install gcc");
 }
 

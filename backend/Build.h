@@ -9,7 +9,7 @@
 namespace dnnc::backend {
 
 // target "cpu" (this host's CPU: a shared object linked by the system's C compiler driver)
-// or "cuda" (PTX for `arch`). Throws rt::DataError for user errors (no linker, bad arch);
+// or "cuda" (PTX for `arch`). Throws DataError for user errors (no linker, bad arch);
 // writes nothing unless everything succeeded.
 void buildArtifact(const ir::Graph &g, const std::string &target, const std::string &arch, const std::string &path,
                    bool memoryPlan = true);

@@ -18,7 +18,7 @@ std::string archFor(const rt::CudaProbe &probe) {
     return probe.arch();
   if (probe.major >= 9)
     return "sm_90";
-  throw rt::DataError(fmt::format("GPU '{}' is {}; dnnc's PTX needs sm_80 or newer", probe.name, probe.arch()));
+  throw DataError(fmt::format("GPU '{}' is {}; dnnc's PTX needs sm_80 or newer", probe.name, probe.arch()));
 }
 
 std::unique_ptr<rt::Executable> compileForCuda(const ir::Graph &g, const std::string &arch, bool memoryPlan) {

@@ -5,7 +5,7 @@
 #include "backend/llvm/CpuBackend.h"
 #include "backend/lower/Lower.h"
 #include "runtime/CpuDevice.h"
-#include "frontend/Diagnostics.h"
+#include "base/Diagnostics.h"
 #include "frontend/Sema.h"
 #include "runtime/ThreadPool.h"
 

@@ -1,7 +1,7 @@
 // The AST: the project's own nodes with source ranges, built from the ANTLR parse tree.
 #pragma once
 
-#include "frontend/Source.h"
+#include "base/Source.h"
 
 #include <cstdint>
 #include <memory>

@@ -1,12 +1,12 @@
 // ANTLR glue: runs the generated parser and converts its tree into the project's AST.
 #include "frontend/Parser.h"
-#include "frontend/Utf8.h"
+#include "base/Utf8.h"
 
 #include "DnnLexer.h"
 #include "DnnParser.h"
 #include "antlr4-runtime.h"
 #include "frontend/Stack.h"
-#include "runtime/Limits.h"
+#include "base/Limits.h"
 
 #include <fmt/format.h>
 

@@ -2,7 +2,7 @@
 #pragma once
 
 #include "frontend/Ast.h"
-#include "frontend/Diagnostics.h"
+#include "base/Diagnostics.h"
 
 namespace dnnc {
 

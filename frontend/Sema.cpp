@@ -11,7 +11,7 @@
 #include "frontend/Stack.h"
 #include "ir/graph/OpRegistry.h"
 #include "ir/transforms/RankDimPropagation.h"
-#include "runtime/Limits.h"
+#include "base/Limits.h"
 
 #include <fmt/format.h>
 

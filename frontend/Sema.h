@@ -2,7 +2,7 @@
 // construction of one typed graph IR per model, with shapes from RDP.
 #pragma once
 
-#include "frontend/Diagnostics.h"
+#include "base/Diagnostics.h"
 #include "ir/graph/Graph.h"
 #include "ir/sym/Analyzer.h"
 

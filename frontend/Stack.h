@@ -3,7 +3,7 @@
 // instantiations inside deep expressions, say) comes near its end.
 #pragma once
 
-#include "frontend/Diagnostics.h"
+#include "base/Diagnostics.h"
 
 #include <pthread.h>
 

@@ -4,7 +4,7 @@
 #include "ir/graph/Serialize.h"
 #include "runtime/CpuDevice.h"
 #include "runtime/CudaDevice.h"
-#include "runtime/TensorIO.h"
+#include "base/TensorIO.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

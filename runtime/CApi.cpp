@@ -1,7 +1,7 @@
 // The C API (see dnnc_runtime.h) over rt::Executable and the artifact loader.
 #include "runtime/dnnc_runtime.h"
 
-#include "frontend/Diagnostics.h"
+#include "base/Error.h"
 #include "runtime/Artifact.h"
 #include "runtime/ModelIO.h"
 
@@ -27,7 +27,7 @@ template <class R, class F> R guarded(R failed, F body) {
   try {
     lastError.clear();
     return body();
-  } catch (const rt::DataError &e) {
+  } catch (const DataError &e) {
     lastError = e.what();
   } catch (const InternalError &e) {
     lastError = std::string("internal error (a bug in dnnc): ") + e.what();
@@ -49,7 +49,7 @@ dnnc_dtype toC(DType d) {
 const ir::Value *input(const dnnc_model *m, size_t i) {
   const auto &args = m->exe->graph().body.args;
   if (i >= args.size())
-    throw rt::DataError(fmt::format("input {} does not exist (the model has {})", i, args.size()));
+    throw DataError(fmt::format("input {} does not exist (the model has {})", i, args.size()));
   return args[i];
 }
 
@@ -104,23 +104,23 @@ int dnnc_set_weights_seed(dnnc_model *m, uint64_t seed) {
 int dnnc_run(dnnc_model *m, const dnnc_tensor *inputs, size_t numInputs, dnnc_tensor **outputs, size_t *numOutputs) {
   return guarded<int>(-1, [&] {
     if (!m || !outputs || !numOutputs || (numInputs && !inputs))
-      throw rt::DataError("dnnc_run: null argument");
+      throw DataError("dnnc_run: null argument");
     const ir::Graph &g = m->exe->graph();
     if (numInputs != g.body.args.size())
-      throw rt::DataError(fmt::format("model '{}' takes {} inputs, not {}", g.name, g.body.args.size(), numInputs));
+      throw DataError(fmt::format("model '{}' takes {} inputs, not {}", g.name, g.body.args.size(), numInputs));
     std::vector<rt::Tensor> in;
     for (size_t k = 0; k < numInputs; ++k) {
       const dnnc_tensor &t = inputs[k];
       if (t.rank < 0 || t.rank > DNNC_MAX_RANK || static_cast<unsigned>(t.dtype) >= std::size(kDTypes))
-        throw rt::DataError(fmt::format("input {} has an invalid rank or dtype", k));
+        throw DataError(fmt::format("input {} has an invalid rank or dtype", k));
       std::vector<int64_t> shape(t.shape, t.shape + t.rank);
       for (int64_t d : shape)
         if (d < 0)
-          throw rt::DataError(fmt::format("input {} has a negative dim", k));
+          throw DataError(fmt::format("input {} has a negative dim", k));
       rt::Tensor x = rt::Tensor::zeros(kDTypes[t.dtype], shape);
       if (x.byteSize()) {
         if (!t.data)
-          throw rt::DataError(fmt::format("input {} has no data", k));
+          throw DataError(fmt::format("input {} has no data", k));
         std::memcpy(x.data(), t.data, x.byteSize());
       }
       in.push_back(std::move(x));
@@ -128,13 +128,12 @@ int dnnc_run(dnnc_model *m, const dnnc_tensor *inputs, size_t numInputs, dnnc_te
     std::vector<const rt::Tensor *> given;
     for (const rt::Tensor &t : in)
       given.push_back(&t);
-    interp::Interpreter &interpreter = m->exe->interpreter();
-    rt::Binding b = interpreter.bindInputs(given, {});
+    rt::Binding b = ir::bindInputs(m->exe->graph(), given, {});
     auto params = rt::loadWeights(g, m->weightsPath, b, m->seed);
     std::vector<rt::Tensor> out = m->exe->run(in, params);
     for (const rt::Tensor &t : out)
       if (t.shape.size() > DNNC_MAX_RANK)
-        throw rt::DataError(fmt::format("an output has rank {}, more than the C API's {}", t.shape.size(), DNNC_MAX_RANK));
+        throw DataError(fmt::format("an output has rank {}, more than the C API's {}", t.shape.size(), DNNC_MAX_RANK));
     auto *result = new dnnc_tensor[out.size()]();
     for (size_t k = 0; k < out.size(); ++k) {
       result[k].dtype = toC(out[k].dtype);

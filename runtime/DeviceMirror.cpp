@@ -1,7 +1,7 @@
 // Device-side copies of host tensors (see DeviceMirror.h).
 #include "runtime/DeviceMirror.h"
 
-#include "frontend/Diagnostics.h"
+#include "base/Error.h"
 
 #include <algorithm>
 #include <bit>

@@ -12,7 +12,7 @@
 // may be freed and reused.
 #pragma once
 
-#include "runtime/Tensor.h"
+#include "base/Tensor.h"
 
 #include <cstdint>
 #include <map>

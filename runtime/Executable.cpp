@@ -1,30 +1,30 @@
-// Launching kernels from the interpreter's walk of the graph (see Executable.h).
+// The runtime's executor: its walk of the graph, launches and arenas (see Executable.h).
 #include "runtime/Executable.h"
 
-#include "frontend/Diagnostics.h"
+#include "base/Error.h"
+#include "base/Limits.h"
+#include "base/Size.h"
 #include "ir/graph/OpRegistry.h"
-#include "runtime/Size.h"
+#include "runtime/HostOps.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
+#include <optional>
+#include <unordered_map>
 
 namespace dnnc::rt {
 
 Executable::Executable(const ir::Graph &graph, std::map<const ir::Op *, size_t> kernelOf, std::vector<KernelInfo> kernels,
                        std::unique_ptr<Device> device, std::shared_ptr<const ir::Graph> owned)
-    : owned_(std::move(owned)), graph_(&graph), kernelOf_(std::move(kernelOf)), kernels_(std::move(kernels)), device_(std::move(device)),
-      interpreter_(
-          *graph_,
-          [this](const ir::Op &op, const std::vector<const Tensor *> &in, std::vector<Tensor> &out, const interp::Binding &b) {
-            return runOp(op, in, out, b);
-          },
-          [this](const std::vector<const Tensor *> &reads) { device_->hostReads(reads, true); }) {}
+    : owned_(std::move(owned)), graph_(&graph), kernelOf_(std::move(kernelOf)), kernels_(std::move(kernels)),
+      device_(std::move(device)) {}
 
 namespace {
 // `e` under the binding a launch of `what` sees: every dim it names is bound by then, so
 // no value means the user's sizes overflow 64 bits (a launch grid, an offset).
-int64_t evaluateAtLaunch(const std::string &what, sym::ExprRef e, const interp::Binding &b) {
+int64_t evaluateAtLaunch(const std::string &what, sym::ExprRef e, const ir::Binding &b) {
   auto v = sym::evaluate(e, b);
   if (v)
     return *v;
@@ -35,7 +35,7 @@ int64_t evaluateAtLaunch(const std::string &what, sym::ExprRef e, const interp::
 }
 
 // The bytes of an arena under `b`, which may be more than memory holds.
-size_t arenaSize(sym::ExprRef bytes, const interp::Binding &b) {
+size_t arenaSize(sym::ExprRef bytes, const ir::Binding &b) {
   int64_t n = evaluateAtLaunch("the memory plan", bytes, b);
   if (n < 0)
     throw InternalError(fmt::format("the arena size {} is {} at these dims", bytes->str(), n));
@@ -84,7 +84,7 @@ void checkIndices(const ir::Op &op, const std::vector<const Tensor *> &in, const
 }
 } // namespace
 
-Launch launchFor(const KernelInfo &info, const interp::Binding &b) {
+Launch launchFor(const KernelInfo &info, const ir::Binding &b) {
   auto eval = [&](sym::ExprRef e) { return evaluateAtLaunch(info.name, e, b); };
   Launch l;
   for (const std::string &n : info.dims)
@@ -124,7 +124,7 @@ std::vector<Device::Range> Executable::arenas() const {
 }
 
 bool Executable::runOp(const ir::Op &op, const std::vector<const Tensor *> &in, std::vector<Tensor> &out,
-                       const interp::Binding &b) {
+                       const ir::Binding &b) {
   auto it = kernelOf_.find(&op);
   bool view = isParamView(op);
   if (it == kernelOf_.end() && !view)
@@ -194,24 +194,175 @@ bool Executable::runOp(const ir::Op &op, const std::vector<const Tensor *> &in, 
   return true;
 }
 
+// One run's walk of the graph: values by op result, regions in program order, control
+// flow decided on the host. Every op is a kernel launch, a param view, a host op or
+// structure; the host reads device results only through Device::hostReads.
+class Walk {
+public:
+  Walk(Executable &exe) : exe_(exe) {}
+  std::unordered_map<const ir::Value *, Tensor> values;
+
+  void hostReads(const std::vector<const Tensor *> &reads) { exe_.device_->hostReads(reads, true); }
+  std::vector<const Tensor *> valuesOf(const std::vector<ir::Value *> &vs) const {
+    std::vector<const Tensor *> out;
+    for (const ir::Value *v : vs)
+      out.push_back(&values.at(v));
+    return out;
+  }
+  void setResult(const ir::Op &op, const ir::Value *v, Tensor t, ir::Binding &b) {
+    ir::bindResult(op, *v, t, b);
+    values[v] = std::move(t);
+  }
+  void region(const ir::Region &r, ir::Binding &b) {
+    for (const ir::Op *op : r.ops)
+      execute(*op, b);
+  }
+
+  void execute(const ir::Op &op, ir::Binding &b) {
+    ++exe_.opsExecuted_;
+    switch (op.kind) {
+    case ir::OpKind::Param: return; // bound before the walk
+    case ir::OpKind::AssertDims: return ir::checkAssert(op, b);
+    case ir::OpKind::If: return branch(op, b);
+    case ir::OpKind::For:
+    case ir::OpKind::While: return loop(op, b);
+    default: break;
+    }
+    for (const ir::Value *r : op.results)
+      if (!exe_.bindingCheck_.sizeChecked(r))
+        ir::checkValueSize(op, *r, b);
+    std::vector<const Tensor *> in = valuesOf(op.operands);
+    std::vector<Tensor> out;
+    ir::checkEmptyReduction(op, b); // the same error on every device, before any kernel runs
+    if (!exe_.runOp(op, in, out, b)) {
+      const HostOp *host = findHostOp(op.kind);
+      if (!host)
+        throw InternalError(fmt::format("{} has neither a kernel nor a host implementation", ir::opWhere(op)));
+      hostReads(in); // a sync point: the host reads what kernels made
+      out = host->run(HostOpContext{op, in, b});
+    }
+    for (size_t k = 0; k < out.size(); ++k)
+      setResult(op, op.results[k], std::move(out[k]), b);
+  }
+
+private:
+  void branch(const ir::Op &op, ir::Binding &b) {
+    hostReads({&values.at(op.operands[0])});
+    const ir::Region &taken = *op.regions[values.at(op.operands[0]).get(0) != 0 ? 0 : 1];
+    ir::Binding inner = b;
+    region(taken, inner);
+    hostReads(valuesOf(taken.yields));
+    for (size_t k = 0; k < op.results.size(); ++k)
+      setResult(op, op.results[k], values.at(taken.yields[k]), b);
+  }
+
+  // A for loop runs its body over [lo, hi) (dim expressions, or run-time operands before
+  // the carried values); a while loop runs it while its condition region yields true. Each
+  // iteration binds the loop-variant dims of the region's arguments afresh.
+  void loop(const ir::Op &op, ir::Binding &b) {
+    bool isFor = op.kind == ir::OpKind::For;
+    const ir::Region &body = *op.regions.back();
+    hostReads(valuesOf(op.operands));
+    size_t carriedFrom = 0;
+    int64_t lo = 0, hi = 0;
+    if (isFor && op.has("lo")) {
+      lo = *sym::evaluate(op.get<sym::ExprRef>("lo"), b);
+      hi = *sym::evaluate(op.get<sym::ExprRef>("hi"), b);
+    } else if (isFor) {
+      lo = values.at(op.operands[0]).getInt(0);
+      hi = values.at(op.operands[1]).getInt(0);
+      carriedFrom = 2;
+    }
+    std::vector<Tensor> carried;
+    for (size_t k = carriedFrom; k < op.operands.size(); ++k)
+      carried.push_back(values.at(op.operands[k]));
+    auto enter = [&](const ir::Region &r, std::optional<int64_t> i, ir::Binding &inner) {
+      size_t a = 0;
+      if (i) {
+        Tensor counter = Tensor::zeros(DType::I64, {});
+        counter.setInt(0, *i);
+        values[r.args[a++]] = std::move(counter);
+      }
+      for (const Tensor &t : carried) {
+        std::string err = ir::unify(r.args[a]->type, t.shape, inner);
+        if (!err.empty())
+          throw InternalError(fmt::format("{}: a carried value no longer fits its loop type: {}", ir::opWhere(op), err));
+        values[r.args[a++]] = t;
+      }
+    };
+    auto iterate = [&](std::optional<int64_t> i) {
+      ir::Binding inner = b;
+      enter(body, i, inner);
+      region(body, inner);
+      hostReads(valuesOf(body.yields));
+      for (size_t k = 0; k < carried.size(); ++k)
+        carried[k] = values.at(body.yields[k]);
+    };
+    if (isFor) {
+      for (int64_t i = lo; i < hi; ++i)
+        iterate(i);
+    } else {
+      const ir::Region &cond = *op.regions[0];
+      int64_t maxIterations = limit(Limit::Iterations); // 0: no limit
+      for (int64_t done = 0;; ++done) {
+        ir::Binding inner = b;
+        enter(cond, std::nullopt, inner);
+        region(cond, inner);
+        hostReads(valuesOf(cond.yields));
+        if (values.at(cond.yields[0]).get(0) == 0)
+          break;
+        if (maxIterations > 0 && done >= maxIterations)
+          throw DataError(fmt::format("{} ran {} iterations and its condition still holds (--max-iterations {})",
+                                      ir::opWhere(op), done, maxIterations));
+        iterate(std::nullopt);
+      }
+    }
+    for (size_t k = 0; k < op.results.size(); ++k)
+      setResult(op, op.results[k], carried[k], b);
+  }
+
+  Executable &exe_;
+};
+
 std::vector<Tensor> Executable::run(const std::vector<Tensor> &inputs, const std::map<std::string, Tensor> &params,
-                                    const interp::Binding &preset) {
+                                    const ir::Binding &preset) {
   arenaBytes_ = 0;
   lateArenaBytes_ = -1;
+  opsExecuted_ = 0;
+  std::vector<const Tensor *> given;
+  for (const Tensor &t : inputs)
+    given.push_back(&t);
+  binding_ = ir::bindInputs(*graph_, given, preset);
+  bindingCheck_.check(*graph_, binding_); // each value's size first: its error names the op
   if (plan_.bytes) {
-    std::vector<const Tensor *> given;
-    for (const Tensor &t : inputs)
-      given.push_back(&t);
-    interp::Binding b = interpreter_.bindInputs(given, preset);
-    interpreter_.checkBinding(b); // each value's size first: its error names the op
-    arenaBytes_ = static_cast<int64_t>(arenaSize(plan_.bytes, b));
+    arenaBytes_ = static_cast<int64_t>(arenaSize(plan_.bytes, binding_));
     growArena(arena_, static_cast<size_t>(arenaBytes_));
   }
   std::vector<const Tensor *> paramTensors;
   for (const auto &[name, t] : params)
     paramTensors.push_back(&t);
   device_->beginRun(paramTensors, arenas());
-  return interpreter_.run(inputs, params, preset); // which syncs before returning its results
+  Walk walk(*this);
+  // Inputs and params are read, never written: the walk sees them in place (views), and
+  // whatever it returns is copied out.
+  auto inPlace = [](const Tensor &t) { return Tensor::view(t.dtype, t.shape, const_cast<uint8_t *>(t.data())); };
+  for (size_t k = 0; k < inputs.size(); ++k)
+    walk.values[graph_->body.args[k]] = inPlace(inputs[k]);
+  for (const ir::Op *op : graph_->body.ops) {
+    if (op->kind != ir::OpKind::Param)
+      continue;
+    const std::string &name = op->get<std::string>("name");
+    auto it = params.find(name);
+    if (it == params.end())
+      throw DataError(fmt::format("no value for param '{}'", name));
+    walk.setResult(*op, op->results[0], inPlace(it->second), binding_);
+  }
+  walk.region(graph_->body, binding_);
+  walk.hostReads(walk.valuesOf(graph_->body.yields));
+  std::vector<Tensor> out;
+  for (const ir::Value *y : graph_->body.yields)
+    out.push_back(walk.values.at(y));
+  return out;
 }
 
 } // namespace dnnc::rt

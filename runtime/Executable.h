@@ -1,11 +1,12 @@
-// A compiled model at run time: the graph's host part (control flow, value-dependent
-// ops, EDO sync points) runs in the interpreter, and every op that has a kernel is
-// launched on a device after the host has checked what the kernel cannot check itself.
-// Usable without the compiler: an artifact from `dnnc build` loads into one.
+// A compiled model at run time: the executor walks the graph on the host (control flow,
+// dim binding, EDO sync points, the host ops of runtime/HostOps.h) and launches every
+// op that has a kernel on a device after checking what the kernel cannot check itself.
+// Usable without the compiler: an artifact from `dnnc build` loads into one. It does not
+// use the reference interpreter, which stays the tests' independent oracle.
 #pragma once
 
-#include "ir/interp/Interpreter.h"
-#include "runtime/Tensor.h"
+#include "base/Tensor.h"
+#include "ir/graph/Binding.h"
 
 #include <map>
 #include <set>
@@ -34,7 +35,7 @@ struct Launch {
   int64_t work = 1;          // rough cost of one of its iterations
   int64_t gridX = 1, gridY = 1; // GPU blocks wanted along x and y
 };
-Launch launchFor(const KernelInfo &info, const interp::Binding &b);
+Launch launchFor(const KernelInfo &info, const ir::Binding &b);
 
 // Where kernels run. `in` are the op's operands and `out` its results, allocated with
 // their shapes.
@@ -80,33 +81,39 @@ public:
   Executable(const ir::Graph &graph, std::map<const ir::Op *, size_t> kernelOf, std::vector<KernelInfo> kernels,
              std::unique_ptr<Device> device, std::shared_ptr<const ir::Graph> owned = nullptr);
   const ir::Graph &graph() const { return *graph_; }
-  interp::Interpreter &interpreter() { return interpreter_; }
   Device &device() { return *device_; }
   const std::vector<KernelInfo> &kernels() const { return kernels_; }
   // Intermediates go to the arena from now on (none: each is allocated on its own).
   void setArenaPlan(ArenaPlan plan) { plan_ = std::move(plan); }
   const ArenaPlan &arenaPlan() const { return plan_; }
-  // Binds the inputs' dims, sizes the arena for them (reusing the previous call's memory
-  // when it is big enough), and runs the model.
+  // Binds the inputs' dims and checks the binding (ir/graph/Binding.h), sizes the arena
+  // for them (reusing the previous call's memory when it is big enough), and runs the
+  // model. Throws DataError for bad inputs, a violated assert or a size that cannot be.
   std::vector<Tensor> run(const std::vector<Tensor> &inputs, const std::map<std::string, Tensor> &params,
-                          const interp::Binding &preset = {});
+                          const ir::Binding &preset = {});
   // The arena bytes the last call used (0 without a plan), and those of the late arena
   // (-1 when the call made no late value).
   int64_t arenaBytes() const { return arenaBytes_; }
   int64_t lateArenaBytes() const { return lateArenaBytes_; }
   size_t kernelsLaunched() const { return launched_; } // over every run so far
+  // The dims the last run bound, and the ops it executed (kernels, host ops, structure).
+  const ir::Binding &binding() const { return binding_; }
+  size_t opsExecuted() const { return opsExecuted_; }
 
 private:
+  friend class Walk;
   std::vector<Device::Range> arenas() const; // the host memory only kernels write
-  bool runOp(const ir::Op &op, const std::vector<const Tensor *> &in, std::vector<Tensor> &out, const interp::Binding &b);
+  bool runOp(const ir::Op &op, const std::vector<const Tensor *> &in, std::vector<Tensor> &out, const ir::Binding &b);
 
   std::shared_ptr<const ir::Graph> owned_;
   const ir::Graph *graph_;
   std::map<const ir::Op *, size_t> kernelOf_;
   std::vector<KernelInfo> kernels_;
   std::unique_ptr<Device> device_;
-  interp::Interpreter interpreter_;
   size_t launched_ = 0;
+  ir::Binding binding_;
+  size_t opsExecuted_ = 0;
+  ir::BindingCheck bindingCheck_;
   ArenaPlan plan_;
   std::vector<uint8_t> arena_, lateArena_;
   int64_t arenaBytes_ = 0, lateArenaBytes_ = -1;

@@ -2,7 +2,7 @@
 // coroutines scheduled round-robin between synchronization points.
 #include "runtime/GpuSimulator.h"
 
-#include "frontend/Diagnostics.h"
+#include "base/Error.h"
 
 #include <fmt/format.h>
 

@@ -2,15 +2,15 @@
 // params by name (dtype and shape checked), or seeded random ones, and seeded random inputs.
 #pragma once
 
-#include "ir/interp/Interpreter.h"
-#include "runtime/Tensor.h"
+#include "base/Tensor.h"
+#include "ir/graph/Binding.h"
 
 #include <map>
 #include <string>
 
 namespace dnnc::rt {
 
-using interp::Binding;
+using ir::Binding;
 
 // A random input for `arg` with every dim bound by `b` (floats N(0, 1), integers in
 // [0, 10), bools fair coin flips); DataError naming the unbound dim otherwise.

@@ -6,7 +6,7 @@
 #include <memory>
 #include <system_error>
 
-#include "runtime/Limits.h"
+#include "base/Limits.h"
 
 namespace dnnc::rt {
 

@@ -5,7 +5,7 @@
 #include "runtime/GpuSimulator.h"
 
 #include "backend/llvm/KernelEmitter.h"
-#include "frontend/Diagnostics.h"
+#include "base/Error.h"
 
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>

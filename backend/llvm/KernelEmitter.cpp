@@ -2,7 +2,7 @@
 // mem2reg promotes, the CPU GEMM micro-kernel, and the GPU's grid-stride mapping.
 #include "backend/llvm/KernelEmitter.h"
 
-#include "frontend/Diagnostics.h"
+#include "base/Error.h"
 #include "ir/graph/OpRegistry.h"
 #include "runtime/KernelAbi.h"
 

@@ -2,8 +2,8 @@
 #include "backend/llvm/NvptxBackend.h"
 
 #include "backend/llvm/KernelEmitter.h"
-#include "frontend/Diagnostics.h"
-#include "runtime/Tensor.h"
+#include "base/Error.h"
+#include "base/Tensor.h"
 
 #include <llvm/Bitcode/BitcodeReader.h>
 #include <llvm/IR/DiagnosticInfo.h>
@@ -61,11 +61,11 @@ PtxModule compilePtx(const std::vector<const kir::Kernel *> &kernels, const std:
     std::string list;
     for (const std::string &a : archs)
       list += (list.empty() ? "" : ", ") + a;
-    throw rt::DataError(fmt::format("unsupported GPU architecture '{}' (dnnc emits PTX for: {})", arch, list));
+    throw DataError(fmt::format("unsupported GPU architecture '{}' (dnnc emits PTX for: {})", arch, list));
   }
   std::string libdevice = findLibdevice();
   if (libdevice.empty())
-    throw rt::DataError("PTX needs CUDA's libdevice.10.bc for math functions and none was found: install the CUDA "
+    throw DataError("PTX needs CUDA's libdevice.10.bc for math functions and none was found: install the CUDA "
                         "toolkit or set CUDA_HOME");
   static std::once_flag once;
   std::call_once(once, [] {
@@ -93,10 +93,10 @@ PtxModule compilePtx(const std::vector<const kir::Kernel *> &kernels, const std:
     emitKernel(*module, *k, gpu);
   auto buffer = llvm::MemoryBuffer::getFile(libdevice);
   if (!buffer)
-    throw rt::DataError(fmt::format("cannot read '{}': {}", libdevice, buffer.getError().message()));
+    throw DataError(fmt::format("cannot read '{}': {}", libdevice, buffer.getError().message()));
   auto lib = llvm::parseBitcodeFile(**buffer, ctx);
   if (!lib)
-    throw rt::DataError(fmt::format("'{}' is not LLVM bitcode: {}", libdevice, errorText(lib.takeError())));
+    throw DataError(fmt::format("'{}' is not LLVM bitcode: {}", libdevice, errorText(lib.takeError())));
   (*lib)->setTargetTriple(triple);
   (*lib)->setDataLayout(module->getDataLayout());
   if (llvm::Linker::linkModules(*module, std::move(*lib), llvm::Linker::LinkOnlyNeeded))

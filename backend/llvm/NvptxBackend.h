@@ -18,7 +18,7 @@ struct PtxModule {
   std::string ptx;    // one PTX module holding every kernel
   std::string llvmIR; // the optimized LLVM IR it came from
 };
-// Throws rt::DataError when `arch` is not supported or libdevice is missing.
+// Throws DataError when `arch` is not supported or libdevice is missing.
 PtxModule compilePtx(const std::vector<const kir::Kernel *> &kernels, const std::string &arch);
 
 } // namespace dnnc::backend

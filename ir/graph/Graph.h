@@ -1,7 +1,7 @@
 // The graph IR: SSA tensor values, ops from the registry, If/For/While regions, a printer.
 #pragma once
 
-#include "frontend/Source.h"
+#include "base/Source.h"
 #include "ir/graph/Types.h"
 
 #include <map>

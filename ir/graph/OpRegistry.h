@@ -3,7 +3,7 @@
 // (ir/graph/Ops.def is the list). Phases read these facts here, never by their own switch.
 #pragma once
 
-#include "frontend/Diagnostics.h"
+#include "base/Diagnostics.h"
 #include "ir/graph/Graph.h"
 #include "ir/sym/Analyzer.h"
 

@@ -1,9 +1,9 @@
 // Graph IR <-> JSON (see Serialize.h).
 #include "ir/graph/Serialize.h"
 
-#include "frontend/Diagnostics.h"
+#include "base/Diagnostics.h"
 #include "ir/graph/OpRegistry.h"
-#include "runtime/Tensor.h"
+#include "base/Tensor.h"
 
 #include <fmt/format.h>
 
@@ -40,7 +40,7 @@ json exprToJson(sym::ExprRef e) {
 
 namespace {
 
-[[noreturn]] void bad(const std::string &what) { throw rt::DataError("malformed model in artifact: " + what); }
+[[noreturn]] void bad(const std::string &what) { throw DataError("malformed model in artifact: " + what); }
 
 // Checked access: a missing key or a wrong JSON type is a DataError, not an exception from
 // the JSON library.

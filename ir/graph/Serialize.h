@@ -2,7 +2,7 @@
 // flow, host ops, dim checks) to a runtime that has no compiler.
 //
 // Contract: fromJson(toJson(g)) is a graph that prints exactly as g does and runs the
-// same; fromJson throws rt::DataError (naming what is wrong) on any malformed input, and
+// same; fromJson throws DataError (naming what is wrong) on any malformed input, and
 // never yields a graph that fails ir::verify.
 #pragma once
 

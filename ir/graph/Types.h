@@ -2,7 +2,7 @@
 #pragma once
 
 #include "ir/sym/Sym.h"
-#include "runtime/DType.h"
+#include "base/DType.h"
 
 #include <map>
 #include <optional>

@@ -2,7 +2,9 @@
 // the registry, so adding an op without its reference is a compiler warning.
 #include "ir/interp/RefOps.h"
 
-#include "frontend/Diagnostics.h"
+#include "ir/graph/Binding.h"
+
+#include "base/Error.h"
 #include "ir/graph/OpRegistry.h"
 
 #include <fmt/format.h>
@@ -19,7 +21,6 @@
 namespace dnnc::interp {
 namespace {
 
-using rt::DataError;
 using rt::Tensor;
 using Shape = std::vector<int64_t>;
 using ir::OpKind;
@@ -318,7 +319,7 @@ Tensor reduce(const RefContext &c, DType out) {
   OpKind k = c.op.kind;
   bool intIn = integral(x.dtype);
   if (x.numel() == 0 && groups > 0 && (k == OpKind::Max || k == OpKind::Min || k == OpKind::Argmax || k == OpKind::Argmin))
-    throw DataError(emptyReductionMessage(c.op, x.typeText()));
+    throw DataError(ir::emptyReductionMessage(c.op, x.typeText()));
   struct Acc {
     double f = 0;
     uint64_t i = 0;
@@ -733,39 +734,6 @@ Shape valueList(const RefContext &c, const std::string &name) {
 
 } // namespace
 
-
-std::string emptyReductionMessage(const ir::Op &op, const std::string &operand) {
-  const char *name = op.kind == OpKind::Max ? "maximum" : op.kind == OpKind::Min ? "minimum" : ir::opInfo(op.kind).spelling;
-  return fmt::format("'{}' at line {}: zero-size array to reduction operation {} which has no identity (its operand is {})",
-                     ir::opInfo(op.kind).spelling, op.loc.begin.line, name, operand);
-}
-
-void checkEmptyReduction(const ir::Op &op, const std::map<std::string, int64_t> &binding) {
-  if (op.kind == OpKind::Fused) {
-    for (const ir::Op *inner : op.regions[0]->ops)
-      checkEmptyReduction(*inner, binding);
-    return;
-  }
-  if (op.kind != OpKind::Max && op.kind != OpKind::Min && op.kind != OpKind::Argmax && op.kind != OpKind::Argmin)
-    return;
-  const ir::TensorType &t = op.operands[0]->type;
-  std::vector<bool> reduced(t.dims.size(), !op.has("axis"));
-  if (op.has("axis"))
-    for (sym::ExprRef a : op.get<ir::DimList>("axis"))
-      if (auto v = a->asConst())
-        reduced[axisOf(*v)] = true;
-  bool emptyAxis = false, emptyResult = false;
-  Shape shape;
-  for (size_t k = 0; k < t.dims.size(); ++k) {
-    auto v = sym::evaluate(t.dims[k], binding);
-    if (!v)
-      return; // not known yet: the op's own run checks
-    shape.push_back(*v);
-    (reduced[k] ? emptyAxis : emptyResult) |= *v == 0;
-  }
-  if (emptyAxis && !emptyResult)
-    throw DataError(emptyReductionMessage(op, rt::Tensor::view(t.dtype, shape, nullptr).typeText()));
-}
 
 int64_t RefContext::dim(sym::ExprRef e) const {
   auto v = sym::evaluate(e, binding);

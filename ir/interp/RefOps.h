@@ -2,7 +2,7 @@
 #pragma once
 
 #include "ir/graph/Graph.h"
-#include "runtime/Tensor.h"
+#include "base/Tensor.h"
 
 #include <map>
 #include <string>
@@ -24,12 +24,5 @@ struct RefContext {
 
 // Runs one op that has no regions; returns its results.
 std::vector<rt::Tensor> runRefOp(const RefContext &c);
-
-// max, min, argmax and argmin of an empty axis have no value (NumPy: "zero-size array to
-// reduction operation maximum which has no identity"): throws rt::DataError naming the op
-// and its line when `op` (or an op of a fused group) is one whose reduced extent is 0 under
-// `binding` while its result is not empty. Every device calls this before running an op.
-void checkEmptyReduction(const ir::Op &op, const std::map<std::string, int64_t> &binding);
-std::string emptyReductionMessage(const ir::Op &op, const std::string &operand);
 
 } // namespace dnnc::interp

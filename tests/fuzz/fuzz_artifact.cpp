@@ -25,6 +25,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
           if (k >= c.kernels.size())
             fuzz::finding("a kernel index beyond the kernel table");
       },
-      [](const std::exception &e) { return dynamic_cast<const rt::DataError *>(&e) != nullptr; });
+      [](const std::exception &e) { return dynamic_cast<const DataError *>(&e) != nullptr; });
   return 0;
 }

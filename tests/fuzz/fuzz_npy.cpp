@@ -1,7 +1,7 @@
 // libFuzzer harness: the .npy reader on a file's bytes. A DataError is the answer to a
 // malformed file; anything else is a finding.
 #include "FuzzCommon.h"
-#include "runtime/TensorIO.h"
+#include "base/TensorIO.h"
 
 #include <cstdint>
 
@@ -15,6 +15,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (t.byteSize() != t.bytes.size())
           fuzz::finding("a tensor whose bytes do not match its shape");
       },
-      [](const std::exception &e) { return dynamic_cast<const rt::DataError *>(&e) != nullptr; });
+      [](const std::exception &e) { return dynamic_cast<const DataError *>(&e) != nullptr; });
   return 0;
 }

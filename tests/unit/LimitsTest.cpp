@@ -1,8 +1,8 @@
-// Limits as data (runtime/Limits.def): the table, large inputs that must not crash
+// Limits as data (base/Limits.def): the table, large inputs that must not crash
 // (deep nesting is a located [limit] diagnostic, long chains are fine), and a thread
 // pool whose threads fail to start.
 #include "frontend/Sema.h"
-#include "runtime/Limits.h"
+#include "base/Limits.h"
 #include "runtime/ThreadPool.h"
 
 #include <catch2/catch.hpp>

@@ -1,7 +1,7 @@
 // The GPU simulator's execution model, with hand-written kernels calling its hooks: shuffles
 // exchange between lanes, barriers order shared-memory traffic, divergent synchronization
 // is an error, and grids are capped but every block and thread runs.
-#include "frontend/Diagnostics.h"
+#include "base/Error.h"
 #include "runtime/GpuSimulator.h"
 
 #include <catch2/catch.hpp>

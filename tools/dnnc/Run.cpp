@@ -6,7 +6,7 @@
 #include "ir/transforms/Pipeline.h"
 #include "runtime/Artifact.h"
 #include "runtime/ModelIO.h"
-#include "runtime/TensorIO.h"
+#include "base/TensorIO.h"
 #include "tools/dnnc/Driver.h"
 
 #include <fmt/format.h>
@@ -19,7 +19,6 @@
 
 namespace dnnc::tool {
 
-using rt::DataError;
 using rt::Tensor;
 
 namespace {
@@ -86,14 +85,13 @@ int execute(const ir::Graph &g, rt::Executable *compiled, const RunOptions &o) {
       }
       inputs[static_cast<size_t>(it - g.body.args.begin())] = rt::readNpy(path);
     }
-    std::unique_ptr<interp::Interpreter> plain;
+    std::unique_ptr<interp::Interpreter> oracle;
     if (!compiled)
-      plain = std::make_unique<interp::Interpreter>(g);
-    interp::Interpreter &interpreter = compiled ? compiled->interpreter() : *plain;
+      oracle = std::make_unique<interp::Interpreter>(g);
     std::vector<const Tensor *> given;
     for (auto &t : inputs)
       given.push_back(t ? &*t : nullptr);
-    interp::Binding b = interpreter.bindInputs(given, o.binding);
+    ir::Binding b = ir::bindInputs(g, given, o.binding);
     for (size_t k = 0; k < inputs.size(); ++k)
       if (!inputs[k])
         inputs[k] = rt::randomInput(*g.body.args[k], b, o.seed * 7919 + k + 1);
@@ -101,9 +99,10 @@ int execute(const ir::Graph &g, rt::Executable *compiled, const RunOptions &o) {
     for (auto &t : inputs)
       all.push_back(std::move(*t));
     auto params = rt::loadWeights(g, o.weights, b, o.seed);
-    auto runOnce = [&] { return compiled ? compiled->run(all, params, o.binding) : interpreter.run(all, params, o.binding); };
+    auto runOnce = [&] { return compiled ? compiled->run(all, params, o.binding) : oracle->run(all, params, o.binding); };
     std::vector<Tensor> outputs = runOnce();
-    size_t opsRun = interpreter.opsExecuted(), launched = compiled ? compiled->kernelsLaunched() : 0;
+    size_t opsRun = compiled ? compiled->opsExecuted() : oracle->opsExecuted();
+    size_t launched = compiled ? compiled->kernelsLaunched() : 0;
     // --repeat: the first run above warms up; these are timed, each end to end.
     std::vector<double> times;
     for (int r = 0; r < o.repeat; ++r) {
@@ -115,7 +114,7 @@ int execute(const ir::Graph &g, rt::Executable *compiled, const RunOptions &o) {
       std::cout << line << "\n";
     if (o.stats) {
       std::string dims;
-      for (auto &[name, v] : interpreter.binding())
+      for (auto &[name, v] : compiled ? compiled->binding() : oracle->binding())
         dims += fmt::format("{}{} = {}", dims.empty() ? "" : ", ", name, v);
       if (!compiled) {
         std::cout << fmt::format("device: reference interpreter\ndims: {}\nops executed: {}\n", dims, opsRun);

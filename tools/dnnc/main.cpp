@@ -3,9 +3,9 @@
 #include "backend/Build.h"
 #include "backend/llvm/CpuBackend.h"
 #include "runtime/Artifact.h"
-#include "runtime/TensorIO.h"
+#include "base/TensorIO.h"
 #include "runtime/ThreadPool.h"
-#include "runtime/Limits.h"
+#include "base/Limits.h"
 #include "backend/llvm/NvptxBackend.h"
 #include "backend/lower/Lower.h"
 #include "ir/transforms/Pipeline.h"
@@ -128,7 +128,7 @@ int writeOutput(const std::string &path, const std::string &text) {
   }
   try {
     rt::writeFileAtomically(path, text);
-  } catch (const rt::DataError &e) {
+  } catch (const DataError &e) {
     std::cerr << "dnnc: error: " << e.what() << "\n";
     return kUserError;
   }
@@ -231,7 +231,7 @@ int cmdEmit(int argc, char **argv) {
           text += backend::CpuModule::compile(kernels)->llvmIR();
         }
       }
-    } catch (const rt::DataError &e) {
+    } catch (const DataError &e) {
       std::cerr << "dnnc: error: " << e.what() << "\n";
       return kUserError;
     }
@@ -346,7 +346,7 @@ int cmdBuild(int argc, char **argv) {
   try {
     ir::optimize(*m->graph, {vm.count("no-fuse") == 0, true});
     backend::buildArtifact(*m->graph, target, arch, out, vm.count("no-memory-plan") == 0);
-  } catch (const rt::DataError &e) {
+  } catch (const DataError &e) {
     std::cerr << "dnnc: error: " << e.what() << "\n";
     return kUserError;
   }

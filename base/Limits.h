@@ -13,7 +13,7 @@ namespace dnnc {
 
 enum class Limit {
 #define LIMIT(id, name, def, lo, hi, what) id,
-#include "runtime/Limits.def"
+#include "base/Limits.def"
 #undef LIMIT
   Count
 };
@@ -28,7 +28,7 @@ struct LimitInfo {
 inline const std::array<LimitInfo, static_cast<size_t>(Limit::Count)> &allLimits() {
   static const std::array<LimitInfo, static_cast<size_t>(Limit::Count)> table = {{
 #define LIMIT(id, name, def, lo, hi, what) {Limit::id, name, def, lo, hi, what},
-#include "runtime/Limits.def"
+#include "base/Limits.def"
 #undef LIMIT
   }};
   return table;

@@ -1,11 +1,11 @@
 // Checked size arithmetic: the one place where element counts and byte sizes are
 // computed from dims a user controls (bindings, data-dependent sizes, file headers).
 // A negative dim, a product that overflows 64 bits, or a tensor past the tensor-bytes limit
-// (runtime/Limits.def) is a DataError that names the tensor and the numbers, never a
+// (base/Limits.def) is a DataError that names the tensor and the numbers, never a
 // wrapped size.
 #pragma once
 
-#include "runtime/DType.h"
+#include "base/DType.h"
 
 #include <cstdint>
 #include <optional>

@@ -2,7 +2,7 @@
 // malformed or truncated file is a DataError naming the file and what is wrong.
 #pragma once
 
-#include "runtime/Tensor.h"
+#include "base/Tensor.h"
 
 #include <map>
 #include <string>

@@ -1,6 +1,6 @@
 // Clang-style rendering of diagnostics and the source-file store they point into.
-#include "frontend/Diagnostics.h"
-#include "frontend/Utf8.h"
+#include "base/Diagnostics.h"
+#include "base/Utf8.h"
 
 #include <fmt/format.h>
 
@@ -43,7 +43,7 @@ const char *diagTag(DiagKind k) {
   switch (k) {
 #define DIAG(name, tag, help)                                                                                          \
   case DiagKind::name: return tag;
-#include "frontend/DiagnosticKinds.def"
+#include "base/DiagnosticKinds.def"
 #undef DIAG
   }
   return "unknown";
@@ -52,7 +52,7 @@ const char *diagTag(DiagKind k) {
 std::vector<DiagKind> allDiagKinds() {
   return {
 #define DIAG(name, tag, help) DiagKind::name,
-#include "frontend/DiagnosticKinds.def"
+#include "base/DiagnosticKinds.def"
 #undef DIAG
   };
 }

@@ -3,7 +3,8 @@
 // reference interpreter.
 #pragma once
 
-#include "runtime/DType.h"
+#include "base/DType.h"
+#include "base/Error.h"
 
 #include <cstdint>
 #include <stdexcept>
@@ -11,11 +12,6 @@
 #include <vector>
 
 namespace dnnc::rt {
-
-// A user-facing failure to read, check or write tensor data (exit status 1).
-struct DataError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 struct Tensor {
   DType dtype = DType::F32;

@@ -1,7 +1,7 @@
 // .npy (format 1.0-3.0, little-endian, C order) and .safetensors readers and writers.
-#include "runtime/TensorIO.h"
+#include "base/TensorIO.h"
 
-#include "runtime/Size.h"
+#include "base/Size.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

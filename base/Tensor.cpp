@@ -1,7 +1,7 @@
 // Host tensors and the float16 / bfloat16 conversions (round to nearest even).
-#include "runtime/Tensor.h"
+#include "base/Tensor.h"
 
-#include "runtime/Size.h"
+#include "base/Size.h"
 
 #include <fmt/format.h>
 

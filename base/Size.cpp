@@ -1,8 +1,8 @@
 // Checked size arithmetic (see Size.h).
-#include "runtime/Size.h"
+#include "base/Size.h"
 
-#include "runtime/Limits.h"
-#include "runtime/Tensor.h"
+#include "base/Limits.h"
+#include "base/Tensor.h"
 
 #include <fmt/format.h>
 

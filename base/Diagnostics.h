@@ -1,7 +1,8 @@
 // Diagnostics as data: kinds declared once, rendered clang-style by one consumer.
 #pragma once
 
-#include "frontend/Source.h"
+#include "base/Error.h"
+#include "base/Source.h"
 
 #include <ostream>
 #include <stdexcept>
@@ -12,7 +13,7 @@ namespace dnnc {
 
 enum class DiagKind {
 #define DIAG(name, tag, help) name,
-#include "frontend/DiagnosticKinds.def"
+#include "base/DiagnosticKinds.def"
 #undef DIAG
 };
 const char *diagTag(DiagKind k);
@@ -34,11 +35,6 @@ struct Diagnostic {
 struct CompileError : std::runtime_error {
   Diagnostic diag;
   explicit CompileError(Diagnostic d) : std::runtime_error(d.message), diag(std::move(d)) {}
-};
-
-// A broken invariant inside the compiler (exit 3), never a user's mistake.
-struct InternalError : std::logic_error {
-  using std::logic_error::logic_error;
 };
 
 [[noreturn]] void fail(DiagKind kind, SourceRange range, std::string message, std::vector<Note> notes = {});

@@ -1,0 +1,356 @@
+// The host-op table (see HostOps.h). Values move as raw elements (memcpy of the dtype's
+// width); only comparisons and fills convert, through base/Tensor's scalar conversions.
+#include "runtime/HostOps.h"
+
+#include "base/Error.h"
+#include "base/Size.h"
+#include "ir/graph/OpRegistry.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+namespace dnnc::rt {
+namespace {
+
+using ir::OpKind;
+using Shape = std::vector<int64_t>;
+
+int64_t dimOf(const HostOpContext &c, sym::ExprRef e) {
+  auto v = sym::evaluate(e, c.binding);
+  if (!v)
+    throw InternalError(fmt::format("{}: dim {} is unbound on the host", ir::opWhere(c.op), e->str()));
+  return *v;
+}
+
+// An integer attribute: a constant or a dim expression.
+int64_t intAttr(const HostOpContext &c, const std::string &name) {
+  const ir::Attr &a = c.op.attrs.at(name);
+  if (auto *i = std::get_if<int64_t>(&a))
+    return *i;
+  return dimOf(c, std::get<sym::ExprRef>(a));
+}
+
+// A list attribute with the entries given by run-time operands (the op's trailing
+// operands, one per position in `value_dims`) filled in.
+Shape valueList(const HostOpContext &c, const std::string &name) {
+  const auto &dims = c.op.get<ir::DimList>(name);
+  Shape out(dims.size(), 0);
+  std::vector<bool> given(dims.size(), false);
+  if (c.op.has("value_dims")) {
+    const auto &positions = c.op.get<ir::DimList>("value_dims");
+    size_t next = c.in.size() - positions.size();
+    for (sym::ExprRef p : positions) {
+      size_t at = static_cast<size_t>(dimOf(c, p));
+      out[at] = c.in[next++]->getInt(0);
+      given[at] = true;
+    }
+  }
+  for (size_t k = 0; k < dims.size(); ++k)
+    if (!given[k])
+      out[k] = dimOf(c, dims[k]);
+  for (int64_t d : out)
+    if (d < 0 && name != "shape")
+      throw DataError(fmt::format("'{}' of {} has the negative entry {}", name, ir::opWhere(c.op), d));
+  return out;
+}
+
+Shape stridesOf(const Shape &s) {
+  Shape st(s.size(), 1);
+  for (size_t k = s.size(); k-- > 1;)
+    st[k - 1] = st[k] * s[k];
+  return st;
+}
+
+// Calls f(index, flat) for every element of `shape`, in row-major order.
+template <class F> void forEachIndex(const Shape &shape, F f) {
+  size_t n = 1;
+  for (int64_t d : shape)
+    n *= static_cast<size_t>(d);
+  Shape idx(shape.size(), 0);
+  for (size_t flat = 0; flat < n; ++flat) {
+    f(idx, flat);
+    for (size_t k = shape.size(); k-- > 0;)
+      if (++idx[k] < shape[k])
+        break;
+      else
+        idx[k] = 0;
+  }
+}
+
+void copyElement(Tensor &to, size_t at, const Tensor &from, size_t k) {
+  size_t w = dtypeBytes(from.dtype);
+  std::memcpy(to.data() + at * w, from.data() + k * w, w);
+}
+
+Tensor sized(DType dtype, Shape shape, const HostOpContext &c) {
+  checkedBytes(dtype, shape, fmt::format("the result of {}", ir::opWhere(c.op)));
+  return Tensor::zeros(dtype, std::move(shape));
+}
+
+void store(Tensor &t, size_t k, double v) {
+  if (isInteger(t.dtype))
+    t.setInt(k, saturatingInt(v, t.dtype));
+  else
+    t.set(k, v);
+}
+
+// Floats ordered with NaN above everything (torch.topk, np.unique), integers exactly.
+bool greater(const Tensor &x, size_t a, size_t b) {
+  if (isInteger(x.dtype) || x.dtype == DType::Bool)
+    return x.getInt(a) > x.getInt(b);
+  double va = x.get(a), vb = x.get(b);
+  return std::isnan(va) ? !std::isnan(vb) : (!std::isnan(vb) && va > vb);
+}
+
+// The flat index into `x` of element `idx` of a shape `x` broadcasts to.
+size_t broadcastAt(const Tensor &x, const Shape &idx) {
+  size_t flat = 0, stride = 1;
+  for (size_t k = x.shape.size(); k-- > 0;) {
+    size_t i = idx[idx.size() - x.shape.size() + k];
+    flat += (x.shape[k] == 1 ? 0 : i) * stride;
+    stride *= static_cast<size_t>(x.shape[k]);
+  }
+  return flat;
+}
+
+std::vector<Tensor> one(Tensor t) {
+  std::vector<Tensor> out;
+  out.push_back(std::move(t));
+  return out;
+}
+
+std::vector<Tensor> constant(const HostOpContext &c) {
+  Tensor t = Tensor::zeros(c.op.results[0]->type.dtype, {});
+  store(t, 0, c.op.get<double>("value"));
+  return one(std::move(t));
+}
+
+std::vector<Tensor> dimValue(const HostOpContext &c) {
+  Tensor t = Tensor::zeros(c.op.results[0]->type.dtype, {});
+  t.setInt(0, dimOf(c, c.op.get<sym::ExprRef>("value")));
+  return one(std::move(t));
+}
+
+std::vector<Tensor> fill(const HostOpContext &c) {
+  Tensor t = sized(c.op.results[0]->type.dtype, valueList(c, "shape"), c);
+  double v = c.op.kind == OpKind::Ones ? 1 : c.op.kind == OpKind::Full ? c.op.get<double>("value") : 0;
+  for (size_t k = 0; c.op.kind != OpKind::Zeros && k < t.numel(); ++k)
+    store(t, k, v);
+  return one(std::move(t));
+}
+
+std::vector<Tensor> arange(const HostOpContext &c) {
+  int64_t start, step, count;
+  if (c.op.has("count")) {
+    start = intAttr(c, "start");
+    step = intAttr(c, "step");
+    count = intAttr(c, "count");
+  } else {
+    start = c.in[0]->getInt(0);
+    step = c.in[2]->getInt(0);
+    if (step == 0)
+      throw DataError("arange with a step of 0");
+    int64_t stop = c.in[1]->getInt(0);
+    // Elements in [start, stop) by step, rounded up; none when the range runs backwards.
+    int64_t span = step > 0 ? stop - start : start - stop, by = step > 0 ? step : -step;
+    count = span > 0 ? (span + by - 1) / by : 0;
+  }
+  Tensor t = sized(c.op.results[0]->type.dtype, {count}, c);
+  for (int64_t k = 0; k < count; ++k)
+    t.setInt(static_cast<size_t>(k), start + k * step);
+  return one(std::move(t));
+}
+
+std::vector<Tensor> reshape(const HostOpContext &c) {
+  const Tensor &x = *c.in[0];
+  Shape target = valueList(c, "shape");
+  auto inferred = std::find(target.begin(), target.end(), -1);
+  if (inferred != target.end()) {
+    int64_t known = 1;
+    for (int64_t d : target)
+      known *= d == -1 ? 1 : d;
+    *inferred = known == 0 ? 0 : static_cast<int64_t>(x.numel()) / known;
+  }
+  int64_t count = 1;
+  for (int64_t d : target)
+    count *= d;
+  if (count != static_cast<int64_t>(x.numel()))
+    throw DataError(fmt::format("cannot reshape {} into {} elements", x.typeText(), count));
+  Tensor t = sized(x.dtype, target, c);
+  std::memcpy(t.data(), x.data(), x.byteSize());
+  return one(std::move(t));
+}
+
+std::vector<Tensor> broadcastTo(const HostOpContext &c) {
+  const Tensor &x = *c.in[0];
+  Tensor t = sized(x.dtype, valueList(c, "shape"), c);
+  forEachIndex(t.shape, [&](const Shape &idx, size_t flat) { copyElement(t, flat, x, broadcastAt(x, idx)); });
+  return one(std::move(t));
+}
+
+// x[subscripts] whose bounds are read from operands: per axis a start, stop, step, and a
+// flag for a point index that drops the axis. Out-of-range slice bounds clamp (NumPy).
+std::vector<Tensor> index(const HostOpContext &c) {
+  const Tensor &x = *c.in[0];
+  ir::IndexAttrs ix = ir::IndexAttrs::of(c.op);
+  const ir::DimList &starts = ix.starts, &stops = ix.stops;
+  size_t next = 1;
+  Shape first, count, step, kept;
+  Shape strides = stridesOf(x.shape);
+  for (size_t a = 0; a < x.shape.size(); ++a) {
+    int64_t d = x.shape[a];
+    auto bound = [&](sym::ExprRef e) {
+      if (e)
+        return dimOf(c, e);
+      int64_t v = c.in.at(next++)->getInt(0);
+      return v < 0 ? v + d : v;
+    };
+    if (ix.isPoint(a)) {
+      int64_t p = bound(starts[a]);
+      if (p < 0 || p >= d)
+        throw DataError(fmt::format("index {} is out of range for dim {} of {} (size {})", p, a, x.typeText(), d));
+      first.push_back(p), count.push_back(1), step.push_back(1);
+      continue;
+    }
+    int64_t b = std::clamp<int64_t>(bound(starts[a]), 0, d), e = std::clamp<int64_t>(bound(stops[a]), 0, d);
+    int64_t s = ix.step(a);
+    first.push_back(b), count.push_back(e > b ? (e - b + s - 1) / s : 0), step.push_back(s), kept.push_back(count.back());
+  }
+  Tensor t = sized(x.dtype, kept, c);
+  forEachIndex(count, [&](const Shape &idx, size_t flat) {
+    size_t from = 0;
+    for (size_t a = 0; a < idx.size(); ++a)
+      from += static_cast<size_t>((first[a] + idx[a] * step[a]) * strides[a]);
+    copyElement(t, flat, x, from);
+  });
+  return one(std::move(t));
+}
+
+std::vector<Tensor> topk(const HostOpContext &c) {
+  const Tensor &x = *c.in[0];
+  size_t axis = static_cast<size_t>(intAttr(c, "axis")); // non-negative after sema
+  int64_t k = c.op.has("k") ? intAttr(c, "k") : c.in[1]->getInt(0);
+  if (k < 0 || k > x.shape[axis])
+    throw DataError(fmt::format("topk asks for k = {} but dim {} of {} is {}", k, axis, x.typeText(), x.shape[axis]));
+  Shape outShape = x.shape;
+  outShape[axis] = k;
+  Tensor values = sized(x.dtype, outShape, c), indices = sized(DType::I64, outShape, c);
+  Shape rows = x.shape;
+  rows[axis] = 1; // one sort per position of the other axes
+  Shape in = stridesOf(x.shape), out = stridesOf(outShape);
+  std::vector<int64_t> order(static_cast<size_t>(x.shape[axis]));
+  forEachIndex(rows, [&](const Shape &idx, size_t) {
+    size_t from = 0, to = 0;
+    for (size_t d = 0; d < idx.size(); ++d)
+      from += static_cast<size_t>(idx[d] * in[d]), to += static_cast<size_t>(idx[d] * out[d]);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t i, int64_t j) {
+      return greater(x, from + static_cast<size_t>(i * in[axis]), from + static_cast<size_t>(j * in[axis]));
+    });
+    for (int64_t j = 0; j < k; ++j) {
+      size_t at = to + static_cast<size_t>(j * out[axis]);
+      copyElement(values, at, x, from + static_cast<size_t>(order[static_cast<size_t>(j)] * in[axis]));
+      indices.setInt(at, order[static_cast<size_t>(j)]);
+    }
+  });
+  std::vector<Tensor> both;
+  both.push_back(std::move(values));
+  both.push_back(std::move(indices));
+  return both;
+}
+
+// Nearest neighbour over the trailing axes `size` names.
+std::vector<Tensor> resize(const HostOpContext &c) {
+  const Tensor &x = *c.in[0];
+  Shape size = valueList(c, "size"), outShape = x.shape;
+  std::copy(size.begin(), size.end(), outShape.end() - static_cast<long>(size.size()));
+  Tensor t = sized(x.dtype, outShape, c);
+  Shape strides = stridesOf(x.shape);
+  forEachIndex(outShape, [&](const Shape &idx, size_t flat) {
+    size_t from = 0;
+    for (size_t k = 0; k < idx.size(); ++k)
+      from += static_cast<size_t>(idx[k] * x.shape[k] / outShape[k] * strides[k]);
+    copyElement(t, flat, x, from);
+  });
+  return one(std::move(t));
+}
+
+std::vector<Tensor> nonzero(const HostOpContext &c) {
+  const Tensor &m = *c.in[0];
+  std::vector<Shape> hits;
+  forEachIndex(m.shape, [&](const Shape &idx, size_t flat) {
+    if (m.get(flat) != 0)
+      hits.push_back(idx);
+  });
+  size_t rank = m.shape.size();
+  Tensor t = sized(DType::I64, {static_cast<int64_t>(hits.size()), static_cast<int64_t>(rank)}, c);
+  for (size_t h = 0; h < hits.size(); ++h)
+    for (size_t k = 0; k < rank; ++k)
+      t.setInt(h * rank + k, hits[h][k]);
+  return one(std::move(t));
+}
+
+std::vector<Tensor> maskedSelect(const HostOpContext &c) {
+  const Tensor &x = *c.in[0], &mask = *c.in[1];
+  size_t rank = std::max(x.shape.size(), mask.shape.size());
+  Shape shape(rank, 1);
+  for (const Tensor *t : {&x, &mask})
+    for (size_t k = 0; k < t->shape.size(); ++k) {
+      int64_t &d = shape[rank - t->shape.size() + k];
+      d = d == 1 ? t->shape[k] : d;
+    }
+  std::vector<size_t> picked;
+  forEachIndex(shape, [&](const Shape &idx, size_t) {
+    if (mask.get(broadcastAt(mask, idx)) != 0)
+      picked.push_back(broadcastAt(x, idx));
+  });
+  Tensor t = sized(x.dtype, {static_cast<int64_t>(picked.size())}, c);
+  for (size_t k = 0; k < picked.size(); ++k)
+    copyElement(t, k, x, picked[k]);
+  return one(std::move(t));
+}
+
+// Ascending, NaNs last and collapsed into one (np.unique, equal_nan=True).
+std::vector<Tensor> unique(const HostOpContext &c) {
+  const Tensor &x = *c.in[0];
+  std::vector<size_t> order(x.numel());
+  std::iota(order.begin(), order.end(), 0);
+  auto less = [&](size_t a, size_t b) { return greater(x, b, a); };
+  std::stable_sort(order.begin(), order.end(), less);
+  std::vector<size_t> kept;
+  for (size_t k : order)
+    if (kept.empty() || less(kept.back(), k))
+      kept.push_back(k);
+  Tensor t = sized(x.dtype, {static_cast<int64_t>(kept.size())}, c);
+  for (size_t k = 0; k < kept.size(); ++k)
+    copyElement(t, k, x, kept[k]);
+  return one(std::move(t));
+}
+
+} // namespace
+
+const std::vector<HostOp> &hostOps() {
+  static const std::vector<HostOp> table = {
+      {OpKind::Constant, "constant", constant},   {OpKind::DimValue, "dim value", dimValue},
+      {OpKind::Zeros, "zeros", fill},             {OpKind::Ones, "ones", fill},
+      {OpKind::Full, "full", fill},               {OpKind::Arange, "arange", arange},
+      {OpKind::Reshape, "reshape", reshape},      {OpKind::BroadcastTo, "broadcast_to", broadcastTo},
+      {OpKind::Index, "index", index},            {OpKind::Topk, "topk", topk},
+      {OpKind::Resize, "resize", resize},         {OpKind::Nonzero, "nonzero", nonzero},
+      {OpKind::MaskedSelect, "masked_select", maskedSelect}, {OpKind::Unique, "unique", unique},
+  };
+  return table;
+}
+
+const HostOp *findHostOp(OpKind kind) {
+  for (const HostOp &op : hostOps())
+    if (op.kind == kind)
+      return &op;
+  return nullptr;
+}
+
+} // namespace dnnc::rt
