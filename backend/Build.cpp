@@ -65,7 +65,7 @@ std::string linkSharedObject(const std::string &object, const fs::path &dir) {
 
 void buildArtifact(const ir::Graph &g, const std::string &target, const std::string &arch, const std::string &path,
                    bool memoryPlan) {
-  lower::LoweredGraph lowered = lower::lowerGraph(g, target == "cuda");
+  lower::LoweredGraph lowered = lower::lowerGraph(g, target == "cuda" ? lower::kGpuSchedule : lower::kCpuSchedule);
   std::vector<const kir::Kernel *> kernels = lowered.kernelPointers();
   rt::ArtifactInfo info;
   info.target = target;

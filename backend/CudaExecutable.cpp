@@ -22,7 +22,7 @@ std::string archFor(const rt::CudaProbe &probe) {
 }
 
 std::unique_ptr<rt::Executable> compileForCuda(const ir::Graph &g, const std::string &arch, bool memoryPlan) {
-  lower::LoweredGraph lowered = lower::lowerGraph(g, true);
+  lower::LoweredGraph lowered = lower::lowerGraph(g, lower::kGpuSchedule);
   std::vector<rt::KernelInfo> infos = lowered.kernelInfos();
   PtxModule ptx = compilePtx(lowered.kernelPointers(), arch);
   auto device = std::make_unique<rt::CudaDevice>(ptx.ptx, infos);
@@ -30,7 +30,7 @@ std::unique_ptr<rt::Executable> compileForCuda(const ir::Graph &g, const std::st
 }
 
 std::unique_ptr<rt::Executable> compileForSimulatedGpu(const ir::Graph &g, bool memoryPlan) {
-  lower::LoweredGraph lowered = lower::lowerGraph(g, true);
+  lower::LoweredGraph lowered = lower::lowerGraph(g, lower::kGpuSchedule);
   std::shared_ptr<CpuModule> module = CpuModule::compile(lowered.kernelPointers(), true);
   auto device = std::make_unique<rt::SimulatedGpuDevice>(module->lookup(lowered.kernelPointers()), module);
   return lower::executable(g, lowered, lowered.kernelInfos(), std::move(device), memoryPlan);

@@ -61,15 +61,17 @@ llvm::orc::JITTargetMachineBuilder hostTarget(bool pic) {
 
 // Every kernel in one module, optimized for the host.
 std::unique_ptr<llvm::Module> hostModule(const std::vector<const kir::Kernel *> &kernels, llvm::LLVMContext &ctx,
-                                         llvm::TargetMachine &tm, Target::Kind kind = Target::Kind::Host) {
+                                         llvm::TargetMachine &tm, bool simulatedGpu = false) {
   // Optimization remarks ("loop not vectorized") are not the user's business.
   ctx.setDiagnosticHandlerCallBack([](const llvm::DiagnosticInfo *, void *) {});
   auto module = std::make_unique<llvm::Module>("dnnc", ctx);
   module->setDataLayout(tm.createDataLayout());
   module->setTargetTriple(tm.getTargetTriple().str());
-  Target host{kind, hostVectorWidth()};
   for (const kir::Kernel *k : kernels)
-    emitKernel(*module, *k, host);
+    if (simulatedGpu)
+      emitSimulatedGpuKernel(*module, *k);
+    else
+      emitCpuKernel(*module, *k, hostVectorWidth());
   optimize(*module, tm);
   return module;
 }
@@ -82,7 +84,7 @@ std::unique_ptr<CpuModule> CpuModule::compile(const std::vector<const kir::Kerne
   if (!tm)
     throw InternalError("LLVM has no target machine for this host: " + errorText(tm.takeError()));
   auto ctx = std::make_unique<llvm::LLVMContext>();
-  auto module = hostModule(kernels, *ctx, **tm, simulatedGpu ? Target::Kind::SimulatedGpu : Target::Kind::Host);
+  auto module = hostModule(kernels, *ctx, **tm, simulatedGpu);
   auto impl = std::make_unique<Impl>();
   llvm::raw_string_ostream os(impl->ir);
   module->print(os, nullptr);

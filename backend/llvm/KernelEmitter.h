@@ -1,38 +1,152 @@
-// Kernel IR to LLVM IR, shared by the host and NVPTX back ends. Private to backend/llvm:
-// it names LLVM types only by forward declaration.
+// Kernel IR to LLVM IR: the entry point per target, and the base every target's emitter
+// extends (Halide's CodeGen_LLVM pattern). Private to backend/llvm.
 //
-// Contract: emitKernel adds one function named after the kernel to `m`, verified. On the
-// host its signature is rt::KernelFn (runtime/KernelAbi.h). On the GPU it is a PTX kernel
-// taking each buffer pointer, then each dim (i64), by value, whose work maps onto the grid
-// as kir::gpuMapping says (grid-stride threads, warps with shuffle reductions, or blocks
-// with shared-memory GEMM tiles); it must be launched with kir::gpuGrid's block size. The
-// simulated GPU gets the GPU's mapping behind rt::KernelFn's signature, with the
-// simulator's hooks in place of special registers, barriers and shuffles.
+// Contract of each emit*Kernel: adds one function named after the kernel to `m`, verified.
+//  - CPU: signature rt::KernelFn (runtime/KernelAbi.h); the parallel loop runs the chunk
+//    [begin, end) the runtime hands the call; GEMMs run a vector micro-kernel.
+//  - NVPTX: a PTX kernel taking each buffer pointer, then each dim (i64), by value, whose
+//    work maps onto the grid as gpu::mappingOf says (backend/gpu/GpuMapping.h); it must be
+//    launched with gpu::gridOf's block size.
+//  - Simulated GPU: the GPU's mapping behind rt::KernelFn's signature, with the
+//    simulator's hooks in place of special registers, barriers and shuffles.
 #pragma once
 
+#include "ir/graph/ScalarOps.h"
 #include "ir/kernel/Kernel.h"
 
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/Module.h>
+
+#include <map>
 #include <string>
+#include <vector>
 
 namespace llvm {
-class Module;
 class TargetMachine;
 class Error;
 } // namespace llvm
 
 namespace dnnc::backend {
 
-struct Target {
-  enum class Kind { Host, Nvptx, SimulatedGpu };
-  Kind kind = Kind::Host;
-  unsigned vectorWidth = 4; // f32 lanes of the widest vector register (the CPU GEMM's tiles)
-  bool gpuMapping() const { return kind != Kind::Host; }
-  bool nvptx() const { return kind == Kind::Nvptx; }
-};
+// vectorWidth: f32 lanes of the host's widest vector register (the GEMM's tiles).
+void emitCpuKernel(llvm::Module &m, const kir::Kernel &k, unsigned vectorWidth);
+void emitNvptxKernel(llvm::Module &m, const kir::Kernel &k);
+void emitSimulatedGpuKernel(llvm::Module &m, const kir::Kernel &k);
 
-void emitKernel(llvm::Module &m, const kir::Kernel &k, const Target &target);
 // The O3 module pipeline for `tm`'s target.
 void optimize(llvm::Module &m, llvm::TargetMachine &tm);
 std::string errorText(llvm::Error e);
+
+// What every target emits alike: indices, scalar values (the semantics of
+// ir/graph/ScalarOps.def, docs/semantics.md), loads and stores in each dtype's storage,
+// locals, serial loops. A target overrides the hooks below; the base never asks which
+// target it serves.
+class KernelEmitter {
+public:
+  KernelEmitter(llvm::Module &m, const kir::Kernel &k) : m_(m), ctx_(m.getContext()), b_(ctx_), k_(k) {}
+  virtual ~KernelEmitter() = default;
+  // Creates the kernel's function, fills it and verifies it (InternalError if LLVM rejects it).
+  void emit();
+
+protected:
+  // ---- target hooks ----
+  // Creates fn_ in the target's calling convention (with beginFunction) and binds bufs_
+  // and vars_ (the kernel's dims) to its arguments.
+  virtual void createFunction() = 0;
+  // The kernel body, emitted at the end of the entry block; the return follows.
+  virtual void emitBody() = 0;
+  // A math function of libm that may have an LLVM intrinsic (not_intrinsic when it has
+  // none). The host's: the intrinsic, else the libm call.
+  virtual llvm::Value *math(const char *libmName, llvm::Intrinsic::ID id, std::vector<llvm::Value *> args);
+  virtual void storeStmt(const kir::Stmt &s);
+  // The base runs the loop serially over its whole extent.
+  virtual void forStmt(const kir::Stmt &s);
+  virtual void gemmStmt(const kir::Gemm &g) = 0;
+
+  // ---- function and ABI ----
+  void beginFunction(const std::vector<llvm::Type *> &params);
+  // rt::KernelFn: (void **buffers, int64_t *dims, int64_t begin, int64_t end).
+  void createHostFunction();
+
+  // ---- types, calls ----
+  llvm::Type *computeType(DType t);
+  llvm::Type *storageType(DType t);
+  llvm::Value *call(llvm::Intrinsic::ID id, std::vector<llvm::Value *> args);
+  llvm::Value *libm(const char *name, llvm::Value *x);
+  // A call of the external function `name`, whose parameters and result have the type of args[0].
+  llvm::Value *callExternal(const std::string &name, std::vector<llvm::Value *> args);
+
+  // ---- indices (i64) ----
+  llvm::Value *floorDivMod(llvm::Value *a, llvm::Value *d, bool wantMod);
+  llvm::Value *index(sym::ExprRef e);
+  llvm::Value *atom(const sym::Atom *a);
+
+  // ---- scalar values ----
+  llvm::Value *convert(llvm::Value *v, DType from, DType to);
+  llvm::Value *loadValue(const kir::Value &v);
+  llvm::Value *bfloat16Bits(llvm::Value *v);
+  llvm::Value *roundTo(llvm::Value *v, DType t);
+  void storeValue(int buffer, sym::ExprRef idx, llvm::Value *v, DType from);
+  llvm::Value *floatUnary(ir::UnaryOp k, llvm::Value *x);
+  llvm::Value *intUnary(ir::UnaryOp k, llvm::Value *x);
+  llvm::Value *intPow(llvm::Value *a, llvm::Value *e);
+  llvm::Value *floatBinary(ir::BinaryOp k, llvm::Value *a, llvm::Value *c);
+  llvm::Value *boolBinary(ir::BinaryOp k, llvm::Value *a, llvm::Value *c);
+  llvm::Value *intBinary(ir::BinaryOp k, llvm::Value *a, llvm::Value *c);
+  llvm::Value *binaryOp(ir::OpKind k, llvm::Value *a, llvm::Value *c, bool fp);
+  llvm::Value *value(const kir::Value &v);
+
+  // ---- statements ----
+  void stmt(const kir::Stmt &s);
+  // `s` (a For) as the loop start, start + step, ... below end, with its body, marked for
+  // the vectorizer when its schedule says so.
+  void loopOver(const kir::Stmt &s, llvm::Value *start, llvm::Value *end, llvm::Value *step);
+  llvm::AllocaInst *entryAlloca(llvm::Type *t, const std::string &name);
+
+  // for (i = start; i < end; i += step) body(i); returns the latch branch and leaves the
+  // builder after the loop.
+  template <class Body>
+  llvm::BranchInst *forLoop(const std::string &name, llvm::Value *start, llvm::Value *end, int64_t step, Body body) {
+    return forLoop(name, start, end, b_.getInt64(step), body);
+  }
+  template <class Body>
+  llvm::BranchInst *forLoop(const std::string &name, llvm::Value *start, llvm::Value *end, llvm::Value *step, Body body) {
+    llvm::BasicBlock *pre = b_.GetInsertBlock();
+    auto *header = llvm::BasicBlock::Create(ctx_, name + ".head", fn_);
+    auto *inner = llvm::BasicBlock::Create(ctx_, name + ".body", fn_);
+    auto *exit = llvm::BasicBlock::Create(ctx_, name + ".exit", fn_);
+    b_.CreateBr(header);
+    b_.SetInsertPoint(header);
+    llvm::PHINode *i = b_.CreatePHI(b_.getInt64Ty(), 2, name);
+    i->addIncoming(start, pre);
+    b_.CreateCondBr(b_.CreateICmpSLT(i, end), inner, exit);
+    b_.SetInsertPoint(inner);
+    body(i);
+    llvm::Value *next = b_.CreateAdd(i, step, "", true, true);
+    llvm::BranchInst *latch = b_.CreateBr(header);
+    i->addIncoming(next, b_.GetInsertBlock());
+    b_.SetInsertPoint(exit);
+    return latch;
+  }
+  template <class Body> void onlyIf(llvm::Value *cond, Body body) {
+    auto *then = llvm::BasicBlock::Create(ctx_, "then", fn_), *done = llvm::BasicBlock::Create(ctx_, "endif", fn_);
+    b_.CreateCondBr(cond, then, done);
+    b_.SetInsertPoint(then);
+    body();
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+  }
+
+  llvm::Module &m_;
+  llvm::LLVMContext &ctx_;
+  llvm::IRBuilder<> b_;
+  const kir::Kernel &k_;
+  llvm::Function *fn_ = nullptr;
+  llvm::BasicBlock *entry_ = nullptr;
+  std::vector<llvm::Value *> bufs_;
+  std::map<std::string, llvm::Value *> vars_;
+  std::map<std::string, llvm::AllocaInst *> locals_;
+};
 
 } // namespace dnnc::backend

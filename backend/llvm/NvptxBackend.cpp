@@ -88,9 +88,8 @@ PtxModule compilePtx(const std::vector<const kir::Kernel *> &kernels, const std:
   auto module = std::make_unique<llvm::Module>("dnnc", ctx);
   module->setTargetTriple(triple);
   module->setDataLayout(tm->createDataLayout());
-  Target gpu{Target::Kind::Nvptx, 1};
   for (const kir::Kernel *k : kernels)
-    emitKernel(*module, *k, gpu);
+    emitNvptxKernel(*module, *k);
   auto buffer = llvm::MemoryBuffer::getFile(libdevice);
   if (!buffer)
     throw DataError(fmt::format("cannot read '{}': {}", libdevice, buffer.getError().message()));

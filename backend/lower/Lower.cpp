@@ -1,6 +1,8 @@
 // Lowering of each op kind to a loop nest (see Lower.h for the contract).
 #include "backend/lower/Lower.h"
 
+#include "backend/gpu/GpuMapping.h"
+#include "backend/lower/Schedule.h"
 #include "ir/graph/OpRegistry.h"
 #include "ir/transforms/MemoryPlan.h"
 
@@ -32,8 +34,8 @@ ExprRef c(int64_t v) { return sym::constant(v); }
 // (readValue), never stored.
 class Lowering {
 public:
-  Lowering(const ir::Op &op, const std::string &name, bool forGpu)
-      : outer_(op), op_(op.kind == OpKind::Fused ? *op.regions[0]->yields[0]->def : op), forGpu_(forGpu) {
+  Lowering(const ir::Op &op, const std::string &name, const ScheduleOptions &schedule)
+      : outer_(op), op_(op.kind == OpKind::Fused ? *op.regions[0]->yields[0]->def : op), schedule_(schedule) {
     k_.name = name;
     for (const ir::Value *v : op.operands)
       k_.buffers.push_back({v->name.empty() ? fmt::format("v{}", v->id) : v->name, v->type.dtype, v->type.dims, false});
@@ -71,33 +73,6 @@ public:
     Dims v;
     for (size_t k = 0; k < n; ++k)
       v.push_back(sym::var(kir::loopVar(next_++)));
-    return v;
-  }
-  // A loop nest over `shape` (variables `idx`) around `inner`; the innermost loop is
-  // vectorized, the outermost parallel.
-  StmtPtr nest(const Dims &shape, const Dims &idx, std::vector<StmtPtr> inner, bool parallel = true) {
-    if (shape.empty())
-      return kir::block(std::move(inner));
-    // Only a loop over straight-line code is worth forcing the vectorizer on.
-    bool straight = std::none_of(inner.begin(), inner.end(), [](const StmtPtr &s) { return s->kind == Stmt::Kind::For; });
-    StmtPtr s;
-    for (size_t k = shape.size(); k-- > 0;) {
-      // A single loop stays parallel (the CPU back end still vectorizes its straight body).
-      Stmt::Schedule sched = (k == 0 && parallel)                  ? Stmt::Schedule::Parallel
-                             : (k == shape.size() - 1 && straight) ? Stmt::Schedule::Vectorize
-                                                                   : Stmt::Schedule::Serial;
-      std::vector<StmtPtr> body;
-      if (s)
-        body.push_back(std::move(s));
-      else
-        body = std::move(inner);
-      s = kir::loop(idx[k]->asVar()->name, shape[k], std::move(body), sched);
-    }
-    return s;
-  }
-  static std::vector<StmtPtr> one(StmtPtr s) {
-    std::vector<StmtPtr> v;
-    v.push_back(std::move(s));
     return v;
   }
 
@@ -179,7 +154,6 @@ private:
   StmtPtr softmax();
   StmtPtr matmul(const ir::Op &mm);
   StmtPtr window(bool conv);
-  StmtPtr convolution();
   StmtPtr copyFlat();
   StmtPtr transpose();
   StmtPtr concat(bool stack);
@@ -190,7 +164,7 @@ private:
 
   const ir::Op &outer_; // the op the kernel computes (a fused op, or op_ itself)
   const ir::Op &op_;    // the op whose semantics the loop nest follows
-  bool forGpu_;         // schedules for a GPU's grid
+  const ScheduleOptions &schedule_; // the target's
   kir::Kernel k_;
   int next_ = 0;
 };
@@ -201,7 +175,7 @@ StmtPtr Lowering::elementwise() {
   std::vector<ValuePtr> values;
   for (size_t b = 0; b < op_.operands.size(); ++b)
     values.push_back(read(static_cast<int>(b), broadcastIdx(in(static_cast<int>(b)), idx)));
-  return nest(shape, idx, one(kir::store(out(), kir::flatIndex(shape, idx), scalarOf(op_, values, dtype(out())))));
+  return loopNest(shape, idx, one(kir::store(out(), kir::flatIndex(shape, idx), scalarOf(op_, values, dtype(out())))));
 }
 
 int Lowering::bufferOf(const ir::Value *v) const {
@@ -420,7 +394,7 @@ StmtPtr Lowering::reduction() {
   }
   default: return nullptr;
   }
-  return nest(keptShape, keptIdx, std::move(body));
+  return loopNest(keptShape, keptIdx, std::move(body));
 }
 
 StmtPtr Lowering::softmax() {
@@ -450,7 +424,7 @@ StmtPtr Lowering::softmax() {
                    ? kir::binary(OpKind::Div, kir::unary(OpKind::Exp, shifted, DType::F32), sum, DType::F32)
                    : kir::binary(OpKind::Sub, shifted, kir::unary(OpKind::Log, sum, DType::F32), DType::F32);
   body.push_back(kir::loop(j, in[a], one(kir::store(out(), flat, kir::cast(v, dtype(out())))), Stmt::Schedule::Vectorize));
-  return nest(rowShape, rowIdx, std::move(body));
+  return loopNest(rowShape, rowIdx, std::move(body));
 }
 
 StmtPtr Lowering::matmul(const ir::Op &mm) {
@@ -493,13 +467,12 @@ StmtPtr Lowering::matmul(const ir::Op &mm) {
     return kir::flatIndex(o, idx);
   };
   if (aType == DType::F32 && bType == DType::F32 && mm.results[0]->type.dtype == DType::F32) {
-    // One parallel task per (batch, block of kRowBlock rows): each is a tiled GEMM.
-    constexpr int64_t kRowBlock = 64;
-    ExprRef blocks = sym::floorDiv(sym::add(m, c(kRowBlock - 1)), c(kRowBlock));
+    // One parallel task per (batch, block of kGemmRowBlock rows): each is a tiled GEMM.
+    ExprRef blocks = sym::floorDiv(sym::add(m, c(kGemmRowBlock - 1)), c(kGemmRowBlock));
     ExprRef tasks = blocks, p = sym::var(kir::loopVar(next_++));
     for (size_t k = 0; k < batch; ++k)
       tasks = sym::mul(tasks, o[k]);
-    ExprRef batchFlat = sym::floorDiv(p, blocks), row0 = sym::mul(sym::mod(p, blocks), c(kRowBlock));
+    ExprRef batchFlat = sym::floorDiv(p, blocks), row0 = sym::mul(sym::mod(p, blocks), c(kGemmRowBlock));
     Dims full(batch);
     ExprRef stride = c(1);
     for (size_t k = batch; k-- > 0;) {
@@ -514,7 +487,7 @@ StmtPtr Lowering::matmul(const ir::Op &mm) {
     g.lda = depth, g.ldb = transposedB ? c(1) : n, g.ldc = vecB ? c(1) : n;
     if (transposedB) // B(k, j) is the source's (j, k)
       g.bColStride = depth;
-    g.row0 = row0, g.rows = sym::min(c(kRowBlock), sym::sub(m, row0)), g.n = n, g.depth = depth;
+    g.row0 = row0, g.rows = sym::min(c(kGemmRowBlock), sym::sub(m, row0)), g.n = n, g.depth = depth;
     if (epilogue) {
       Dims rc = vars(2), idx(full);
       idx.push_back(sym::add(row0, rc[0]));
@@ -544,125 +517,7 @@ StmtPtr Lowering::matmul(const ir::Op &mm) {
   Dims loopShape(o.begin(), o.begin() + static_cast<long>(batch));
   loopShape.push_back(m);
   loopShape.push_back(n);
-  return nest(loopShape, oIdx, std::move(body));
-}
-
-// conv2d in f32, scheduled for vectors: one parallel task per (image, output channel)
-// accumulates into its output plane; for each input channel and kernel tap the weight is a
-// scalar, and the loop along the output row runs only over the columns whose input column
-// lies inside the image (computed from the padding), so it is affine and has no branch:
-// it vectorizes. Rows outside the image are skipped.
-StmtPtr Lowering::convolution() {
-  const Dims &x = dims(0), &w = dims(1), &o = dims(out());
-  int64_t stride = intAttr("stride"), pad = intAttr("padding"), dil = intAttr("dilation"), groups = intAttr("groups");
-  int64_t kh = *w[2]->asConst(), kw = *w[3]->asConst();
-  ExprRef cg = w[1], outPerGroup = sym::floorDiv(o[1], c(groups));
-  // A task computes `block` output channels of one image, so that each input vector
-  // loaded feeds `block` FMAs: 4 where the channels of a group come in fours.
-  auto perGroup = outPerGroup->asConst();
-  int64_t block = perGroup && *perGroup % 4 == 0 ? 4 : 1;
-  ExprRef blocks = sym::floorDiv(o[1], c(block));
-  ExprRef task = sym::var(kir::loopVar(next_++));
-  ExprRef n = sym::floorDiv(task, blocks), oc0 = sym::mul(sym::mod(task, blocks), c(block));
-  ExprRef oh = sym::var(kir::loopVar(next_++)), ow = sym::var(kir::loopVar(next_++));
-  ExprRef ci = sym::var(kir::loopVar(next_++));
-  auto name = [](ExprRef v) { return v->asVar()->name; };
-  auto ocOf = [&](int64_t r) { return sym::add(oc0, c(r)); };
-  std::vector<StmtPtr> body;
-  // Zero the planes.
-  std::vector<StmtPtr> zero;
-  for (int64_t r = 0; r < block; ++r)
-    zero.push_back(kir::store(out(), kir::flatIndex(o, {n, ocOf(r), oh, ow}), kir::constant(0, DType::F32)));
-  body.push_back(kir::loop(name(oh), o[2], one(kir::loop(name(ow), o[3], std::move(zero), Stmt::Schedule::Vectorize))));
-  // Tap (ki, kj) reads input row ih = oh*s + shift(ki) and column iw = ow*s + shift(kj),
-  // inside the image for output rows [lo(ki), hi(ki)) and columns [lo(kj), hi(kj)). Rows
-  // and columns every tap reads inside make the interior, where one pass adds all kh*kw
-  // taps (one load and store of the output per kh*kw FMAs); elsewhere taps are added
-  // where they are inside: per row of taps, then tap by tap at the column borders.
-  auto shift = [&](int64_t k) { return c(k * dil - pad); };
-  auto lo = [&](int64_t k, ExprRef extent) {
-    return sym::min(extent, sym::max(c(0), sym::floorDiv(sym::add(sym::neg(shift(k)), c(stride - 1)), c(stride))));
-  };
-  auto hi = [&](int64_t k, ExprRef extent, ExprRef inputExtent) {
-    return sym::max(lo(k, extent), sym::min(extent, sym::add(sym::floorDiv(sym::sub(sym::sub(inputExtent, c(1)), shift(k)), c(stride)), c(1))));
-  };
-  auto colLo = [&](int64_t kj) { return lo(kj, o[3]); };
-  auto colHi = [&](int64_t kj) { return hi(kj, o[3], x[3]); };
-  // The interior of `count` taps along an axis: [max lo, max(that, min hi)).
-  auto interior = [&](int64_t count, auto loOf, auto hiOf) {
-    ExprRef from = loOf(0), to = hiOf(0);
-    for (int64_t k = 1; k < count; ++k)
-      from = sym::max(from, loOf(k)), to = sym::min(to, hiOf(k));
-    return std::make_pair(from, sym::max(from, to));
-  };
-  auto [inner, innerEnd] = interior(kw, colLo, colHi);
-  auto [rowsFrom, rowsTo] = interior(kh, [&](int64_t ki) { return lo(ki, o[2]); }, [&](int64_t ki) { return hi(ki, o[2], x[2]); });
-  // The block's channels share a group, so they read the same input channel.
-  ExprRef channel = sym::add(sym::mul(sym::floorDiv(oc0, outPerGroup), cg), ci);
-  auto weight = [kw](int64_t r, int64_t ki, int64_t kj) { return fmt::format("w{}_{}", r, ki * kw + kj); };
-  auto acc = [](int64_t r) { return fmt::format("acc{}", r); };
-  using Tap = std::pair<int64_t, int64_t>;
-  // For each channel r of the block: out[r, oh, from + t] += sum over `taps` of
-  // w(r, ki, kj) * x[oh*s + shift(ki), (from + t)*s + shift(kj)], t in [0, to - from).
-  auto pass = [&](const std::vector<Tap> &taps, ExprRef from, ExprRef to) {
-    ExprRef t = sym::var(kir::loopVar(next_++)), col = sym::add(from, t);
-    std::vector<StmtPtr> columns;
-    for (int64_t r = 0; r < block; ++r)
-      columns.push_back(kir::assign(acc(r), kir::load(out(), kir::flatIndex(o, {n, ocOf(r), oh, col}), DType::F32)));
-    for (auto [ki, kj] : taps) {
-      ExprRef ih = sym::add(sym::mul(oh, c(stride)), shift(ki)), iw = sym::add(sym::mul(col, c(stride)), shift(kj));
-      columns.push_back(kir::assign("xv", kir::load(0, kir::flatIndex(x, {n, channel, ih, iw}), DType::F32)));
-      for (int64_t r = 0; r < block; ++r)
-        columns.push_back(kir::assign(
-            acc(r), kir::binary(OpKind::Add, kir::local(acc(r), DType::F32),
-                                kir::binary(OpKind::Mul, kir::local(weight(r, ki, kj), DType::F32), kir::local("xv", DType::F32), DType::F32),
-                                DType::F32)));
-    }
-    for (int64_t r = 0; r < block; ++r)
-      columns.push_back(kir::store(out(), kir::flatIndex(o, {n, ocOf(r), oh, col}), kir::local(acc(r), DType::F32)));
-    return kir::loop(name(t), sym::sub(to, from), std::move(columns), Stmt::Schedule::Vectorize);
-  };
-  // The taps of kernel rows `kis` on one output row: every tap over the inner columns,
-  // then each tap over the border columns it reads inside.
-  auto rowPasses = [&](const std::vector<int64_t> &kis) {
-    std::vector<StmtPtr> out;
-    std::vector<Tap> all;
-    for (int64_t ki : kis)
-      for (int64_t kj = 0; kj < kw; ++kj)
-        all.push_back({ki, kj});
-    out.push_back(pass(all, inner, innerEnd));
-    for (auto tap : all) {
-      out.push_back(pass({tap}, colLo(tap.second), sym::min(colHi(tap.second), inner)));
-      out.push_back(pass({tap}, sym::max(colLo(tap.second), innerEnd), colHi(tap.second)));
-    }
-    return out;
-  };
-  auto between = [](ExprRef v, ExprRef from, ExprRef to) {
-    return kir::binary(OpKind::And, kir::binary(OpKind::Ge, kir::indexValue(v), kir::indexValue(from), DType::Bool),
-                       kir::binary(OpKind::Lt, kir::indexValue(v), kir::indexValue(to), DType::Bool), DType::Bool);
-  };
-  std::vector<int64_t> allRows;
-  for (int64_t ki = 0; ki < kh; ++ki)
-    allRows.push_back(ki);
-  std::vector<StmtPtr> outputRow;
-  outputRow.push_back(kir::when(between(oh, rowsFrom, rowsTo), rowPasses(allRows)));
-  std::vector<StmtPtr> edgeRow; // output rows some kernel rows read outside the image
-  for (int64_t ki = 0; ki < kh; ++ki)
-    edgeRow.push_back(kir::when(between(sym::add(sym::mul(oh, c(stride)), shift(ki)), c(0), x[2]), rowPasses({ki})));
-  outputRow.push_back(kir::when(kir::unary(OpKind::Not, between(oh, rowsFrom, rowsTo), DType::Bool), std::move(edgeRow)));
-  std::vector<StmtPtr> channelBody;
-  body.push_back(kir::let("xv", kir::constant(0, DType::F32)));
-  for (int64_t r = 0; r < block; ++r) {
-    body.push_back(kir::let(acc(r), kir::constant(0, DType::F32)));
-    for (int64_t ki = 0; ki < kh; ++ki)
-      for (int64_t kj = 0; kj < kw; ++kj) {
-        body.push_back(kir::let(weight(r, ki, kj), kir::constant(0, DType::F32)));
-        channelBody.push_back(kir::assign(weight(r, ki, kj), kir::load(1, kir::flatIndex(w, {ocOf(r), ci, c(ki), c(kj)}), DType::F32)));
-      }
-  }
-  channelBody.push_back(kir::loop(name(oh), o[2], std::move(outputRow)));
-  body.push_back(kir::loop(name(ci), cg, std::move(channelBody)));
-  return kir::loop(name(task), sym::mul(o[0], blocks), std::move(body), Stmt::Schedule::Parallel);
+  return loopNest(loopShape, oIdx, std::move(body));
 }
 
 // conv2d (other dtypes) and the pools: an accumulation over a window, skipping padded positions.
@@ -706,7 +561,7 @@ StmtPtr Lowering::window(bool conv) {
                         ? kir::binary(OpKind::Div, acc, kir::constant(static_cast<double>(kh * kw), DType::F32), DType::F32)
                         : acc;
   body.push_back(kir::store(out(), kir::flatIndex(o, idx), kir::cast(result, dtype(out()))));
-  return nest(o, idx, std::move(body));
+  return loopNest(o, idx, std::move(body));
 }
 
 StmtPtr Lowering::copyFlat() {
@@ -714,7 +569,7 @@ StmtPtr Lowering::copyFlat() {
   for (ExprRef d : dims(out()))
     n = sym::mul(n, d);
   Dims idx = vars(1);
-  return nest({n}, idx, one(kir::store(out(), idx[0], kir::load(0, idx[0], dtype(0)))));
+  return loopNest({n}, idx, one(kir::store(out(), idx[0], kir::load(0, idx[0], dtype(0)))));
 }
 
 StmtPtr Lowering::transpose() {
@@ -731,7 +586,7 @@ StmtPtr Lowering::transpose() {
   Dims idx = vars(o.size()), inIdx(in.size());
   for (size_t k = 0; k < perm.size(); ++k)
     inIdx[perm[k]] = idx[k];
-  return nest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), read(0, inIdx))));
+  return loopNest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), read(0, inIdx))));
 }
 
 StmtPtr Lowering::concat(bool stack) {
@@ -746,7 +601,7 @@ StmtPtr Lowering::concat(bool stack) {
       outIdx.insert(outIdx.begin() + static_cast<long>(a), c(static_cast<int64_t>(b)));
     else
       outIdx[a] = sym::add(idx[a], offset);
-    parts.push_back(nest(in, idx, one(kir::store(out(), kir::flatIndex(o, outIdx), loadAt(static_cast<int>(b), idx)))));
+    parts.push_back(loopNest(in, idx, one(kir::store(out(), kir::flatIndex(o, outIdx), loadAt(static_cast<int>(b), idx)))));
     if (!stack)
       offset = sym::add(offset, in[a]);
   }
@@ -754,7 +609,6 @@ StmtPtr Lowering::concat(bool stack) {
 }
 
 StmtPtr Lowering::split() {
-  const Dims &in = dims(0);
   size_t a = axisAttr("axis");
   std::vector<StmtPtr> parts;
   ExprRef offset = c(0);
@@ -762,7 +616,7 @@ StmtPtr Lowering::split() {
     const Dims &o = dims(out(static_cast<int>(r)));
     Dims idx = vars(o.size()), inIdx = idx;
     inIdx[a] = sym::add(idx[a], offset);
-    parts.push_back(nest(o, idx, one(kir::store(out(static_cast<int>(r)), kir::flatIndex(o, idx), loadAt(0, inIdx)))));
+    parts.push_back(loopNest(o, idx, one(kir::store(out(static_cast<int>(r)), kir::flatIndex(o, idx), loadAt(0, inIdx)))));
     offset = sym::add(offset, o[a]);
   }
   return kir::block(std::move(parts));
@@ -786,7 +640,7 @@ StmtPtr Lowering::pad() {
   std::vector<StmtPtr> body;
   body.push_back(kir::store(out(), flat, kir::constant(op_.has("value") ? op_.get<double>("value") : 0.0, dtype(out()))));
   body.push_back(kir::when(inside, one(kir::store(out(), flat, loadAt(0, inIdx)))));
-  return nest(o, idx, std::move(body));
+  return loopNest(o, idx, std::move(body));
 }
 
 // take / embedding: the runtime has checked every index is in range.
@@ -805,7 +659,7 @@ StmtPtr Lowering::take(size_t a) {
   ValuePtr wrapped = kir::select(kir::binary(OpKind::Lt, id, kir::indexValue(c(0)), DType::Bool),
                                  kir::binary(OpKind::Add, id, kir::indexValue(x[a]), DType::I64), id);
   ValuePtr offset = kir::binary(OpKind::Mul, wrapped, kir::indexValue(stride), DType::I64);
-  return nest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), kir::load(0, kir::flatIndex(x, xIdx), dtype(0), offset))));
+  return loopNest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), kir::load(0, kir::flatIndex(x, xIdx), dtype(0), offset))));
 }
 
 // An index whose slice bounds are dim expressions; a point index may be a run-time value
@@ -838,7 +692,7 @@ StmtPtr Lowering::index() {
     ExprRef begin = point ? starts[a] : sym::max(c(0), sym::min(starts[a], in[a]));
     inIdx.push_back(point ? begin : sym::add(begin, sym::mul(idx[next++], c(ix.step(a)))));
   }
-  return nest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), kir::load(0, kir::flatIndex(in, inIdx), dtype(0), offset))));
+  return loopNest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), kir::load(0, kir::flatIndex(in, inIdx), dtype(0), offset))));
 }
 
 std::optional<kir::Kernel> Lowering::run() {
@@ -857,7 +711,7 @@ std::optional<kir::Kernel> Lowering::run() {
     // its own index map, like any member.
     const Dims &o = dims(out());
     Dims idx = vars(o.size());
-    k_.body = nest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), readValue(op_.results[0], idx))));
+    k_.body = loopNest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), readValue(op_.results[0], idx))));
     return std::move(k_);
   }
   if (info.placement != ir::Placement::Kernel)
@@ -869,20 +723,25 @@ std::optional<kir::Kernel> Lowering::run() {
     const Dims &o = dims(out());
     Dims idx = vars(o.size());
     double v = op_.kind == OpKind::Zeros ? 0 : op_.kind == OpKind::Ones ? 1 : op_.get<double>("value");
-    body = nest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), kir::constant(v, dtype(out())))));
+    body = loopNest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), kir::constant(v, dtype(out())))));
     break;
   }
   case OpKind::Arange: {
     Dims idx = vars(1);
     ExprRef v = sym::add(op_.get<ExprRef>("start"), sym::mul(idx[0], op_.get<ExprRef>("step")));
-    body = nest(dims(out()), idx, one(kir::store(out(), idx[0], kir::cast(kir::indexValue(v), dtype(out())))));
+    body = loopNest(dims(out()), idx, one(kir::store(out(), idx[0], kir::cast(kir::indexValue(v), dtype(out())))));
     break;
   }
   case OpKind::Softmax:
   case OpKind::LogSoftmax: body = softmax(); break;
   case OpKind::Matmul: body = matmul(op_); break;
-  case OpKind::Conv2d: // the CPU's schedule vectorizes rows per (image, channel); a GPU wants a thread per output
-    body = !forGpu_ && dtype(0) == DType::F32 && dtype(out()) == DType::F32 ? convolution() : window(true);
+  case OpKind::Conv2d:
+    if (schedule_.vectorizedConv2d && dtype(0) == DType::F32 && dtype(out()) == DType::F32) {
+      Conv2d conv{dims(0), dims(1), dims(out()), intAttr("stride"), intAttr("padding"), intAttr("dilation"), intAttr("groups"), out()};
+      body = vectorizedConv2d(conv, [&] { return sym::var(kir::loopVar(next_++)); });
+    } else {
+      body = window(true);
+    }
     break;
   case OpKind::MaxPool2d:
   case OpKind::AvgPool2d: body = window(false); break;
@@ -891,7 +750,7 @@ std::optional<kir::Kernel> Lowering::run() {
   case OpKind::BroadcastTo: {
     const Dims &o = dims(out());
     Dims idx = vars(o.size());
-    body = nest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), read(0, broadcastIdx(in(0), idx)))));
+    body = loopNest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), read(0, broadcastIdx(in(0), idx)))));
     break;
   }
   case OpKind::Concat:
@@ -909,7 +768,7 @@ std::optional<kir::Kernel> Lowering::run() {
     Dims idIdx(idx.begin(), idx.end() - 1);
     ValuePtr hit = kir::binary(OpKind::Eq, kir::cast(kir::load(0, kir::flatIndex(dims(0), idIdx), dtype(0)), DType::I64),
                                kir::indexValue(idx.back()), DType::Bool);
-    body = nest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), kir::cast(hit, dtype(out())))));
+    body = loopNest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), kir::cast(hit, dtype(out())))));
     break;
   }
   case OpKind::Index: body = index(); break;
@@ -926,17 +785,17 @@ std::optional<kir::Kernel> Lowering::run() {
 
 } // namespace
 
-std::optional<kir::Kernel> lowerOp(const ir::Op &op, const std::string &name, bool forGpu) {
-  return Lowering(op, name, forGpu).run();
+std::optional<kir::Kernel> lowerOp(const ir::Op &op, const std::string &name, const ScheduleOptions &schedule) {
+  return Lowering(op, name, schedule).run();
 }
 
-LoweredGraph lowerGraph(const ir::Graph &g, bool forGpu) {
+LoweredGraph lowerGraph(const ir::Graph &g, const ScheduleOptions &schedule) {
   LoweredGraph out;
   for (const ir::Op *op : ir::opsPostOrder(g)) {
     if (rt::isParamView(*op)) // the runtime passes these on as views: no kernel, no buffer
       continue;
     std::string name = fmt::format("k{}_{}", out.kernels.size(), ir::opInfo(op->kind).spelling);
-    if (auto k = lowerOp(*op, name, forGpu)) {
+    if (auto k = lowerOp(*op, name, schedule)) {
       out.ops.push_back(op);
       out.kernels.push_back(std::move(*k));
     }
@@ -1024,7 +883,7 @@ rt::KernelInfo kernelInfo(const kir::Kernel &k) {
     // Estimated at the first iteration (a GEMM's row block is full there).
     info.work = sym::substitute(w, {{p->var, c(0)}});
   }
-  kir::GpuGrid grid = kir::gpuGrid(k);
+  gpu::Grid grid = gpu::gridOf(k);
   info.gridX = grid.x, info.gridY = grid.y, info.blockThreads = grid.threads;
   return info;
 }

@@ -9,6 +9,7 @@
 // host checks the runtime makes first (take indices, static point indices).
 #pragma once
 
+#include "backend/lower/Schedule.h"
 #include "ir/graph/Graph.h"
 #include "ir/kernel/Kernel.h"
 
@@ -19,9 +20,8 @@
 
 namespace dnnc::lower {
 
-// forGpu: schedules chosen for a GPU's grid where the CPU's would leave it idle (a
-// convolution computes per output element instead of vectorizing rows per channel).
-std::optional<kir::Kernel> lowerOp(const ir::Op &op, const std::string &name, bool forGpu = false);
+// schedule: the target's choices (Schedule.h); what the kernel computes is the same for all.
+std::optional<kir::Kernel> lowerOp(const ir::Op &op, const std::string &name, const ScheduleOptions &schedule = kCpuSchedule);
 
 // Every op of a graph (all regions, program order) that has a kernel, with its kernel.
 struct LoweredGraph {
@@ -33,7 +33,7 @@ struct LoweredGraph {
   // The memory plan of the graph these kernels came from: their results are planned.
   ir::MemoryPlan memoryPlan(const ir::Graph &g) const;
 };
-LoweredGraph lowerGraph(const ir::Graph &g, bool forGpu = false);
+LoweredGraph lowerGraph(const ir::Graph &g, const ScheduleOptions &schedule = kCpuSchedule);
 // The memory plan of `g` for the kernels in `lowered` (ir/transforms/MemoryPlan.h), in
 // the runtime's terms.
 rt::ArenaPlan arenaPlan(const ir::Graph &g, const LoweredGraph &lowered);

@@ -6,6 +6,7 @@
 
 #include "base/Error.h"
 #include "ir/graph/OpRegistry.h"
+#include "ir/graph/ScalarOps.h"
 
 #include <fmt/format.h>
 
@@ -23,7 +24,9 @@ namespace {
 
 using rt::Tensor;
 using Shape = std::vector<int64_t>;
+using ir::BinaryOp;
 using ir::OpKind;
+using ir::UnaryOp;
 
 Shape stridesOf(const Shape &s) {
   Shape st(s.size(), 1);
@@ -96,66 +99,63 @@ double floorMod(double a, double b) {
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
 
-double unaryFn(OpKind k, double x) {
+double unaryFn(UnaryOp k, double x) {
   switch (k) {
-  case OpKind::Neg: return -x;
-  case OpKind::Abs: return std::fabs(x);
-  case OpKind::Exp: return std::exp(x);
-  case OpKind::Log: return std::log(x);
-  case OpKind::Sqrt: return std::sqrt(x);
-  case OpKind::Rsqrt: return 1.0 / std::sqrt(x);
-  case OpKind::Tanh: return std::tanh(x);
-  case OpKind::Sigmoid: return 1.0 / (1.0 + std::exp(-x));
-  case OpKind::Relu: return std::isnan(x) ? x : x > 0 ? x : 0.0; // NaN propagates, as np.maximum(x, 0)
-  case OpKind::Gelu: return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); // 1 + erf(...) would cancel for large -x
-  case OpKind::Silu: return x / (1.0 + std::exp(-x));
-  case OpKind::Erf: return std::erf(x);
-  case OpKind::Sin: return std::sin(x);
-  case OpKind::Cos: return std::cos(x);
-  case OpKind::Floor: return std::floor(x);
-  case OpKind::Ceil: return std::ceil(x);
-  case OpKind::Round: return std::nearbyint(x); // half to even, as NumPy
-  case OpKind::Sign: return std::isnan(x) ? x : (x > 0) - (x < 0); // sign(NaN) is NaN, as in NumPy
-  case OpKind::Not: return x == 0;
-  default: throw InternalError("not a unary op");
+  case UnaryOp::Neg: return -x;
+  case UnaryOp::Abs: return std::fabs(x);
+  case UnaryOp::Exp: return std::exp(x);
+  case UnaryOp::Log: return std::log(x);
+  case UnaryOp::Sqrt: return std::sqrt(x);
+  case UnaryOp::Rsqrt: return 1.0 / std::sqrt(x);
+  case UnaryOp::Tanh: return std::tanh(x);
+  case UnaryOp::Sigmoid: return 1.0 / (1.0 + std::exp(-x));
+  case UnaryOp::Relu: return std::isnan(x) ? x : x > 0 ? x : 0.0; // NaN propagates, as np.maximum(x, 0)
+  case UnaryOp::Gelu: return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); // 1 + erf(...) would cancel for large -x
+  case UnaryOp::Silu: return x / (1.0 + std::exp(-x));
+  case UnaryOp::Erf: return std::erf(x);
+  case UnaryOp::Sin: return std::sin(x);
+  case UnaryOp::Cos: return std::cos(x);
+  case UnaryOp::Floor: return std::floor(x);
+  case UnaryOp::Ceil: return std::ceil(x);
+  case UnaryOp::Round: return std::nearbyint(x); // half to even, as NumPy
+  case UnaryOp::Sign: return std::isnan(x) ? x : (x > 0) - (x < 0); // sign(NaN) is NaN, as in NumPy
+  case UnaryOp::Not: return x == 0;
   }
+  ir::unreachableScalarOp();
 }
 
-// Comparisons and logical ops, alike for doubles and for exact integers.
-template <class T> std::optional<bool> predicate(OpKind k, T a, T b) {
+// Comparisons and logical ops, alike for doubles and for exact integers; nullopt for
+// arithmetic, which the callers compute per type.
+template <class T> std::optional<bool> predicate(BinaryOp k, T a, T b) {
   switch (k) {
-  case OpKind::Eq: return a == b;
-  case OpKind::Ne: return a != b;
-  case OpKind::Lt: return a < b;
-  case OpKind::Le: return a <= b;
-  case OpKind::Gt: return a > b;
-  case OpKind::Ge: return a >= b;
-  case OpKind::And: return a != 0 && b != 0;
-  case OpKind::Or: return a != 0 || b != 0;
-  default: return std::nullopt;
+  case BinaryOp::Eq: return a == b;
+  case BinaryOp::Ne: return a != b;
+  case BinaryOp::Lt: return a < b;
+  case BinaryOp::Le: return a <= b;
+  case BinaryOp::Gt: return a > b;
+  case BinaryOp::Ge: return a >= b;
+  case BinaryOp::And: return a != 0 && b != 0;
+  case BinaryOp::Or: return a != 0 || b != 0;
+  case BinaryOp::Add: case BinaryOp::Sub: case BinaryOp::Mul: case BinaryOp::Div: case BinaryOp::Mod:
+  case BinaryOp::Pow: case BinaryOp::Maximum: case BinaryOp::Minimum: return std::nullopt;
   }
+  ir::unreachableScalarOp();
 }
 
-double binaryFn(OpKind k, double a, double b, bool integer) {
-  if (auto p = predicate(k, a, b))
-    return *p;
+double binaryFn(BinaryOp k, double a, double b) {
   switch (k) {
-  case OpKind::Add: return a + b;
-  case OpKind::Sub: return a - b;
-  case OpKind::Mul: return a * b;
-  case OpKind::Div:
-    if (integer) // floor division, and 0 for a zero divisor, as NumPy's // does
-      return b == 0 ? 0 : std::floor(a / b);
-    return a / b;
-  case OpKind::Mod:
-    if (integer && b == 0)
-      return 0;
-    return floorMod(a, b);
-  case OpKind::Pow: return std::pow(a, b);
-  case OpKind::Maximum: return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b);
-  case OpKind::Minimum: return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b);
-  default: throw InternalError("not a binary op");
+  case BinaryOp::Add: return a + b;
+  case BinaryOp::Sub: return a - b;
+  case BinaryOp::Mul: return a * b;
+  case BinaryOp::Div: return a / b;
+  case BinaryOp::Mod: return floorMod(a, b);
+  case BinaryOp::Pow: return std::pow(a, b);
+  case BinaryOp::Maximum: return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b);
+  case BinaryOp::Minimum: return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b);
+  case BinaryOp::Eq: case BinaryOp::Ne: case BinaryOp::Lt: case BinaryOp::Le: case BinaryOp::Gt: case BinaryOp::Ge:
+  case BinaryOp::And: case BinaryOp::Or: return *predicate(k, a, b);
   }
+  ir::unreachableScalarOp();
 }
 
 // Integer arithmetic done exactly in int64, wrapping on overflow (two's complement, as
@@ -163,35 +163,77 @@ double binaryFn(OpKind k, double a, double b, bool integer) {
 // Division is floor division; x / 0 and x % 0 are 0 and INT64_MIN / -1 wraps to INT64_MIN
 // (docs/semantics.md): no operand traps.
 int64_t wrap(uint64_t v) { return static_cast<int64_t>(v); }
-std::optional<int64_t> integerFn(OpKind k, int64_t a, int64_t b) {
-  if (auto p = predicate(k, a, b))
-    return *p;
+int64_t integerFn(BinaryOp k, int64_t a, int64_t b) {
   uint64_t ua = static_cast<uint64_t>(a), ub = static_cast<uint64_t>(b);
   switch (k) {
-  case OpKind::Add: return wrap(ua + ub);
-  case OpKind::Sub: return wrap(ua - ub);
-  case OpKind::Mul: return wrap(ua * ub);
-  case OpKind::Neg: return wrap(0 - ua);
-  case OpKind::Abs: return a < 0 ? wrap(0 - ua) : a;
-  case OpKind::Relu: return a > 0 ? a : 0;
-  case OpKind::Sign: return (a > 0) - (a < 0);
-  case OpKind::Not: return a == 0;
-  case OpKind::Maximum: return std::max(a, b);
-  case OpKind::Minimum: return std::min(a, b);
-  case OpKind::Div:
+  case BinaryOp::Add: return wrap(ua + ub);
+  case BinaryOp::Sub: return wrap(ua - ub);
+  case BinaryOp::Mul: return wrap(ua * ub);
+  case BinaryOp::Maximum: return std::max(a, b);
+  case BinaryOp::Minimum: return std::min(a, b);
+  case BinaryOp::Div:
     if (b == 0)
       return 0;
     if (b == -1)
       return wrap(0 - ua);
     return a / b - ((a % b != 0) && ((a < 0) != (b < 0)));
-  case OpKind::Mod: {
+  case BinaryOp::Mod: {
     if (b == 0 || b == -1)
       return 0;
     int64_t r = a % b;
     return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
   }
-  default: return std::nullopt;
+  case BinaryOp::Pow: { // exact, wrapping; negative exponents give 1 / a^-b truncated
+    if (b < 0)
+      return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;
+    uint64_t base = ua, p = 1;
+    for (int64_t e = b; e > 0; e >>= 1, base *= base)
+      if (e & 1)
+        p *= base;
+    return wrap(p);
   }
+  case BinaryOp::Eq: case BinaryOp::Ne: case BinaryOp::Lt: case BinaryOp::Le: case BinaryOp::Gt: case BinaryOp::Ge:
+  case BinaryOp::And: case BinaryOp::Or: return *predicate(k, a, b);
+  }
+  ir::unreachableScalarOp();
+}
+// The integer form of a unary op, or nullopt for the transcendental and rounding ones,
+// which compute in double.
+std::optional<int64_t> integerFn(UnaryOp k, int64_t a) {
+  switch (k) {
+  case UnaryOp::Neg: return wrap(0 - static_cast<uint64_t>(a));
+  case UnaryOp::Abs: return a < 0 ? wrap(0 - static_cast<uint64_t>(a)) : a;
+  case UnaryOp::Relu: return a > 0 ? a : 0;
+  case UnaryOp::Sign: return (a > 0) - (a < 0);
+  case UnaryOp::Not: return a == 0;
+  case UnaryOp::Exp: case UnaryOp::Log: case UnaryOp::Sqrt: case UnaryOp::Rsqrt: case UnaryOp::Tanh:
+  case UnaryOp::Sigmoid: case UnaryOp::Gelu: case UnaryOp::Silu: case UnaryOp::Erf: case UnaryOp::Sin:
+  case UnaryOp::Cos: case UnaryOp::Floor: case UnaryOp::Ceil: case UnaryOp::Round: return std::nullopt;
+  }
+  ir::unreachableScalarOp();
+}
+
+// Bool arithmetic on truth values 0/1: NumPy's logical forms (+ and maximum are or, * and
+// minimum are and, - is xor; neg, abs, sign and relu keep the value). nullopt: computed as
+// integers.
+std::optional<int64_t> boolFn(BinaryOp k, int64_t a, int64_t b) {
+  switch (k) {
+  case BinaryOp::Add: case BinaryOp::Maximum: return a | b;
+  case BinaryOp::Mul: case BinaryOp::Minimum: return a & b;
+  case BinaryOp::Sub: return a ^ b;
+  case BinaryOp::Div: case BinaryOp::Mod: case BinaryOp::Pow: case BinaryOp::Eq: case BinaryOp::Ne: case BinaryOp::Lt:
+  case BinaryOp::Le: case BinaryOp::Gt: case BinaryOp::Ge: case BinaryOp::And: case BinaryOp::Or: return std::nullopt;
+  }
+  ir::unreachableScalarOp();
+}
+std::optional<int64_t> boolFn(UnaryOp k, int64_t a) {
+  switch (k) {
+  case UnaryOp::Neg: case UnaryOp::Abs: case UnaryOp::Sign: case UnaryOp::Relu: return a;
+  case UnaryOp::Not: case UnaryOp::Exp: case UnaryOp::Log: case UnaryOp::Sqrt: case UnaryOp::Rsqrt: case UnaryOp::Tanh:
+  case UnaryOp::Sigmoid: case UnaryOp::Gelu: case UnaryOp::Silu: case UnaryOp::Erf: case UnaryOp::Sin:
+  case UnaryOp::Cos: case UnaryOp::Floor: case UnaryOp::Ceil: case UnaryOp::Round: return std::nullopt;
+  }
+  ir::unreachableScalarOp();
 }
 
 // Stores a value computed in double into r[k]: floats round to r's dtype (Tensor::set),
@@ -213,6 +255,8 @@ Tensor elementwise(const RefContext &c, DType out) {
   Shape shape = broadcastShape(c.in);
   Tensor r = Tensor::zeros(out, shape);
   OpKind k = c.op.kind;
+  std::optional<UnaryOp> unaryK = ir::asUnaryOp(k);
+  std::optional<BinaryOp> binaryK = ir::asBinaryOp(k);
   // Integer and bool operands compute exactly in int64 (doubles lose precision past 2^53).
   bool intIn = integral(c.in[k == OpKind::Where ? 1 : 0]->dtype);
   forEach(shape, [&](const Shape &idx, size_t flat) {
@@ -242,43 +286,38 @@ Tensor elementwise(const RefContext &c, DType out) {
         r.setInt(flat, std::min(std::max(atInt(0), atInt(1)), atInt(2)));
         return;
       }
-      int64_t a = atInt(0), b = c.in.size() > 1 ? atInt(1) : 0;
-      if (out == DType::Bool && !(k == OpKind::Not || k == OpKind::Eq || k == OpKind::Ne || k == OpKind::Lt ||
-                                 k == OpKind::Le || k == OpKind::Gt || k == OpKind::Ge || k == OpKind::And || k == OpKind::Or)) {
-        // bool arithmetic: NumPy's logical forms (+ and maximum are or, * and minimum are and)
-        a = a != 0, b = b != 0;
-        switch (k) {
-        case OpKind::Add: case OpKind::Maximum: r.setInt(flat, a | b); return;
-        case OpKind::Mul: case OpKind::Minimum: case OpKind::Relu: r.setInt(flat, k == OpKind::Relu ? a : a & b); return;
-        case OpKind::Sub: r.setInt(flat, a ^ b); return;
-        case OpKind::Abs: case OpKind::Sign: r.setInt(flat, a); return;
-        case OpKind::Neg: r.setInt(flat, a); return;
-        default: break;
+      int64_t a = atInt(0);
+      if (binaryK) {
+        int64_t b = atInt(1);
+        if (out == DType::Bool && ir::binaryClass(*binaryK) == ir::BinaryClass::Arith) {
+          a = a != 0, b = b != 0;
+          if (auto v = boolFn(*binaryK, a, b)) {
+            r.setInt(flat, *v);
+            return;
+          }
         }
-      }
-      if (auto v = integerFn(k, a, b)) {
-        r.setInt(flat, *v);
+        r.setInt(flat, integerFn(*binaryK, a, b));
         return;
       }
-      if (k == OpKind::Pow) { // exact, wrapping; negative exponents give 1 / a^-b truncated
-        uint64_t base = static_cast<uint64_t>(a), p = 1;
-        if (b < 0)
-          p = a == 1 ? 1 : a == -1 ? ((b & 1) ? static_cast<uint64_t>(-1) : 1) : 0;
-        else
-          for (int64_t e = b; e > 0; e >>= 1, base *= base)
-            if (e & 1)
-              p *= base;
-        r.setInt(flat, wrap(p));
+      if (out == DType::Bool) {
+        a = a != 0;
+        if (auto v = boolFn(*unaryK, a)) {
+          r.setInt(flat, *v);
+          return;
+        }
+      }
+      if (auto v = integerFn(*unaryK, a)) {
+        r.setInt(flat, *v);
         return;
       }
     }
     double v;
     if (k == OpKind::Clip)
-      v = binaryFn(OpKind::Minimum, binaryFn(OpKind::Maximum, at(0), at(1), false), at(2), false);
-    else if (c.in.size() == 1)
-      v = unaryFn(k, at(0));
+      v = binaryFn(BinaryOp::Minimum, binaryFn(BinaryOp::Maximum, at(0), at(1)), at(2));
+    else if (unaryK)
+      v = unaryFn(*unaryK, at(0));
     else
-      v = binaryFn(k, at(0), at(1), false);
+      v = binaryFn(*binaryK, at(0), at(1));
     storeDouble(r, flat, v);
   });
   return r;
@@ -427,7 +466,7 @@ Tensor softmax(const RefContext &c, bool logarithm) {
       return; // one pass per row along the axis
     double mx = -INFINITY, sum = 0;
     for (int64_t j = 0; j < n; ++j)
-      mx = binaryFn(OpKind::Maximum, mx, x.get(flat + j * st[axis]), false); // NaN propagates, as the kernels' maximum
+      mx = binaryFn(BinaryOp::Maximum, mx, x.get(flat + j * st[axis])); // NaN propagates, as the kernels' maximum
     for (int64_t j = 0; j < n; ++j)
       sum += std::exp(x.get(flat + j * st[axis]) - mx);
     for (int64_t j = 0; j < n; ++j) {
@@ -530,7 +569,7 @@ Tensor pool2d(const RefContext &c, bool isMax) {
             int64_t ih = oh * stride - pad + kh, iw = ow * stride - pad + kw;
             bool inside = ih >= 0 && ih < H && iw >= 0 && iw < W;
             double v = inside ? x.get((nc * H + ih) * W + iw) : (isMax ? -INFINITY : 0.0);
-            acc = isMax ? binaryFn(OpKind::Maximum, acc, v, false) : acc + v; // NaN propagates
+            acc = isMax ? binaryFn(BinaryOp::Maximum, acc, v) : acc + v; // NaN propagates
           }
         // Average pooling counts the padding, as PyTorch's default does.
         r.set((nc * OH + oh) * OW + ow, isMax ? acc : acc / static_cast<double>(k * k));

@@ -5,7 +5,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <set>
 
 namespace dnnc::kir {
@@ -219,94 +218,6 @@ void printStmt(const Kernel &k, const Stmt &s, int depth, std::string &out) {
 
 const Stmt *Kernel::parallelLoop() const {
   return body->kind == Stmt::Kind::For && body->schedule == Stmt::Schedule::Parallel ? body.get() : nullptr;
-}
-
-namespace {
-bool hasReduceLoop(const Stmt &s) {
-  if (s.kind == Stmt::Kind::For && s.schedule == Stmt::Schedule::Reduce)
-    return true;
-  return std::any_of(s.body.begin(), s.body.end(), [](const StmtPtr &b) { return hasReduceLoop(*b); });
-}
-} // namespace
-
-GpuMapping gpuMapping(const Kernel &k) {
-  const Stmt *p = k.parallelLoop();
-  if (p && !p->body.empty() &&
-      std::all_of(p->body.begin(), p->body.end(), [](const StmtPtr &b) { return b->kind == Stmt::Kind::Gemm; }))
-    return GpuMapping::Blocks;
-  return hasReduceLoop(*k.body) ? GpuMapping::Warps : GpuMapping::Threads;
-}
-
-std::vector<const Stmt *> gpuGridLoops(const Kernel &k) {
-  if (gpuMapping(k) == GpuMapping::Blocks)
-    return {};
-  if (const Stmt *p = k.parallelLoop())
-    return {p};
-  std::vector<const Stmt *> loops;
-  if (k.independentLoops && k.body->kind == Stmt::Kind::Block)
-    for (const StmtPtr &b : k.body->body)
-      if (b->kind == Stmt::Kind::For)
-        loops.push_back(b.get());
-  return loops.size() == k.body->body.size() ? loops : std::vector<const Stmt *>{};
-}
-
-std::vector<const Stmt *> gpuLoopNest(const Stmt &root, GpuMapping mapping) {
-  std::vector<const Stmt *> chain{&root};
-  std::set<std::string> chainVars{root.var};
-  for (;;) {
-    const Stmt &last = *chain.back();
-    if (last.body.size() != 1 || last.body[0]->kind != Stmt::Kind::For)
-      break;
-    const Stmt &inner = *last.body[0];
-    bool laneLoop = mapping == GpuMapping::Warps && inner.schedule == Stmt::Schedule::Vectorize;
-    auto uses = sym::freeVars(inner.extent);
-    bool dependent = std::any_of(uses.begin(), uses.end(), [&](const std::string &v) { return chainVars.count(v) != 0; });
-    if (inner.schedule == Stmt::Schedule::Reduce || laneLoop || dependent)
-      break;
-    chain.push_back(&inner);
-    chainVars.insert(inner.var);
-  }
-  return chain;
-}
-
-GpuGrid gpuGrid(const Kernel &k) {
-  GpuGrid g;
-  g.y = sym::constant(1);
-  std::vector<const Stmt *> gridLoops = gpuGridLoops(k);
-  GpuMapping mapping = gpuMapping(k);
-  if (gridLoops.empty() && mapping != GpuMapping::Blocks) { // one thread (or one warp) runs the body
-    g.x = sym::constant(1);
-    g.threads = 32;
-    return g;
-  }
-  auto ceilDiv = [](sym::ExprRef a, int64_t b) { return sym::floorDiv(sym::add(a, sym::constant(b - 1)), sym::constant(b)); };
-  auto widen = [](sym::ExprRef &largest, sym::ExprRef e) { largest = largest ? sym::max(largest, e) : e; };
-  sym::ExprRef iterations = nullptr, columnTiles = nullptr; // of the largest grid loop, GEMM
-  for (const Stmt *root : gridLoops) {
-    sym::ExprRef n = sym::constant(1);
-    for (const Stmt *loop : gpuLoopNest(*root, mapping))
-      n = sym::mul(n, loop->extent);
-    widen(iterations, n);
-  }
-  switch (mapping) {
-  case GpuMapping::Threads: g.x = ceilDiv(iterations, kGpuBlockThreads); break;
-  case GpuMapping::Warps: g.x = ceilDiv(iterations, kGpuBlockThreads / 32); break;
-  case GpuMapping::Blocks:
-    g.x = k.parallelLoop()->extent;
-    for (const StmtPtr &b : k.parallelLoop()->body)
-      widen(columnTiles, ceilDiv(b->gemm.n, kGpuGemmTile));
-    g.y = columnTiles;
-    break;
-  }
-  return g;
-}
-
-std::string describeGpuLaunch(const Kernel &k) {
-  static const char *names[] = {"threads (grid-stride)", "warps (lanes split reductions, shuffles combine)",
-                                "blocks (shared-memory GEMM tiles)"};
-  GpuGrid g = gpuGrid(k);
-  return fmt::format("gpu: {} by {}, grid [{}, {}] x {} threads", k.name, names[static_cast<int>(gpuMapping(k))], g.x->str(),
-                     g.y->str(), g.threads);
 }
 
 std::vector<std::string> Kernel::dims() const {

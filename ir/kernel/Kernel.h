@@ -111,35 +111,6 @@ struct Kernel {
   const Stmt *parallelLoop() const;
 };
 
-// How a kernel's work maps onto a GPU grid (the host ignores this):
-//  Threads: one parallel iteration per thread, grid-stride; without a parallel loop thread
-//           0 runs the body.
-//  Warps:   one parallel iteration per warp (kernels with a Reduce loop): the lanes split
-//           Reduce and Vectorize loops and combine partials with warp shuffles.
-//  Blocks:  one parallel iteration per thread block, whose threads compute each Gemm of
-//           the body cooperatively in shared-memory tiles; the grid's y dimension splits
-//           the Gemm's columns into tiles of kGpuGemmTile.
-enum class GpuMapping { Threads, Warps, Blocks };
-GpuMapping gpuMapping(const Kernel &k);
-// The loops a GPU spreads over its whole grid, one after another: the parallel loop, or
-// each loop of an independentLoops body; none for Blocks or a kernel without them.
-std::vector<const Stmt *> gpuGridLoops(const Kernel &k);
-// Threads and Warps: `root` (a grid loop) and the loops perfectly nested in it whose
-// iterations a GPU spreads over its threads (or warps) as one flat range, outermost
-// first: every independent iteration gets a thread, not only the outermost loop's. A
-// warp's nest stops before the loops its lanes split.
-std::vector<const Stmt *> gpuLoopNest(const Stmt &root, GpuMapping mapping);
-constexpr int64_t kGpuGemmTile = 64;    // rows and columns of a block's output tile
-constexpr int64_t kGpuGemmDepth = 16;   // depth of one shared-memory stage
-constexpr int64_t kGpuBlockThreads = 256;
-struct GpuGrid {
-  sym::ExprRef x, y; // blocks wanted (the kernels loop over the grid, so fewer are correct)
-  int64_t threads = kGpuBlockThreads;
-};
-GpuGrid gpuGrid(const Kernel &k);
-// One line saying how `k` maps onto a GPU ("gpu: warps, grid [..., 1] x 256 threads").
-std::string describeGpuLaunch(const Kernel &k);
-
 std::string print(const Kernel &k);
 std::string print(const Value &v);
 

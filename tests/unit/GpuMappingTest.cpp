@@ -1,6 +1,7 @@
-// How kernels map onto a GPU grid (kir::gpuMapping, gpuGrid, gpuLoopNest): GEMMs by
+// How kernels map onto a GPU grid (gpu::mappingOf, gridOf, loopNest): GEMMs by
 // blocks with column tiles on y, reductions by warps, everything else by threads over the
 // whole perfectly nested loop range; concat's loops each over the grid.
+#include "backend/gpu/GpuMapping.h"
 #include "backend/lower/Lower.h"
 #include "frontend/Sema.h"
 #include "ir/transforms/Pipeline.h"
@@ -34,31 +35,31 @@ TEST_CASE("kernels map onto the GPU grid by what they compute", "[gpu]") {
   REQUIRE(program.loadText("gpu.dnn", kModel, diags));
   ir::Graph &g = *program.models().at(0).graph;
   ir::optimize(g, {false, true});
-  lower::LoweredGraph lowered = lower::lowerGraph(g, true);
+  lower::LoweredGraph lowered = lower::lowerGraph(g, lower::kGpuSchedule);
 
   const kir::Kernel &gemm = kernelOf(lowered, "_matmul");
-  CHECK(kir::gpuMapping(gemm) == kir::GpuMapping::Blocks);
-  kir::GpuGrid grid = kir::gpuGrid(gemm);
+  CHECK(gpu::mappingOf(gemm) == gpu::Mapping::Blocks);
+  gpu::Grid grid = gpu::gridOf(gemm);
   CHECK(grid.x->str() == "((T + 63)/64)*B"); // one block per 64-row task
   CHECK(grid.y->str() == "2");                // 100 columns: two tiles of 64
-  CHECK(grid.threads == kir::kGpuBlockThreads);
+  CHECK(grid.threads == gpu::kBlockThreads);
 
   const kir::Kernel &softmax = kernelOf(lowered, "_softmax");
-  CHECK(kir::gpuMapping(softmax) == kir::GpuMapping::Warps);
+  CHECK(gpu::mappingOf(softmax) == gpu::Mapping::Warps);
   // B and T both spread over warps (8 per block), the row's loops left to the lanes.
-  CHECK(kir::gpuLoopNest(*softmax.parallelLoop(), kir::GpuMapping::Warps).size() == 2);
-  CHECK(kir::gpuGrid(softmax).x->str() == "(B*T + 7)/8");
+  CHECK(gpu::loopNest(*softmax.parallelLoop(), gpu::Mapping::Warps).size() == 2);
+  CHECK(gpu::gridOf(softmax).x->str() == "(B*T + 7)/8");
 
   const kir::Kernel &scale = kernelOf(lowered, "_mul");
-  CHECK(kir::gpuMapping(scale) == kir::GpuMapping::Threads);
-  CHECK(kir::gpuLoopNest(*scale.parallelLoop(), kir::GpuMapping::Threads).size() == 3); // the whole nest
-  CHECK(kir::gpuGrid(scale).x->str() == "(100*B*T + 255)/256");                      // 100*B*T threads
+  CHECK(gpu::mappingOf(scale) == gpu::Mapping::Threads);
+  CHECK(gpu::loopNest(*scale.parallelLoop(), gpu::Mapping::Threads).size() == 3); // the whole nest
+  CHECK(gpu::gridOf(scale).x->str() == "(100*B*T + 255)/256");                      // 100*B*T threads
 
   const kir::Kernel &concat = kernelOf(lowered, "_concat");
   CHECK(concat.independentLoops);
   CHECK(concat.parallelLoop() == nullptr);
-  CHECK(kir::gpuGridLoops(concat).size() == 2);
-  CHECK(kir::gpuGrid(concat).threads == kir::kGpuBlockThreads);
+  CHECK(gpu::gridLoops(concat).size() == 2);
+  CHECK(gpu::gridOf(concat).threads == gpu::kBlockThreads);
 }
 
 } // namespace

@@ -7,6 +7,7 @@
 #include "runtime/ThreadPool.h"
 #include "base/Limits.h"
 #include "backend/llvm/NvptxBackend.h"
+#include "backend/gpu/GpuMapping.h"
 #include "backend/lower/Lower.h"
 #include "ir/transforms/Pipeline.h"
 #include "ir/transforms/MemoryPlan.h"
@@ -217,11 +218,11 @@ int cmdEmit(int argc, char **argv) {
           text += ir::print(*m.graph);
           continue;
         }
-        lower::LoweredGraph lowered = lower::lowerGraph(*m.graph, target == "cuda" || stage == "ptx");
+        lower::LoweredGraph lowered = lower::lowerGraph(*m.graph, target == "cuda" || stage == "ptx" ? lower::kGpuSchedule : lower::kCpuSchedule);
         std::vector<const kir::Kernel *> kernels = lowered.kernelPointers();
         if (stage == "kernels")
           for (const kir::Kernel *k : kernels) // on the GPU, each with how it maps onto the grid
-            text += (target == "cuda" ? "// " + kir::describeGpuLaunch(*k) + "\n" : "") + kir::print(*k);
+            text += (target == "cuda" ? "// " + gpu::describeLaunch(*k) + "\n" : "") + kir::print(*k);
         if (stage == "plan") {
           text += ir::print(lowered.memoryPlan(*m.graph), *m.graph);
         } else if (stage == "ptx" || (stage == "llvm" && target == "cuda")) {

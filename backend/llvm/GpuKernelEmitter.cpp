@@ -1,0 +1,363 @@
+// The GPU's kernel emitter: a kernel's work spread over the grid as backend/gpu's mapping
+// says (grid-stride threads, warps whose lanes split reductions and combine them with
+// shuffles, blocks computing GEMMs in shared-memory tiles), and its two targets, NVPTX and
+// the simulator, which differ only in the hooks: calling convention, math library,
+// special registers, barrier, shuffle and shared memory.
+#include "backend/llvm/KernelEmitter.h"
+
+#include "backend/gpu/GpuMapping.h"
+#include "base/Error.h"
+#include "runtime/KernelAbi.h"
+
+#include <llvm/IR/IntrinsicsNVPTX.h>
+
+namespace dnnc::backend {
+namespace {
+
+class GpuKernelEmitter : public KernelEmitter {
+public:
+  using KernelEmitter::KernelEmitter;
+
+protected:
+  // ---- the GPU target's hooks ----
+  // Special register `r` (thread and block ids and counts), as an i32.
+  virtual llvm::Value *specialRegister(rt::SimRegister r) = 0;
+  // __syncthreads.
+  virtual void barrier() = 0;
+  // __shfl_xor_sync over the full warp of one 32-bit word.
+  virtual llvm::Value *shuffleXorWord(llvm::Value *word, unsigned laneMask) = 0;
+  // Where a block's shared array lives: its address space and initializer.
+  struct SharedPlacement {
+    unsigned addressSpace;
+    llvm::Constant *init;
+  };
+  virtual SharedPlacement sharedPlacement(llvm::ArrayType *type) = 0;
+
+  void emitBody() override;
+  void storeStmt(const kir::Stmt &s) override;
+  void forStmt(const kir::Stmt &s) override;
+  void gemmStmt(const kir::Gemm &g) override;
+
+private:
+  llvm::Value *sreg(rt::SimRegister r) { return b_.CreateZExt(specialRegister(r), b_.getInt64Ty()); }
+  llvm::Value *shuffleXor(llvm::Value *v, unsigned laneMask);
+  void combineAcrossLanes(const kir::Reduction &r);
+  void collapsedParallelLoop(const kir::Stmt &s);
+  llvm::Value *sharedArray(const std::string &name, int64_t elements);
+  void tiledGemm(const kir::Gemm &g);
+  void gemmLoops(const kir::Gemm &g);
+
+  gpu::Mapping mapping_ = gpu::Mapping::Threads;
+  llvm::Value *begin_ = nullptr, *step_ = nullptr; // this thread's (warp's, block's) share of the grid loops
+  llvm::Value *lane_ = nullptr; // Warps: the thread's lane
+  bool laneSplit_ = false;      // Warps: inside a loop whose iterations the lanes split
+  int gemms_ = 0;               // Blocks: GEMMs emitted (names their shared arrays)
+};
+
+// Sets up the kernel's share of the grid (see gpu::Mapping) and emits its body.
+void GpuKernelEmitter::emitBody() {
+  mapping_ = gpu::mappingOf(k_);
+  llvm::Value *tid = sreg(rt::kSimTidX), *width = sreg(rt::kSimNtidX);
+  llvm::Value *block = sreg(rt::kSimCtaidX), *blocks = sreg(rt::kSimNctaidX);
+  llvm::Value *thread = b_.CreateAdd(b_.CreateMul(block, width), tid), *threads = b_.CreateMul(width, blocks);
+  switch (mapping_) {
+  case gpu::Mapping::Threads: begin_ = thread, step_ = threads; break;
+  case gpu::Mapping::Warps:
+    lane_ = b_.CreateAnd(tid, b_.getInt64(31));
+    begin_ = b_.CreateLShr(thread, 5), step_ = b_.CreateLShr(threads, 5);
+    break;
+  case gpu::Mapping::Blocks: begin_ = block, step_ = blocks; break;
+  }
+  if (k_.parallelLoop())
+    stmt(*k_.body);
+  else if (std::vector<const kir::Stmt *> loops = gpu::gridLoops(k_); !loops.empty())
+    for (const kir::Stmt *loop : loops) // independent: no barrier between them
+      collapsedParallelLoop(*loop);
+  else // the first thread (or warp) does all of it
+    onlyIf(b_.CreateICmpEQ(begin_, b_.getInt64(0)), [&] { stmt(*k_.body); });
+}
+
+// gpu::loopNest of grid loop `s` as one grid-stride loop over the product of its extents.
+void GpuKernelEmitter::collapsedParallelLoop(const kir::Stmt &s) {
+  std::vector<const kir::Stmt *> chain = gpu::loopNest(s, mapping_);
+  std::vector<llvm::Value *> extents;
+  llvm::Value *total = b_.getInt64(1);
+  for (const kir::Stmt *loop : chain) {
+    extents.push_back(index(loop->extent));
+    total = b_.CreateMul(total, extents.back());
+  }
+  forLoop(s.var + ".flat", begin_, total, step_, [&](llvm::Value *flat) {
+    std::map<std::string, llvm::Value *> saved;
+    for (size_t k = chain.size(); k-- > 0;) { // the innermost varies fastest
+      llvm::Value *i = flat;
+      if (k > 0) {
+        i = b_.CreateURem(flat, extents[k]);
+        flat = b_.CreateUDiv(flat, extents[k]);
+      }
+      saved[chain[k]->var] = vars_.count(chain[k]->var) ? vars_[chain[k]->var] : nullptr;
+      vars_[chain[k]->var] = i;
+    }
+    for (const auto &c : chain.back()->body)
+      stmt(*c);
+    for (auto &[name, value] : saved)
+      vars_[name] = value;
+  });
+}
+
+void GpuKernelEmitter::storeStmt(const kir::Stmt &s) {
+  if (mapping_ == gpu::Mapping::Warps && !laneSplit_) // every lane holds the value: lane 0 stores it
+    return onlyIf(b_.CreateICmpEQ(lane_, b_.getInt64(0)), [&] { KernelEmitter::storeStmt(s); });
+  KernelEmitter::storeStmt(s);
+}
+
+void GpuKernelEmitter::forStmt(const kir::Stmt &s) {
+  if (&s == k_.parallelLoop()) // this thread's, warp's or block's share of the grid
+    return mapping_ == gpu::Mapping::Blocks ? loopOver(s, begin_, index(s.extent), step_) : collapsedParallelLoop(s);
+  // A warp's lanes split its reductions and its independent (vectorizable) loops.
+  bool splitLanes = mapping_ == gpu::Mapping::Warps && !laneSplit_ &&
+                    (s.schedule == kir::Stmt::Schedule::Reduce || s.schedule == kir::Stmt::Schedule::Vectorize);
+  if (!splitLanes)
+    return KernelEmitter::forStmt(s);
+  laneSplit_ = true;
+  loopOver(s, lane_, index(s.extent), b_.getInt64(gpu::kWarpLanes));
+  laneSplit_ = false;
+  for (const kir::Reduction &r : s.reductions)
+    combineAcrossLanes(r);
+}
+
+void GpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
+  switch (mapping_) {
+  case gpu::Mapping::Blocks: return tiledGemm(g);
+  case gpu::Mapping::Warps: throw InternalError("kernel " + k_.name + " has a GEMM among reductions");
+  case gpu::Mapping::Threads: return gemmLoops(g);
+  }
+}
+
+// For any scalar the kernels compute in, as one or two 32-bit words.
+llvm::Value *GpuKernelEmitter::shuffleXor(llvm::Value *v, unsigned laneMask) {
+  llvm::Type *i32 = b_.getInt32Ty(), *t = v->getType();
+  auto word = [&](llvm::Value *x) { return shuffleXorWord(x, laneMask); };
+  if (t->isFloatTy())
+    return b_.CreateBitCast(word(b_.CreateBitCast(v, i32)), t);
+  if (t->isIntegerTy(64)) {
+    llvm::Value *lo = word(b_.CreateTrunc(v, i32)), *hi = word(b_.CreateTrunc(b_.CreateLShr(v, 32), i32));
+    return b_.CreateOr(b_.CreateZExt(lo, t), b_.CreateShl(b_.CreateZExt(hi, t), 32));
+  }
+  return b_.CreateTrunc(word(b_.CreateZExt(v, i32)), t);
+}
+
+// After a loop split across lanes: a butterfly of shuffles leaves every lane with the
+// combination of all 32 partials.
+void GpuKernelEmitter::combineAcrossLanes(const kir::Reduction &r) {
+  llvm::AllocaInst *slot = locals_.at(r.local), *atSlot = r.argLocal.empty() ? nullptr : locals_.at(r.argLocal);
+  bool fp = slot->getAllocatedType()->isFloatTy();
+  for (unsigned mask = 16; mask >= 1; mask /= 2) {
+    llvm::Value *mine = b_.CreateLoad(slot->getAllocatedType(), slot), *theirs = shuffleXor(mine, mask);
+    if (!atSlot) {
+      b_.CreateStore(binaryOp(r.combine, mine, theirs, fp), slot);
+      continue;
+    }
+    llvm::Value *myAt = b_.CreateLoad(b_.getInt64Ty(), atSlot), *theirAt = shuffleXor(myAt, mask);
+    llvm::Value *same = binaryOp(ir::OpKind::Eq, theirs, mine, fp), *better = binaryOp(r.combine, theirs, mine, fp);
+    if (fp) { // NaN beats any number, and of two NaNs the first index wins (as in the serial loop)
+      llvm::Value *theirNan = b_.CreateFCmpUNO(theirs, theirs), *myNan = b_.CreateFCmpUNO(mine, mine);
+      better = b_.CreateOr(better, b_.CreateAnd(theirNan, b_.CreateNot(myNan)));
+      same = b_.CreateOr(same, b_.CreateAnd(theirNan, myNan));
+    }
+    llvm::Value *tie = b_.CreateAnd(same, b_.CreateICmpSLT(theirAt, myAt));
+    llvm::Value *take = b_.CreateOr(better, tie);
+    b_.CreateStore(b_.CreateSelect(take, theirs, mine), slot);
+    b_.CreateStore(b_.CreateSelect(take, theirAt, myAt), atSlot);
+  }
+}
+
+// A float array in the block's shared memory.
+llvm::Value *GpuKernelEmitter::sharedArray(const std::string &name, int64_t elements) {
+  auto *type = llvm::ArrayType::get(b_.getFloatTy(), static_cast<uint64_t>(elements));
+  SharedPlacement at = sharedPlacement(type);
+  auto *g = new llvm::GlobalVariable(m_, type, false, llvm::GlobalValue::InternalLinkage, at.init, k_.name + "." + name, nullptr,
+                                     llvm::GlobalValue::NotThreadLocal, at.addressSpace);
+  g->setAlignment(llvm::Align(16));
+  return g;
+}
+
+// The GEMM by one thread block: output tiles of gpu::kGemmTile x gpu::kGemmTile (the block's
+// rows, columns strided over the grid's y), each thread accumulating 4 x 4 of them in
+// registers from gpu::kGemmDepth-deep stages of A and B staged in shared memory. Rows of a
+// stage are padded by one float so that neither the staging stores nor the reads conflict
+// on banks. Out-of-range elements stage as zeros; out-of-range outputs are not stored.
+void GpuKernelEmitter::tiledGemm(const kir::Gemm &g) {
+  constexpr int64_t tile = gpu::kGemmTile, depthStage = gpu::kGemmDepth, pitch = tile + 1;
+  constexpr int64_t threads = gpu::kBlockThreads, perThread = tile / 16; // a 16 x 16 grid of threads
+  static_assert(threads == 256 && tile * depthStage % threads == 0);
+  llvm::Type *f32 = b_.getFloatTy();
+  llvm::Value *zero = llvm::ConstantFP::get(f32, 0.0);
+  llvm::Value *tid = sreg(rt::kSimTidX), *tx = b_.CreateAnd(tid, b_.getInt64(15)), *ty = b_.CreateLShr(tid, 4);
+  llvm::Value *aBase = index(g.aBase), *bBase = index(g.bBase), *cBase = index(g.cBase);
+  llvm::Value *lda = index(g.lda), *ldb = index(g.ldb), *ldc = index(g.ldc), *n = index(g.n), *depth = index(g.depth);
+  llvm::Value *row0 = index(g.row0), *rows = index(g.rows);
+  llvm::Value *bColStride = g.bColStride ? index(g.bColStride) : b_.getInt64(1);
+  llvm::Value *sharedA = sharedArray("a" + std::to_string(gemms_), depthStage * pitch);
+  llvm::Value *sharedB = sharedArray("b" + std::to_string(gemms_++), depthStage * pitch);
+  auto at = [&](llvm::Value *base, llvm::Value *i) { return b_.CreateInBoundsGEP(f32, base, i); };
+  std::vector<llvm::AllocaInst *> acc;
+  for (int64_t k = 0; k < perThread * perThread; ++k)
+    acc.push_back(entryAlloca(f32, "acc"));
+  llvm::Value *colStart = b_.CreateMul(sreg(rt::kSimCtaidY), b_.getInt64(tile));
+  llvm::Value *colStep = b_.CreateMul(sreg(rt::kSimNctaidY), b_.getInt64(tile));
+  forLoop("j0", colStart, n, colStep, [&](llvm::Value *j0) {
+    for (llvm::AllocaInst *slot : acc)
+      b_.CreateStore(zero, slot);
+    forLoop("k0", b_.getInt64(0), depth, depthStage, [&](llvm::Value *k0) {
+      for (int64_t q = 0; q < tile * depthStage / threads; ++q) {
+        llvm::Value *e = b_.CreateAdd(tid, b_.getInt64(q * threads));
+        // A: consecutive threads read consecutive k of one row.
+        llvm::Value *r = b_.CreateLShr(e, 4), *kk = b_.CreateAnd(e, b_.getInt64(depthStage - 1));
+        llvm::Value *k = b_.CreateAdd(k0, kk);
+        llvm::Value *inside = b_.CreateAnd(b_.CreateICmpSLT(r, rows), b_.CreateICmpSLT(k, depth));
+        llvm::Value *from = b_.CreateSelect(inside, b_.CreateAdd(aBase, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(row0, r), lda), k)), aBase);
+        b_.CreateStore(b_.CreateSelect(inside, b_.CreateLoad(f32, at(bufs_[g.a], from)), zero),
+                       at(sharedA, b_.CreateAdd(b_.CreateMul(kk, b_.getInt64(pitch)), r)));
+        // B: consecutive threads read along B's contiguous axis (k when it is transposed).
+        llvm::Value *col;
+        if (g.bColStride)
+          col = b_.CreateLShr(e, 4), kk = b_.CreateAnd(e, b_.getInt64(depthStage - 1));
+        else
+          col = b_.CreateAnd(e, b_.getInt64(tile - 1)), kk = b_.CreateLShr(e, 6);
+        k = b_.CreateAdd(k0, kk);
+        llvm::Value *j = b_.CreateAdd(j0, col);
+        inside = b_.CreateAnd(b_.CreateICmpSLT(k, depth), b_.CreateICmpSLT(j, n));
+        from = b_.CreateSelect(inside, b_.CreateAdd(bBase, b_.CreateAdd(b_.CreateMul(k, ldb), b_.CreateMul(j, bColStride))), bBase);
+        b_.CreateStore(b_.CreateSelect(inside, b_.CreateLoad(f32, at(bufs_[g.b], from)), zero),
+                       at(sharedB, b_.CreateAdd(b_.CreateMul(kk, b_.getInt64(pitch)), col)));
+      }
+      barrier();
+      forLoop("k", b_.getInt64(0), b_.getInt64(depthStage), 1, [&](llvm::Value *k) {
+        llvm::Value *stageRow = b_.CreateMul(k, b_.getInt64(pitch));
+        std::vector<llvm::Value *> av, bv;
+        for (int64_t t = 0; t < perThread; ++t) {
+          av.push_back(b_.CreateLoad(f32, at(sharedA, b_.CreateAdd(stageRow, b_.CreateAdd(ty, b_.getInt64(16 * t))))));
+          bv.push_back(b_.CreateLoad(f32, at(sharedB, b_.CreateAdd(stageRow, b_.CreateAdd(tx, b_.getInt64(16 * t))))));
+        }
+        for (int64_t i = 0; i < perThread; ++i)
+          for (int64_t j = 0; j < perThread; ++j) {
+            llvm::AllocaInst *slot = acc[i * perThread + j];
+            b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {f32}, {av[i], bv[j], b_.CreateLoad(f32, slot)}), slot);
+          }
+      });
+      barrier(); // the next stage overwrites what this one read
+    });
+    const kir::Stmt *epilogue = g.epilogue ? g.epilogue->body[0]->body[0].get() : nullptr;
+    for (int64_t i = 0; i < perThread; ++i)
+      for (int64_t j = 0; j < perThread; ++j) {
+        llvm::Value *r = b_.CreateAdd(ty, b_.getInt64(16 * i)), *col = b_.CreateAdd(b_.CreateAdd(j0, tx), b_.getInt64(16 * j));
+        onlyIf(b_.CreateAnd(b_.CreateICmpSLT(r, rows), b_.CreateICmpSLT(col, n)), [&] {
+          llvm::Value *to = b_.CreateAdd(cBase, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(row0, r), ldc), col));
+          b_.CreateStore(b_.CreateLoad(f32, acc[i * perThread + j]), at(bufs_[g.c], to));
+          if (epilogue) { // this thread's own element: no barrier needed
+            vars_[g.epilogue->var] = r, vars_[g.epilogue->body[0]->var] = col;
+            stmt(*epilogue);
+            vars_.erase(g.epilogue->var), vars_.erase(g.epilogue->body[0]->var);
+          }
+        });
+      }
+  });
+}
+
+// The GEMM as plain loops: one dot product per element of the row block.
+void GpuKernelEmitter::gemmLoops(const kir::Gemm &g) {
+  llvm::Type *f32 = b_.getFloatTy();
+  llvm::Value *aBase = index(g.aBase), *bBase = index(g.bBase), *cBase = index(g.cBase);
+  llvm::Value *lda = index(g.lda), *ldb = index(g.ldb), *ldc = index(g.ldc);
+  llvm::Value *row0 = index(g.row0), *rowEnd = b_.CreateAdd(row0, index(g.rows));
+  llvm::AllocaInst *acc = entryAlloca(f32, "acc");
+  forLoop("i", row0, rowEnd, 1, [&](llvm::Value *i) {
+    forLoop("j", b_.getInt64(0), index(g.n), 1, [&](llvm::Value *j) {
+      b_.CreateStore(llvm::ConstantFP::get(f32, 0.0), acc);
+      forLoop("k", b_.getInt64(0), index(g.depth), 1, [&](llvm::Value *k) {
+        llvm::Value *a = b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, bufs_[g.a], b_.CreateAdd(aBase, b_.CreateAdd(b_.CreateMul(i, lda), k))));
+        llvm::Value *col = g.bColStride ? b_.CreateMul(j, index(g.bColStride)) : j;
+        llvm::Value *bv = b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, bufs_[g.b], b_.CreateAdd(bBase, b_.CreateAdd(b_.CreateMul(k, ldb), col))));
+        b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {f32}, {a, bv, b_.CreateLoad(f32, acc)}), acc);
+      });
+      b_.CreateStore(b_.CreateLoad(f32, acc), b_.CreateInBoundsGEP(f32, bufs_[g.c], b_.CreateAdd(cBase, b_.CreateAdd(b_.CreateMul(i, ldc), j))));
+    });
+  });
+  if (g.epilogue)
+    stmt(*g.epilogue);
+}
+
+// NVPTX: PTX's kernel ABI, libdevice, and the special registers, barrier and shuffles of
+// the hardware.
+class NvptxKernelEmitter : public GpuKernelEmitter {
+public:
+  using GpuKernelEmitter::GpuKernelEmitter;
+
+protected:
+  void createFunction() override {
+    auto names = k_.dims();
+    std::vector<llvm::Type *> params(k_.buffers.size(), llvm::PointerType::get(ctx_, 0));
+    params.insert(params.end(), names.size(), b_.getInt64Ty());
+    beginFunction(params);
+    fn_->setCallingConv(llvm::CallingConv::PTX_Kernel);
+    for (size_t i = 0; i < k_.buffers.size(); ++i) {
+      fn_->getArg(static_cast<unsigned>(i))->setName(k_.buffers[i].name);
+      bufs_.push_back(fn_->getArg(static_cast<unsigned>(i)));
+    }
+    for (size_t i = 0; i < names.size(); ++i)
+      vars_[names[i]] = fn_->getArg(static_cast<unsigned>(k_.buffers.size() + i));
+  }
+  // libdevice's __nv_ form: NVPTX has no lowering for exp, log, sin, ...
+  llvm::Value *math(const char *libmName, llvm::Intrinsic::ID, std::vector<llvm::Value *> args) override {
+    return callExternal(std::string("__nv_") + libmName, args);
+  }
+  llvm::Value *specialRegister(rt::SimRegister r) override {
+    static const llvm::Intrinsic::ID ids[] = {
+        llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x,   llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x,
+        llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x, llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x,
+        llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_y, llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_y};
+    return b_.CreateIntrinsic(ids[r], {}, {});
+  }
+  void barrier() override { b_.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {}); }
+  llvm::Value *shuffleXorWord(llvm::Value *word, unsigned laneMask) override {
+    return b_.CreateIntrinsic(llvm::Intrinsic::nvvm_shfl_sync_bfly_i32, {},
+                              {b_.getInt32(0xffffffffu), word, b_.getInt32(laneMask), b_.getInt32(31)});
+  }
+  // Shared memory (address space 3) takes no initializer.
+  SharedPlacement sharedPlacement(llvm::ArrayType *type) override { return {3, llvm::UndefValue::get(type)}; }
+};
+
+// The simulated GPU (rt::SimulatedGpuDevice): the host's KernelFn ABI and libm, with the
+// simulator's hooks (runtime/KernelAbi.h) for special registers, barriers and shuffles.
+class SimulatedGpuKernelEmitter : public GpuKernelEmitter {
+public:
+  using GpuKernelEmitter::GpuKernelEmitter;
+
+protected:
+  void createFunction() override { createHostFunction(); }
+  llvm::Value *specialRegister(rt::SimRegister r) override {
+    return b_.CreateCall(hook("dnnc_sim_sreg", b_.getInt32Ty(), {b_.getInt32Ty()}), {b_.getInt32(r)});
+  }
+  void barrier() override { b_.CreateCall(hook("dnnc_sim_barrier", b_.getVoidTy(), {})); }
+  llvm::Value *shuffleXorWord(llvm::Value *word, unsigned laneMask) override {
+    llvm::Type *i32 = b_.getInt32Ty();
+    return b_.CreateCall(hook("dnnc_sim_shfl_bfly", i32, {i32, i32}), {word, b_.getInt32(laneMask)});
+  }
+  // A plain zero-filled global: the simulator runs one block at a time.
+  SharedPlacement sharedPlacement(llvm::ArrayType *type) override { return {0, llvm::Constant::getNullValue(type)}; }
+
+private:
+  llvm::FunctionCallee hook(const char *name, llvm::Type *ret, std::vector<llvm::Type *> args) {
+    llvm::FunctionCallee f = m_.getOrInsertFunction(name, llvm::FunctionType::get(ret, args, false));
+    if (auto *fn = llvm::dyn_cast<llvm::Function>(f.getCallee()))
+      fn->addFnAttr(llvm::Attribute::Convergent);
+    return f;
+  }
+};
+
+} // namespace
+
+void emitNvptxKernel(llvm::Module &m, const kir::Kernel &k) { NvptxKernelEmitter(m, k).emit(); }
+void emitSimulatedGpuKernel(llvm::Module &m, const kir::Kernel &k) { SimulatedGpuKernelEmitter(m, k).emit(); }
+
+} // namespace dnnc::backend

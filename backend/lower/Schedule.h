@@ -1,0 +1,46 @@
+// Lowering's schedule choices, kept apart from what each op computes (Lower.cpp): which
+// loop of a nest runs in parallel and which the vectorizer is told to take, how a matmul
+// splits into GEMM tasks, and the CPU's convolution. A target passes its ScheduleOptions.
+//
+// Contract: a schedule changes only the order and grouping of a kernel's iterations,
+// never what it stores (the numerics tests compare every device with the oracle).
+#pragma once
+
+#include "ir/kernel/Kernel.h"
+
+#include <functional>
+#include <vector>
+
+namespace dnnc::lower {
+
+// The choices a target makes.
+struct ScheduleOptions {
+  // f32 conv2d by vectorizedConv2d, which suits a CPU's cores and vectors; off, each
+  // output element accumulates its own window, a thread each on a GPU's grid (where
+  // vectorizedConv2d's few long tasks would leave most threads idle).
+  bool vectorizedConv2d = true;
+};
+inline constexpr ScheduleOptions kCpuSchedule{true};
+inline constexpr ScheduleOptions kGpuSchedule{false};
+
+// Rows of A per GEMM task: an f32 matmul is one parallel task per (batch, row block).
+constexpr int64_t kGemmRowBlock = 64;
+
+// A body of one statement.
+std::vector<kir::StmtPtr> one(kir::StmtPtr s);
+
+// A loop nest over `shape` (loop variables `idx`) around `inner`: the outermost loop
+// parallel, the innermost vectorized when its body is straight-line code.
+kir::StmtPtr loopNest(const std::vector<sym::ExprRef> &shape, const std::vector<sym::ExprRef> &idx,
+                      std::vector<kir::StmtPtr> inner);
+
+// An f32 conv2d (NCHW input buffer 0, OIHW weights buffer 1, output buffer `out`).
+struct Conv2d {
+  std::vector<sym::ExprRef> x, w, o; // dims
+  int64_t stride, padding, dilation, groups;
+  int out;
+};
+// Its CPU schedule (see Schedule.cpp); freshVar names a new loop variable.
+kir::StmtPtr vectorizedConv2d(const Conv2d &conv, const std::function<sym::ExprRef()> &freshVar);
+
+} // namespace dnnc::lower
