@@ -4,6 +4,7 @@
 #include "base/Error.h"
 #include "base/Limits.h"
 #include "base/Size.h"
+#include "ir/graph/OpRegistry.h"
 #include "runtime/HostOps.h"
 
 #include <fmt/format.h>
@@ -57,8 +58,7 @@ void checkIndices(const ir::Op &op, const std::vector<const Tensor *> &in, const
   if (op.kind == ir::OpKind::Take || op.kind == ir::OpKind::Embedding) {
     size_t axis = 0;
     if (op.kind == ir::OpKind::Take) {
-      int64_t a = eval(op.get<sym::ExprRef>("axis"));
-      axis = static_cast<size_t>(a < 0 ? a + static_cast<int64_t>(in[0]->shape.size()) : a);
+      axis = static_cast<size_t>(eval(op.get<sym::ExprRef>("axis"))); // non-negative after sema
     }
     int64_t d = in[0]->shape[axis];
     for (size_t k = 0; k < in[1]->numel(); ++k) {
@@ -68,10 +68,11 @@ void checkIndices(const ir::Op &op, const std::vector<const Tensor *> &in, const
     }
   }
   if (op.kind == ir::OpKind::Index) {
-    const auto &starts = op.get<ir::DimList>("starts"), &points = op.get<ir::DimList>("points");
+    ir::IndexAttrs ix = ir::IndexAttrs::of(op);
+    const ir::DimList &starts = ix.starts;
     size_t operand = 1;
-    for (size_t a = 0; a < points.size(); ++a)
-      if (points[a]->asConst() == 1) {
+    for (size_t a = 0; a < starts.size(); ++a)
+      if (ix.isPoint(a)) {
         int64_t d = in[0]->shape[a];
         int64_t p = starts[a] ? eval(starts[a]) : in[operand++]->getInt(0);
         if (!starts[a] && p < 0)
@@ -100,20 +101,19 @@ Launch launchFor(const KernelInfo &info, const ir::Binding &b) {
 }
 
 bool isParamView(const ir::Op &op) {
-  if (op.kind != ir::OpKind::Index || !op.operands[0]->def || op.operands[0]->def->kind != ir::OpKind::Param)
+  if (!ir::opInfo(op.kind).has(ir::OpFlag::ParamView) || !op.operands[0]->def || op.operands[0]->def->kind != ir::OpKind::Param)
     return false;
-  const auto &starts = op.get<ir::DimList>("starts"), &stops = op.get<ir::DimList>("stops");
-  const auto &steps = op.get<ir::DimList>("steps"), &points = op.get<ir::DimList>("points");
+  ir::IndexAttrs ix = ir::IndexAttrs::of(op);
   const auto &dims = op.operands[0]->type.dims;
   bool leading = true; // points first, then whole axes
   for (size_t a = 0; a < dims.size(); ++a) {
-    if (points[a]->asConst() == 1) {
+    if (ix.isPoint(a)) {
       if (!leading)
         return false;
       continue;
     }
     leading = false;
-    if (!starts[a] || !stops[a] || starts[a]->asConst() != 0 || stops[a] != dims[a] || steps[a]->asConst() != 1)
+    if (!ix.starts[a] || !ix.stops[a] || ix.starts[a]->asConst() != 0 || ix.stops[a] != dims[a] || ix.step(a) != 1)
       return false;
   }
   return true;
@@ -131,18 +131,17 @@ bool Executable::runOp(const ir::Op &op, const std::vector<const Tensor *> &in, 
     return false;
   std::string name = view ? "param view" : kernels_[it->second].name;
   auto eval = [&](sym::ExprRef e) { return evaluateAtLaunch(name, e, b); };
-  bool readsIndices = op.kind == ir::OpKind::Take || op.kind == ir::OpKind::Embedding || (op.kind == ir::OpKind::Index && in.size() > 1);
-  if (readsIndices) // the host checks them (and a view's offset comes from them)
+  if (ir::readsIndices(op)) // the host checks them (and a view's offset comes from them)
     device_->hostReads({in.begin() + 1, in.end()}, false);
   checkIndices(op, in, eval);
   if (view) {
-    const auto &starts = op.get<ir::DimList>("starts"), &points = op.get<ir::DimList>("points");
+    ir::IndexAttrs ix = ir::IndexAttrs::of(op);
     const Tensor &x = *in[0];
     int64_t offset = 0, stride = 1;
     size_t operand = in.size();
     for (size_t a = x.shape.size(); a-- > 0;) {
-      if (points[a]->asConst() == 1) {
-        int64_t p = starts[a] ? eval(starts[a]) : in[--operand]->getInt(0);
+      if (ix.isPoint(a)) {
+        int64_t p = ix.starts[a] ? eval(ix.starts[a]) : in[--operand]->getInt(0);
         offset += (p < 0 ? p + x.shape[a] : p) * stride; // checked above
       }
       stride *= x.shape[a];

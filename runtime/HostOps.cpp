@@ -196,8 +196,8 @@ std::vector<Tensor> broadcastTo(const HostOpContext &c) {
 // flag for a point index that drops the axis. Out-of-range slice bounds clamp (NumPy).
 std::vector<Tensor> index(const HostOpContext &c) {
   const Tensor &x = *c.in[0];
-  const auto &starts = c.op.get<ir::DimList>("starts"), &stops = c.op.get<ir::DimList>("stops");
-  const auto &steps = c.op.get<ir::DimList>("steps"), &points = c.op.get<ir::DimList>("points");
+  ir::IndexAttrs ix = ir::IndexAttrs::of(c.op);
+  const ir::DimList &starts = ix.starts, &stops = ix.stops;
   size_t next = 1;
   Shape first, count, step, kept;
   Shape strides = stridesOf(x.shape);
@@ -209,7 +209,7 @@ std::vector<Tensor> index(const HostOpContext &c) {
       int64_t v = c.in.at(next++)->getInt(0);
       return v < 0 ? v + d : v;
     };
-    if (dimOf(c, points[a]) == 1) {
+    if (ix.isPoint(a)) {
       int64_t p = bound(starts[a]);
       if (p < 0 || p >= d)
         throw DataError(fmt::format("index {} is out of range for dim {} of {} (size {})", p, a, x.typeText(), d));
@@ -217,7 +217,7 @@ std::vector<Tensor> index(const HostOpContext &c) {
       continue;
     }
     int64_t b = std::clamp<int64_t>(bound(starts[a]), 0, d), e = std::clamp<int64_t>(bound(stops[a]), 0, d);
-    int64_t s = dimOf(c, steps[a]);
+    int64_t s = ix.step(a);
     first.push_back(b), count.push_back(e > b ? (e - b + s - 1) / s : 0), step.push_back(s), kept.push_back(count.back());
   }
   Tensor t = sized(x.dtype, kept, c);
@@ -232,8 +232,7 @@ std::vector<Tensor> index(const HostOpContext &c) {
 
 std::vector<Tensor> topk(const HostOpContext &c) {
   const Tensor &x = *c.in[0];
-  int64_t rank = static_cast<int64_t>(x.shape.size()), a = intAttr(c, "axis");
-  size_t axis = static_cast<size_t>(a < 0 ? a + rank : a);
+  size_t axis = static_cast<size_t>(intAttr(c, "axis")); // non-negative after sema
   int64_t k = c.op.has("k") ? intAttr(c, "k") : c.in[1]->getInt(0);
   if (k < 0 || k > x.shape[axis])
     throw DataError(fmt::format("topk asks for k = {} but dim {} of {} is {}", k, axis, x.typeText(), x.shape[axis]));

@@ -65,7 +65,7 @@ public:
       out.push_back(*e->asConst());
     return out;
   }
-  size_t axis(int64_t a, size_t rank) const { return static_cast<size_t>(a < 0 ? a + static_cast<int64_t>(rank) : a); }
+  size_t axisAttr(const std::string &n) const { return static_cast<size_t>(intAttr(n)); } // non-negative after sema
 
   // Fresh loop variables for every axis of `shape`.
   Dims vars(size_t n) {
@@ -203,7 +203,7 @@ ValuePtr Lowering::readValue(const ir::Value *v, const Dims &idx) {
     if (p->has("perm")) {
       const auto &list = p->get<ir::DimList>("perm");
       for (size_t k = 0; k < list.size(); ++k)
-        perm[k] = axis(*list[k]->asConst(), rank);
+        perm[k] = static_cast<size_t>(*list[k]->asConst());
     } else {
       std::swap(perm[rank - 1], perm[rank - 2]);
     }
@@ -216,18 +216,17 @@ ValuePtr Lowering::readValue(const ir::Value *v, const Dims &idx) {
   case OpKind::Reshape: case OpKind::Unsqueeze: case OpKind::Squeeze: case OpKind::Flatten:
     return readValue(p->operands[0], reshapeIndex(o, operandDims(0), idx));
   case OpKind::Index: {
-    const auto &starts = p->get<ir::DimList>("starts");
-    const auto &steps = p->get<ir::DimList>("steps"), &points = p->get<ir::DimList>("points");
+    ir::IndexAttrs ix = ir::IndexAttrs::of(*p);
     const Dims &d = operandDims(0);
     Dims at;
     size_t next = 0;
     for (size_t a = 0; a < d.size(); ++a) {
-      if (points[a]->asConst() == 1) {
-        at.push_back(starts[a]);
+      if (ix.isPoint(a)) {
+        at.push_back(ix.starts[a]);
         continue;
       }
-      ExprRef begin = sym::max(c(0), sym::min(starts[a], d[a]));
-      at.push_back(sym::add(begin, sym::mul(idx[next++], steps[a])));
+      ExprRef begin = sym::max(c(0), sym::min(ix.starts[a], d[a]));
+      at.push_back(sym::add(begin, sym::mul(idx[next++], ix.steps[a])));
     }
     return readValue(p->operands[0], at);
   }
@@ -253,7 +252,7 @@ StmtPtr Lowering::reduction() {
     std::iota(axes.begin(), axes.end(), 0);
   } else {
     for (int64_t a : listAttr("axis"))
-      axes.push_back(axis(a, in.size()));
+      axes.push_back(static_cast<size_t>(a));
   }
   std::set<size_t> reduced(axes.begin(), axes.end());
   Dims keptShape, keptIdx, redShape, redIdx, inIdx(in.size());
@@ -399,7 +398,7 @@ StmtPtr Lowering::reduction() {
 
 StmtPtr Lowering::softmax() {
   const Dims &in = this->in(0);
-  size_t a = axis(intAttr("axis"), in.size());
+  size_t a = axisAttr("axis");
   Dims rowShape, rowIdx, idx(in.size());
   for (size_t k = 0; k < in.size(); ++k) {
     ExprRef v = sym::var(kir::loopVar(next_++));
@@ -579,7 +578,7 @@ StmtPtr Lowering::transpose() {
   if (op_.has("perm")) {
     auto p = listAttr("perm");
     for (size_t k = 0; k < p.size(); ++k)
-      perm[k] = axis(p[k], in.size());
+      perm[k] = static_cast<size_t>(p[k]);
   } else {
     std::swap(perm[in.size() - 1], perm[in.size() - 2]);
   }
@@ -591,7 +590,7 @@ StmtPtr Lowering::transpose() {
 
 StmtPtr Lowering::concat(bool stack) {
   const Dims &o = dims(out());
-  size_t a = axis(intAttr("axis"), stack ? o.size() : o.size());
+  size_t a = axisAttr("axis");
   std::vector<StmtPtr> parts;
   ExprRef offset = c(0);
   for (size_t b = 0; b < op_.operands.size(); ++b) {
@@ -609,8 +608,7 @@ StmtPtr Lowering::concat(bool stack) {
 }
 
 StmtPtr Lowering::split() {
-  const Dims &in = dims(0);
-  size_t a = axis(intAttr("axis"), in.size());
+  size_t a = axisAttr("axis");
   std::vector<StmtPtr> parts;
   ExprRef offset = c(0);
   for (size_t r = 0; r < op_.results.size(); ++r) {
@@ -667,16 +665,17 @@ StmtPtr Lowering::take(size_t a) {
 // (x[l] in a loop), read from its operand (the runtime has checked every point index).
 StmtPtr Lowering::index() {
   const Dims &in = dims(0), &o = dims(out());
-  const auto &starts = op_.get<ir::DimList>("starts"), &stops = op_.get<ir::DimList>("stops");
-  auto steps = listAttr("steps"), points = listAttr("points");
+  ir::IndexAttrs ix = ir::IndexAttrs::of(op_);
+  const ir::DimList &starts = ix.starts, &stops = ix.stops;
   Dims idx = vars(o.size()), inIdx;
   size_t next = 0;
   int operand = 1;
   ValuePtr offset;
   for (size_t a = 0; a < in.size(); ++a) {
-    if (!points[a] && (!starts[a] || !stops[a]))
+    bool point = ix.isPoint(a);
+    if (!point && (!starts[a] || !stops[a]))
       return nullptr; // a slice with run-time bounds has a run-time length: a host op
-    if (points[a] && !starts[a]) {
+    if (point && !starts[a]) {
       ExprRef stride = c(1);
       for (size_t k = a + 1; k < in.size(); ++k)
         stride = sym::mul(stride, in[k]);
@@ -689,8 +688,8 @@ StmtPtr Lowering::index() {
       inIdx.push_back(c(0));
       continue;
     }
-    ExprRef begin = points[a] ? starts[a] : sym::max(c(0), sym::min(starts[a], in[a]));
-    inIdx.push_back(points[a] ? begin : sym::add(begin, sym::mul(idx[next++], c(steps[a]))));
+    ExprRef begin = point ? starts[a] : sym::max(c(0), sym::min(starts[a], in[a]));
+    inIdx.push_back(point ? begin : sym::add(begin, sym::mul(idx[next++], c(ix.step(a)))));
   }
   return loopNest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), kir::load(0, kir::flatIndex(in, inIdx), dtype(0), offset))));
 }
@@ -714,11 +713,9 @@ std::optional<kir::Kernel> Lowering::run() {
     k_.body = loopNest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), readValue(op_.results[0], idx))));
     return std::move(k_);
   }
-  switch (op_.kind) {
-  case OpKind::Param: case OpKind::Constant: case OpKind::DimValue: case OpKind::If: case OpKind::For:
-  case OpKind::While: case OpKind::AssertDims: case OpKind::Topk: case OpKind::Resize: case OpKind::Nonzero:
-  case OpKind::MaskedSelect: case OpKind::Unique:
+  if (info.placement != ir::Placement::Kernel)
     return std::nullopt;
+  switch (op_.kind) {
   case OpKind::Zeros:
   case OpKind::Ones:
   case OpKind::Full: {
@@ -762,7 +759,7 @@ std::optional<kir::Kernel> Lowering::run() {
     k_.independentLoops = true;
     break;
   case OpKind::Pad: body = pad(); break;
-  case OpKind::Take: body = take(axis(intAttr("axis"), dims(0).size())); break;
+  case OpKind::Take: body = take(axisAttr("axis")); break;
   case OpKind::Embedding: body = take(0); break;
   case OpKind::OneHot: {
     const Dims &o = dims(out());
@@ -775,8 +772,8 @@ std::optional<kir::Kernel> Lowering::run() {
   }
   case OpKind::Index: body = index(); break;
   default:
-    if (info.shapeRule == nullptr)
-      return std::nullopt;
+    if (!ir::isElementwise(op_.kind) && !ir::isReduction(op_.kind))
+      throw InternalError(fmt::format("op '{}' runs in a kernel but has no lowering", info.spelling));
     body = ir::isElementwise(op_.kind) ? elementwise() : reduction();
   }
   if (!body)

@@ -63,8 +63,7 @@ void Sema::buildModel(ModuleCtx &m, const ast::Decl &d, ModelInfo &info) {
   for (auto &[key, mod] : modules_)
     if (mod->ast)
       info.graph->fileNames[mod->ast->file] = fs::path(mod->path).filename().string();
-  ir::verify(*info.graph);
-  ir::checkPropagation(*info.graph, info.analyzer);
+  ir::verify(*info.graph, info.analyzer);
 }
 
 void Sema::checkModels(ModuleCtx &m, std::vector<ModelInfo> &out) {

@@ -77,7 +77,7 @@ SVal Sema::index(const ast::Expr &e, ScopePtr scope) {
       starts.push_back(b), stops.push_back(en), steps.push_back(st), points.push_back(sym::constant(0));
     }
   }
-  std::map<std::string, ir::Attr> attrs{{"starts", starts}, {"stops", stops}, {"steps", steps}, {"points", points}};
+  auto attrs = ir::IndexAttrs::make(std::move(starts), std::move(stops), std::move(steps), std::move(points));
   return SVal::ofTensor(emit(OpKind::Index, operands, attrs, 1, e.range, cls)->results[0]);
 }
 

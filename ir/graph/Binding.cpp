@@ -210,7 +210,7 @@ void checkEmptyReduction(const Op &op, const std::map<std::string, int64_t> &bin
   if (op.has("axis"))
     for (sym::ExprRef a : op.get<DimList>("axis"))
       if (auto v = a->asConst())
-        reduced[static_cast<size_t>(*v < 0 ? *v + static_cast<int64_t>(t.dims.size()) : *v)] = true;
+        reduced[static_cast<size_t>(*v)] = true; // non-negative after sema
   bool emptyAxis = false, emptyResult = false;
   std::vector<int64_t> shape;
   for (size_t k = 0; k < t.dims.size(); ++k) {

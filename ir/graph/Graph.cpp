@@ -43,6 +43,16 @@ std::vector<const Op *> opsPostOrder(const Graph &g) {
   return out;
 }
 
+IndexAttrs IndexAttrs::of(const Op &op) {
+  if (op.kind != OpKind::Index)
+    throw InternalError("index attributes asked of another op");
+  return {op.get<DimList>("starts"), op.get<DimList>("stops"), op.get<DimList>("steps"), op.get<DimList>("points")};
+}
+
+std::map<std::string, Attr> IndexAttrs::make(DimList starts, DimList stops, DimList steps, DimList points) {
+  return {{"starts", std::move(starts)}, {"stops", std::move(stops)}, {"steps", std::move(steps)}, {"points", std::move(points)}};
+}
+
 std::string attrText(const Attr &a) {
   return std::visit(
       [](const auto &v) -> std::string {

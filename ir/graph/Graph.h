@@ -10,10 +10,14 @@
 #include <variant>
 #include <vector>
 
+namespace dnnc::sym {
+class Analyzer;
+} // namespace dnnc::sym
+
 namespace dnnc::ir {
 
 enum class OpKind {
-#define OP(name, spelling, cls, dtypeRule, shapeRule, sig) name,
+#define OP(name, spelling, cls, dtypeRule, shapeRule, pattern, placement, flags, grad, verb, sig) name,
 #include "ir/graph/Ops.def"
 #undef OP
 };
@@ -53,6 +57,20 @@ struct Op {
   template <class T> const T &get(const std::string &k) const { return std::get<T>(attrs.at(k)); }
 };
 
+// The typed attributes of `index` (x[subscripts]): per input axis a start, stop and step
+// (null: given by a run-time operand, those operands following x in axis order) and a
+// point flag (a point index, which drops its axis). They live in the op's attrs as dim
+// lists, so they print and serialize like any attribute; only this struct names them.
+struct IndexAttrs {
+  const DimList &starts, &stops, &steps, &points;
+
+  // The attrs of an `index` op (InternalError for any other op).
+  static IndexAttrs of(const Op &op);
+  static std::map<std::string, Attr> make(DimList starts, DimList stops, DimList steps, DimList points);
+  bool isPoint(size_t axis) const { return points[axis]->asConst() == 1; }
+  int64_t step(size_t axis) const { return *steps[axis]->asConst(); } // sema allows constants only
+};
+
 // One model after sema: its body region (inputs are the region's arguments, outputs its
 // yields) and the store that owns every value and op.
 class Graph {
@@ -88,5 +106,9 @@ std::string attrText(const Attr &a);
 // Checks structural invariants (operands defined before use and in scope, result and
 // yield counts, typed values); throws InternalError naming the first violation.
 void verify(const Graph &g);
+// The same, and with the analyzer that holds the model's facts (its asserts), every
+// rule-typed op is re-checked: its dtype and shape rule still gives the types its results
+// hold (dims a rule makes fresh are compared by rank only) and its axes are non-negative.
+void verify(const Graph &g, const sym::Analyzer &analyzer);
 
 } // namespace dnnc::ir

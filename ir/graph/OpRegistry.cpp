@@ -122,9 +122,11 @@ std::vector<size_t> reduceAxes(const RuleContext &c, size_t rank) {
     for (size_t i = 0; i < rank; ++i)
       axes.insert(i);
   } else {
-    for (ExprRef a : c.listAttr("axis"))
-      if (!axes.insert(c.axis(*a->asConst(), rank)).second)
-        c.error(DiagKind::Range, fmt::format("axis {} is repeated", a->str()));
+    const DimList &given = c.listAttr("axis");
+    std::vector<size_t> normalized = c.axisListAttr("axis", rank);
+    for (size_t i = 0; i < normalized.size(); ++i)
+      if (!axes.insert(normalized[i]).second)
+        c.error(DiagKind::Range, fmt::format("axis {} is repeated", given[i]->str()));
   }
   return {axes.begin(), axes.end()};
 }
@@ -145,7 +147,7 @@ std::vector<TensorType> reduceRule(const RuleContext &c, DType dt) {
 }
 
 std::vector<TensorType> softmaxRule(const RuleContext &c, DType dt) {
-  c.axis(c.intAttr("axis"), c.in(0).rank());
+  c.axisAttr("axis", c.in(0).rank());
   return {{dt, c.in(0).dims}};
 }
 
@@ -260,12 +262,13 @@ std::vector<TensorType> transposeRule(const RuleContext &c, DType dt) {
     std::swap(out[in.size() - 1], out[in.size() - 2]);
     return {{dt, out}};
   }
-  const DimList &perm = c.listAttr("perm");
-  if (perm.size() != in.size())
-    c.error(DiagKind::Rank, fmt::format("the permutation has {} entries but {} has rank {}", perm.size(), typeText(c, 0), in.size()));
+  const DimList &given = c.listAttr("perm");
+  if (given.size() != in.size())
+    c.error(DiagKind::Rank, fmt::format("the permutation has {} entries but {} has rank {}", given.size(), typeText(c, 0), in.size()));
+  std::vector<size_t> perm = c.axisListAttr("perm", in.size());
   std::set<size_t> seen;
   for (size_t i = 0; i < perm.size(); ++i) {
-    size_t a = c.axis(*perm[i]->asConst(), in.size());
+    size_t a = perm[i];
     if (!seen.insert(a).second)
       c.error(DiagKind::Range, fmt::format("axis {} appears twice in the permutation", a));
     out[i] = in[a];
@@ -287,7 +290,7 @@ std::vector<TensorType> broadcastToRule(const RuleContext &c, DType dt) {
 
 std::vector<TensorType> unsqueezeRule(const RuleContext &c, DType dt) {
   DimList out = c.in(0).dims;
-  size_t a = c.axis(c.intAttr("axis"), out.size() + 1);
+  size_t a = c.axisAttr("axis", out.size() + 1);
   out.insert(out.begin() + static_cast<long>(a), one());
   return {{dt, out}};
 }
@@ -314,7 +317,7 @@ std::vector<TensorType> squeezeRule(const RuleContext &c, DType dt) {
 
 std::vector<TensorType> concatRule(const RuleContext &c, DType dt) {
   const DimList &first = c.in(0).dims;
-  size_t a = c.axis(c.intAttr("axis"), first.size());
+  size_t a = c.axisAttr("axis", first.size());
   DimList out = first;
   for (size_t i = 1; i < c.numInputs(); ++i) {
     const DimList &d = c.in(i).dims;
@@ -337,14 +340,14 @@ std::vector<TensorType> stackRule(const RuleContext &c, DType dt) {
       c.requireEqual(first[k], c.in(i).dims[k], fmt::format("dim {}", k), 0, static_cast<int>(i));
   }
   DimList out = first;
-  size_t a = c.axis(c.intAttr("axis"), first.size() + 1);
+  size_t a = c.axisAttr("axis", first.size() + 1);
   out.insert(out.begin() + static_cast<long>(a), sym::constant(static_cast<int64_t>(c.numInputs())));
   return {{dt, out}};
 }
 
 std::vector<TensorType> splitRule(const RuleContext &c, DType dt) {
   const DimList &in = c.in(0).dims;
-  size_t a = c.axis(c.intAttr("axis"), in.size());
+  size_t a = c.axisAttr("axis", in.size());
   const DimList &parts = c.listAttr("parts");
   std::vector<TensorType> out;
   if (parts.size() == 1) {
@@ -378,7 +381,7 @@ std::vector<TensorType> flattenRule(const RuleContext &c, DType dt) {
   const DimList &in = c.in(0).dims;
   if (in.empty())
     return {{dt, {one()}}};
-  size_t s = c.axis(c.intAttr("start"), in.size(), "start");
+  size_t s = c.axisAttr("start", in.size());
   DimList out(in.begin(), in.begin() + static_cast<long>(s));
   out.push_back(product(DimList(in.begin() + static_cast<long>(s), in.end())));
   return {{dt, out}};
@@ -401,7 +404,7 @@ std::vector<TensorType> takeRule(const RuleContext &c, DType dt) {
   const DimList &x = c.in(0).dims;
   if (!isInteger(c.in(1).dtype))
     c.error(DiagKind::DType, fmt::format("indices must be i32 or i64, not {}", typeText(c, 1)));
-  size_t a = c.op.kind == OpKind::Embedding ? 0 : c.axis(c.intAttr("axis"), x.size());
+  size_t a = c.op.kind == OpKind::Embedding ? 0 : c.axisAttr("axis", x.size());
   if (x.empty())
     c.error(DiagKind::Rank, fmt::format("cannot index into the scalar {}", typeText(c, 0)));
   DimList out(x.begin(), x.begin() + static_cast<long>(a));
@@ -422,7 +425,7 @@ std::vector<TensorType> topkRule(const RuleContext &c, DType dt) {
   DimList out = c.in(0).dims;
   if (out.empty())
     c.error(DiagKind::Rank, "topk needs a tensor of rank 1 or more");
-  size_t a = c.axis(c.intAttr("axis"), out.size());
+  size_t a = c.axisAttr("axis", out.size());
   ExprRef k = c.has("k") ? c.dimAttr("k") : c.freshDim("K");
   if (c.analyzer.canProve(k, Rel::GT, out[a]))
     c.error(DiagKind::Range, fmt::format("topk asks for k = {} but dim {} of {} is only {}", k->str(), a, typeText(c, 0), out[a]->str()));
@@ -462,12 +465,11 @@ std::vector<TensorType> arangeRule(const RuleContext &c, DType dt) {
 // and a flag saying a point index drops the axis.
 std::vector<TensorType> indexRule(const RuleContext &c, DType dt) {
   const DimList &in = c.in(0).dims;
-  const DimList &starts = c.listAttr("starts"), &stops = c.listAttr("stops"), &steps = c.listAttr("steps");
-  const DimList &points = c.listAttr("points");
+  IndexAttrs ix = IndexAttrs::of(c.op);
+  const DimList &starts = ix.starts, &stops = ix.stops, &steps = ix.steps;
   DimList out;
   for (size_t i = 0; i < in.size(); ++i) {
-    bool point = points[i]->asConst() == 1;
-    if (point) {
+    if (ix.isPoint(i)) {
       if (starts[i] && (c.analyzer.canProve(starts[i], Rel::GE, in[i]) || c.analyzer.canProve(starts[i], Rel::LT, sym::constant(0))))
         c.error(DiagKind::Range, fmt::format("index {} is out of range for dim {} of {} (size {})", starts[i]->str(), i,
                                              typeText(c, 0), in[i]->str()));
@@ -499,8 +501,12 @@ const std::vector<OpInfo> &table() {
               Flatten = flattenRule, Pad = padRule, Take = takeRule, OneHot = oneHotRule, Topk = topkRule,
               Resize = resizeRule, Nonzero = nonzeroRule, MaskedSelect = maskedSelectRule, Unique = uniqueRule,
               Creation = creationRule, Arange = arangeRule, Index = indexRule;
-#define OP(name, spelling, cls, dtypeRule, shapeRule, sig)                                                             \
-  v.push_back({OpKind::name, spelling, ShapeClass::cls, DTypeRule::dtypeRule, shapeRule, parseSignature(sig)});
+    using namespace opflag;
+    constexpr unsigned NoFlags = 0;
+    constexpr GradRule NoGrad = nullptr;
+#define OP(name, spelling, cls, dtypeRule, shapeRule, pattern, placement, flags, grad, verb, sig)                      \
+  v.push_back({OpKind::name, spelling, ShapeClass::cls, DTypeRule::dtypeRule, shapeRule, OpPattern::pattern,            \
+               Placement::placement, flags, grad, verb, parseSignature(sig)});
 #include "ir/graph/Ops.def"
 #undef OP
     return v;
@@ -536,6 +542,27 @@ size_t RuleContext::axis(int64_t a, size_t rank, const std::string &what) const 
   return static_cast<size_t>(a < 0 ? a + r : a);
 }
 
+size_t RuleContext::axisAttr(const std::string &k, size_t rank) const {
+  size_t a = axis(intAttr(k), rank, k);
+  Attr &slot = normalizedAxes[k] = op.attrs.at(k);
+  if (auto *i = std::get_if<int64_t>(&slot))
+    *i = static_cast<int64_t>(a);
+  else
+    slot = sym::constant(static_cast<int64_t>(a));
+  return a;
+}
+
+std::vector<size_t> RuleContext::axisListAttr(const std::string &k, size_t rank) const {
+  std::vector<size_t> out;
+  DimList normalized;
+  for (ExprRef a : listAttr(k)) {
+    out.push_back(axis(*a->asConst(), rank)); // each entry of `perm` is an axis too
+    normalized.push_back(sym::constant(static_cast<int64_t>(out.back())));
+  }
+  normalizedAxes[k] = std::move(normalized);
+  return out;
+}
+
 void RuleContext::error(DiagKind kind, std::string message, std::vector<std::pair<int, sym::ExprRef>> blame,
                         std::string suggestion) const {
   throw RuleError{kind, std::move(message), std::move(blame), std::move(suggestion)};
@@ -557,16 +584,16 @@ void RuleContext::requireEqual(sym::ExprRef a, sym::ExprRef b, const std::string
 const std::vector<OpInfo> &allOps() { return table(); }
 const OpInfo &opInfo(OpKind k) { return table().at(static_cast<size_t>(k)); }
 
-bool isElementwise(OpKind k) { return opInfo(k).shapeRule && opInfo(k).shapeRule == opInfo(OpKind::Add).shapeRule; }
-
-bool isReduction(OpKind k) {
-  switch (k) {
-  case OpKind::Sum: case OpKind::Mean: case OpKind::Max: case OpKind::Min: case OpKind::Prod: case OpKind::Argmax:
-  case OpKind::Argmin: case OpKind::Logsumexp: case OpKind::Softmax: case OpKind::LogSoftmax:
-    return true;
-  default: return false;
-  }
+bool isElementwise(OpKind k) {
+  OpPattern p = opInfo(k).pattern;
+  return p == OpPattern::Elementwise || p == OpPattern::Broadcast;
 }
+
+bool isReduction(OpKind k) { return opInfo(k).pattern == OpPattern::Reduction; }
+
+bool readsIndices(const Op &op) { return opInfo(op.kind).has(OpFlag::ReadsIdx) && op.operands.size() > 1; }
+
+bool isInjective(const Op &op) { return opInfo(op.kind).pattern == OpPattern::Injective && !readsIndices(op); }
 
 const OpInfo *findBuiltin(const std::string &spelling) {
   for (const OpInfo &i : table())
@@ -576,22 +603,8 @@ const OpInfo *findBuiltin(const std::string &spelling) {
 }
 
 std::string opVerb(OpKind k) {
-  switch (k) {
-  case OpKind::Add: return "add";
-  case OpKind::Sub: return "subtract";
-  case OpKind::Mul: return "multiply";
-  case OpKind::Div: return "divide";
-  case OpKind::Mod: return "take the remainder of";
-  case OpKind::Pow: return "raise";
-  case OpKind::Matmul: return "multiply (matmul)";
-  case OpKind::Eq: case OpKind::Ne: case OpKind::Lt: case OpKind::Le: case OpKind::Gt: case OpKind::Ge: return "compare";
-  case OpKind::Concat: return "concatenate";
-  case OpKind::Stack: return "stack";
-  case OpKind::Conv2d: return "convolve";
-  case OpKind::BroadcastTo: return "broadcast";
-  case OpKind::Split: return "split";
-  default: return std::string("apply '") + opInfo(k).spelling + "' to";
-  }
+  const OpInfo &info = opInfo(k);
+  return *info.verb ? info.verb : std::string("apply '") + info.spelling + "' to";
 }
 
 std::vector<TensorType> inferResultTypes(const RuleContext &ctx) {

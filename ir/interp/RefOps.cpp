@@ -86,7 +86,13 @@ Shape broadcastShape(const std::vector<const Tensor *> &ts) {
   return out;
 }
 
-size_t normAxis(int64_t a, size_t rank) { return static_cast<size_t>(a < 0 ? a + static_cast<int64_t>(rank) : a); }
+// Axis attributes are non-negative after sema (a graph from elsewhere that breaks this
+// is an internal error, not an index past the shape).
+size_t axisOf(int64_t a) {
+  if (a < 0)
+    throw InternalError(fmt::format("axis {} was not normalized by sema", a));
+  return static_cast<size_t>(a);
+}
 
 double floorMod(double a, double b) {
   double r = std::fmod(a, b);
@@ -325,7 +331,7 @@ std::vector<size_t> reduceAxes(const RefContext &c, size_t rank) {
   }
   std::vector<size_t> out;
   for (int64_t a : c.listAttr("axis"))
-    out.push_back(normAxis(a, rank));
+    out.push_back(axisOf(a));
   return out;
 }
 
@@ -451,7 +457,7 @@ Tensor reduce(const RefContext &c, DType out) {
 
 Tensor softmax(const RefContext &c, bool logarithm) {
   const Tensor &x = *c.in[0];
-  size_t axis = normAxis(c.intAttr("axis"), x.shape.size());
+  size_t axis = axisOf(c.intAttr("axis"));
   Tensor r = Tensor::zeros(x.dtype, x.shape);
   Shape st = stridesOf(x.shape);
   int64_t n = x.shape[axis];
@@ -705,8 +711,8 @@ Tensor topk(const RefContext &c, int64_t k, size_t axis, Tensor &indices) {
 // axis order) and a flag for a point index that drops the axis.
 Tensor index(const RefContext &c) {
   const Tensor &x = *c.in[0];
-  const auto &starts = c.op.get<ir::DimList>("starts"), &stops = c.op.get<ir::DimList>("stops");
-  auto steps = c.listAttr("steps"), points = c.listAttr("points");
+  ir::IndexAttrs ix = ir::IndexAttrs::of(c.op);
+  const ir::DimList &starts = ix.starts, &stops = ix.stops;
   size_t next = 1;
   Shape begin, count, step;
   std::vector<bool> drop;
@@ -716,7 +722,7 @@ Tensor index(const RefContext &c) {
       int64_t v = e ? c.dim(e) : c.in.at(next++)->getInt(0);
       return (!e && v < 0) ? v + d : v; // static negatives were normalized by sema
     };
-    if (points[a]) {
+    if (ix.isPoint(a)) {
       int64_t p = bound(starts[a]);
       if (p < 0 || p >= d)
         throw DataError(fmt::format("index {} is out of range for dim {} of {} (size {})", p, a, x.typeText(), d));
@@ -725,7 +731,7 @@ Tensor index(const RefContext &c) {
     }
     int64_t b = std::clamp<int64_t>(bound(starts[a]), 0, d);
     int64_t e = std::clamp<int64_t>(bound(stops[a]), 0, d);
-    int64_t s = steps[a];
+    int64_t s = ix.step(a);
     begin.push_back(b), count.push_back(e > b ? (e - b + s - 1) / s : 0), step.push_back(s), drop.push_back(false);
   }
   Tensor r = Tensor::zeros(x.dtype, count);
@@ -875,7 +881,7 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
     if (op.has("perm")) {
       auto p = c.listAttr("perm");
       for (size_t k = 0; k < r; ++k)
-        perm[k] = normAxis(p[k], r);
+        perm[k] = axisOf(p[k]);
     } else {
       std::swap(perm[r - 1], perm[r - 2]);
     }
@@ -888,7 +894,7 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
   }
   case OpKind::Unsqueeze: {
     Shape s = c.in[0]->shape;
-    s.insert(s.begin() + static_cast<long>(normAxis(c.intAttr("axis"), s.size() + 1)), 1);
+    s.insert(s.begin() + static_cast<long>(axisOf(c.intAttr("axis"))), 1);
     return one(reshaped(*c.in[0], s));
   }
   case OpKind::Squeeze: {
@@ -896,16 +902,16 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
     std::set<size_t> axes;
     if (op.has("axis"))
       for (int64_t a : c.listAttr("axis"))
-        axes.insert(normAxis(a, in.size()));
+        axes.insert(axisOf(a));
     Shape s;
     for (size_t k = 0; k < in.size(); ++k)
       if (op.has("axis") ? !axes.count(k) : in[k] != 1)
         s.push_back(in[k]);
     return one(reshaped(*c.in[0], s));
   }
-  case OpKind::Concat: return one(concat(c.in, normAxis(c.intAttr("axis"), c.in[0]->shape.size())));
+  case OpKind::Concat: return one(concat(c.in, axisOf(c.intAttr("axis"))));
   case OpKind::Stack: {
-    size_t axis = normAxis(c.intAttr("axis"), c.in[0]->shape.size() + 1);
+    size_t axis = axisOf(c.intAttr("axis"));
     std::vector<Tensor> parts;
     for (const Tensor *t : c.in) {
       Shape s = t->shape;
@@ -919,7 +925,7 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
   }
   case OpKind::Split: {
     const Tensor &x = *c.in[0];
-    size_t axis = normAxis(c.intAttr("axis"), x.shape.size());
+    size_t axis = axisOf(c.intAttr("axis"));
     auto parts = c.listAttr("parts");
     std::vector<int64_t> sizes = parts.size() == 1 ? std::vector<int64_t>(static_cast<size_t>(parts[0]), x.shape[axis] / parts[0]) : parts;
     std::vector<Tensor> out;
@@ -934,7 +940,7 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
     const Shape &in = c.in[0]->shape;
     if (in.empty())
       return one(reshaped(*c.in[0], {1}));
-    size_t s = normAxis(c.intAttr("start"), in.size());
+    size_t s = axisOf(c.intAttr("start"));
     Shape out(in.begin(), in.begin() + static_cast<long>(s));
     out.push_back(static_cast<int64_t>(numelOf(Shape(in.begin() + static_cast<long>(s), in.end()))));
     return one(reshaped(*c.in[0], out));
@@ -963,7 +969,7 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
     });
     return one(r);
   }
-  case OpKind::Take: return one(take(*c.in[0], *c.in[1], normAxis(c.intAttr("axis"), c.in[0]->shape.size())));
+  case OpKind::Take: return one(take(*c.in[0], *c.in[1], axisOf(c.intAttr("axis"))));
   case OpKind::Embedding: return one(take(*c.in[0], *c.in[1], 0));
   case OpKind::OneHot: {
     const Tensor &ids = *c.in[0];
@@ -979,7 +985,7 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
     return one(r);
   }
   case OpKind::Topk: {
-    size_t axis = normAxis(c.intAttr("axis"), c.in[0]->shape.size());
+    size_t axis = axisOf(c.intAttr("axis"));
     int64_t k = op.has("k") ? c.intAttr("k") : c.in[1]->getInt(0);
     Tensor indices;
     Tensor values = topk(c, k, axis, indices);

@@ -13,25 +13,7 @@
 namespace dnnc::ir {
 namespace {
 
-bool isInjective(const Op &op) {
-  switch (op.kind) {
-  case OpKind::Transpose: case OpKind::Reshape: case OpKind::Unsqueeze: case OpKind::Squeeze: case OpKind::Flatten:
-  case OpKind::BroadcastTo:
-    return true;
-  case OpKind::Index: { // static bounds only: a run-time point is an operand
-    if (op.operands.size() != 1)
-      return false;
-    for (const char *list : {"starts", "stops"})
-      for (sym::ExprRef e : op.get<DimList>(list))
-        if (!e)
-          return false;
-    return true;
-  }
-  default: return false;
-  }
-}
-
-bool isFill(OpKind k) { return k == OpKind::Zeros || k == OpKind::Ones || k == OpKind::Full || k == OpKind::Arange; }
+bool isFill(OpKind k) { return opInfo(k).has(OpFlag::Fill); }
 
 class Fuser {
 public:
@@ -63,7 +45,7 @@ private:
       for (size_t k = 0; k < rank; ++k) {
         int64_t p = *perm[k]->asConst();
         int64_t want = k + 2 < rank ? static_cast<int64_t>(k) : static_cast<int64_t>(k + 2 == rank ? rank - 1 : rank - 2);
-        if (p != want && p != want - static_cast<int64_t>(rank))
+        if (p != want) // axes are non-negative after sema
           return nullptr;
       }
     }
@@ -79,10 +61,10 @@ private:
       return injective_; // with a transposed B, if it has one
     return reduction_ && isReduction(op.kind);
   }
-  // A matmul joins an elementwise root as its GEMM's epilogue: f32 matrices (not
-  // vectors), and the root reads it at its own shape (no broadcasting).
+  // An out-fusable op (the matmul) joins an elementwise root as its GEMM's epilogue: f32
+  // matrices (not vectors), and the root reads it at its own shape (no broadcasting).
   bool mayJoinAsGemm(const Op &root, const Op &p) const {
-    if (!elementwise_ || p.kind != OpKind::Matmul || !isElementwise(root.kind))
+    if (!elementwise_ || opInfo(p.kind).pattern != OpPattern::OutFusable || !isElementwise(root.kind))
       return false;
     for (const Value *v : {p.operands[0], p.operands[1], p.results[0]})
       if (v->type.dtype != DType::F32 || v->type.rank() < 2)

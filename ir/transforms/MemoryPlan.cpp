@@ -193,10 +193,10 @@ private:
     b.last = std::max(b.last, useEnd(v->def, user));
   }
 
-  // Elementwise ops read element i only to write element i: their result may take the
-  // bytes of an equally sized operand that dies there. A fused op qualifies for an
-  // operand when everything between that operand and the result is elementwise at the
-  // result's shape (reshapes of other operands do not matter).
+  // An in-place op (an elementwise one) reads element i only to write element i: its
+  // result may take the bytes of an equally sized operand that dies there. A fused op
+  // qualifies for an operand when everything between that operand and the result is
+  // in-place at the result's shape (reshapes of other operands do not matter).
   bool mayShare(const PlannedBuffer &result, const PlannedBuffer &operand) const {
     const Op *op = result.value->def;
     if (operand.last != result.first || result.bytes != operand.bytes || operand.value->type.dims != result.value->type.dims)
@@ -204,11 +204,13 @@ private:
     auto at = std::find(op->operands.begin(), op->operands.end(), operand.value);
     if (at == op->operands.end())
       return false;
-    if (op->kind != OpKind::Fused)
-      return isElementwise(op->kind);
+    if (!opInfo(op->kind).has(OpFlag::InPlace))
+      return false;
+    if (op->regions.empty())
+      return true;
     const Region &body = *op->regions[0];
     // A fused GEMM writes the whole output block before its epilogue reads anything.
-    if (std::any_of(body.ops.begin(), body.ops.end(), [](const Op *m) { return m->kind == OpKind::Matmul; }))
+    if (std::any_of(body.ops.begin(), body.ops.end(), [](const Op *m) { return opInfo(m->kind).pattern == OpPattern::OutFusable; }))
       return false;
     std::vector<const Value *> frontier{body.args[static_cast<size_t>(at - op->operands.begin())]};
     while (!frontier.empty()) {
@@ -216,7 +218,7 @@ private:
       frontier.pop_back();
       for (const Op *user : body.ops)
         if (std::find(user->operands.begin(), user->operands.end(), v) != user->operands.end()) {
-          if (!isElementwise(user->kind) || user->results[0]->type.dims != result.value->type.dims)
+          if (!opInfo(user->kind).has(OpFlag::InPlace) || user->results[0]->type.dims != result.value->type.dims)
             return false;
           frontier.push_back(user->results[0]);
         }

@@ -22,6 +22,8 @@ void inferOp(Op &op, PropagationContext &ctx) {
       d = ctx.analyzer.simplify(d);
     op.results[i]->type = std::move(types[i]);
   }
+  for (auto &[name, normalized] : rc.normalizedAxes) // downstream phases read axes as given
+    op.attrs[name] = std::move(normalized);
 }
 
 std::optional<TensorType> joinTypes(const TensorType &a, const TensorType &b, PropagationContext &ctx, bool &fresh) {
@@ -156,38 +158,6 @@ void unifyDim(Graph &g, const std::string &freshVar, sym::ExprRef value, std::ve
   for (TensorType *t : extra)
     for (auto &d : t->dims)
       d = sym::substitute(d, m);
-}
-
-namespace {
-// Re-derives `op`'s result types from its rule and checks they are the ones it holds.
-void checkOp(const Op &op, sym::Analyzer &an) {
-  if (!opInfo(op.kind).shapeRule || op.shapeClass == ShapeClass::EDO || op.shapeClass == ShapeClass::ISVDOS)
-    return; // fresh dims are new on every derivation
-  PropagationContext ctx{an, [](const std::string &) -> sym::ExprRef {
-                           throw InternalError("a rule-typed op asked for a fresh dim");
-                         }};
-  RuleContext rc{op, an, ctx.freshDim};
-  std::vector<TensorType> types;
-  try {
-    types = inferResultTypes(rc);
-  } catch (const RuleError &e) {
-    throw InternalError(fmt::format("RDP check: op '{}' at line {} no longer type-checks: {}",
-                                    opInfo(op.kind).spelling, op.loc.begin.line, e.message));
-  }
-  for (size_t i = 0; i < types.size(); ++i) {
-    const TensorType &have = op.results[i]->type;
-    bool same = types[i].dtype == have.dtype && types[i].rank() == have.rank();
-    for (size_t k = 0; same && k < have.rank(); ++k)
-      same = an.canProve(types[i].dims[k], sym::Rel::EQ, have.dims[k]);
-    if (!same)
-      throw InternalError(fmt::format("RDP check: op '{}' at line {} holds {} but its rule gives {}",
-                                      opInfo(op.kind).spelling, op.loc.begin.line, have.str(), types[i].str()));
-  }
-}
-} // namespace
-
-void checkPropagation(const Graph &g, sym::Analyzer &an) {
-  walk(g.body, [&](const Op &op) { checkOp(op, an); }, WalkOrder::Post);
 }
 
 } // namespace dnnc::ir

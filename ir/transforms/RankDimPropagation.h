@@ -22,7 +22,8 @@ struct PropagationContext {
   std::function<sym::ExprRef(const std::string &hint)> freshDim;
 };
 
-// Forward step for one op: sets its results' types (throws RuleError on a bad op).
+// Forward step for one op: sets its results' types and normalizes its axis attributes
+// (throws RuleError on a bad op).
 void inferOp(Op &op, PropagationContext &ctx);
 
 // The type a value has after an `if`, given the type each branch gives it. Returns
@@ -73,9 +74,7 @@ TensorType loopExitType(const TensorType &entry, const TensorType &generic, cons
 // graph (and in `extra`) accordingly.
 void unifyDim(Graph &g, const std::string &freshVar, sym::ExprRef value, std::vector<TensorType *> extra = {});
 
-// Re-derives every rule-typed op's result types and checks they agree with what the
-// graph holds (throws InternalError on a disagreement). Sema runs it on every model it
-// builds; the frontend fuzzer too.
-void checkPropagation(const Graph &g, sym::Analyzer &an);
+// The check that every rule-typed op's result types still agree with its rule is
+// ir::verify(graph, analyzer).
 
 } // namespace dnnc::ir
