@@ -3,6 +3,8 @@
 
 #include "base/Diagnostics.h"
 #include "ir/graph/OpRegistry.h"
+#include "ir/graph/Walk.h"
+#include "ir/sym/Analyzer.h"
 #include "base/Tensor.h"
 
 #include <fmt/format.h>
@@ -303,6 +305,33 @@ json toJson(const Graph &g) {
           {"values", std::move(values)}, {"body", regionToJson(g.body)}};
 }
 
+namespace {
+// Every phase after sema reads axes as non-negative and in range. A graph from an older
+// dnnc (JSON or an artifact) may hold negative ones, and a foreign one anything: each op's
+// rule checks its axes and gives their normalized form, written back here; an axis out
+// of range is a DataError. Other rule complaints are not re-judged: without the model's
+// asserts as facts, an equality sema proved may not be provable here.
+void normalizeAxes(Graph &g) {
+  sym::Analyzer analyzer;
+  for (const auto &[name, range] : g.dimRanges)
+    analyzer.declare(name, range.first, range.second);
+  walk(g.body, [&](Op &op) {
+    if (!opInfo(op.kind).shapeRule)
+      return;
+    RuleContext rc{op, analyzer, [](const std::string &) { return sym::var("$fresh"); }};
+    try {
+      inferResultTypes(rc);
+    } catch (const RuleError &e) {
+      if (e.kind == DiagKind::Range)
+        throw DataError(fmt::format("the graph's op '{}' at line {} is malformed: {}", opInfo(op.kind).spelling,
+                                    op.loc.begin.line, e.message));
+    }
+    for (auto &[name, normalized] : rc.normalizedAxes)
+      op.attrs[name] = std::move(normalized);
+  });
+}
+} // namespace
+
 std::unique_ptr<Graph> fromJson(const json &j) {
   auto g = std::make_unique<Graph>();
   g->name = get<std::string>(at(j, "name"), "name");
@@ -352,6 +381,7 @@ std::unique_ptr<Graph> fromJson(const json &j) {
   } catch (const InternalError &e) {
     bad(e.what());
   }
+  normalizeAxes(*g);
   return g;
 }
 

@@ -1,6 +1,7 @@
 // Rank and Dimension Propagation through sema: joins, loop fixpoints, affine growth,
 // backward pinning, ISVDOS folding, and the verifier.
 #include "frontend/Sema.h"
+#include "tests/unit/CheckedProgram.h"
 #include "ir/graph/OpRegistry.h"
 #include "ir/transforms/RankDimPropagation.h"
 
@@ -15,21 +16,8 @@ using namespace dnnc;
 
 namespace {
 
-struct Checked {
-  Program program;
-  std::string errors;
-  bool ok = false;
-};
-
-std::unique_ptr<Checked> check(const std::string &text) {
-  auto c = std::make_unique<Checked>();
-  DiagnosticEngine diags(c->program.sources());
-  c->ok = c->program.loadText("test.dnn", text, diags);
-  std::ostringstream os;
-  diags.render(os);
-  c->errors = os.str();
-  return c;
-}
+using Checked = test::CheckedProgram;
+const auto check = test::checkProgram;
 
 const NamedValue &value(Checked &c, const std::string &name) {
   const NamedValue *found = nullptr;

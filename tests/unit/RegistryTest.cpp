@@ -1,12 +1,12 @@
 // The op registry's facts agree with one another, and the verifier re-checks each op's
 // dtype and shape rule and its normalized axes.
 #include "frontend/Sema.h"
+#include "tests/unit/CheckedProgram.h"
 #include "ir/graph/OpRegistry.h"
 
 #include <catch2/catch.hpp>
 
 #include <set>
-#include <sstream>
 
 using namespace dnnc;
 using ir::OpFlag;
@@ -80,35 +80,19 @@ TEST_CASE("the registry's facts agree with one another", "[ir]") {
 
 namespace {
 
-struct Loaded {
-  Program program;
-  std::string errors;
-  bool ok = false;
-  ir::Graph &graph() { return *program.models().at(0).graph; }
-  const sym::Analyzer &analyzer() { return program.models().at(0).analyzer; }
-  ir::Op *op(ir::OpKind k) {
-    for (ir::Op *o : graph().body.ops)
-      if (o->kind == k)
-        return o;
-    FAIL("no such op");
-    return nullptr;
-  }
-};
-
-std::unique_ptr<Loaded> load(const std::string &text) {
-  auto c = std::make_unique<Loaded>();
-  DiagnosticEngine diags(c->program.sources());
-  c->ok = c->program.loadText("test.dnn", text, diags);
-  std::ostringstream os;
-  diags.render(os);
-  c->errors = os.str();
-  return c;
+// The first op of kind `k` in the model's body.
+ir::Op *firstOp(test::CheckedProgram &c, ir::OpKind k) {
+  for (ir::Op *o : c.graph().body.ops)
+    if (o->kind == k)
+      return o;
+  FAIL("no such op");
+  return nullptr;
 }
 
 } // namespace
 
 TEST_CASE("the verifier re-checks each op's dtype and shape rule", "[ir]") {
-  auto c = load(R"(
+  auto c = test::checkProgram(R"(
 dim B;
 model main(a: f32[B, 4], b: f32[B, 4], ids: i64[B]) -> (f32[B, 4], f32[]) {
   let s = softmax(a + b, axis = -1);
@@ -119,7 +103,7 @@ model main(a: f32[B, 4], b: f32[B, 4], ids: i64[B]) -> (f32[B, 4], f32[]) {
   REQUIRE(c->ok);
   REQUIRE_NOTHROW(ir::verify(c->graph(), c->analyzer())); // unique's fresh dim included
 
-  ir::Value *sum = c->op(ir::OpKind::Add)->results[0];
+  ir::Value *sum = firstOp(*c, ir::OpKind::Add)->results[0];
   const ir::TensorType good = sum->type;
   sum->type.dtype = ir::DType::I64; // the wrong element type
   CHECK_THROWS_WITH(ir::verify(c->graph(), c->analyzer()), Catch::Contains("but its rule gives f32[B, 4]"));
@@ -132,7 +116,7 @@ model main(a: f32[B, 4], b: f32[B, 4], ids: i64[B]) -> (f32[B, 4], f32[]) {
   sum->type = good;
 
   // Sema normalized the axis; a negative one left in the IR is caught.
-  ir::Op *softmax = c->op(ir::OpKind::Softmax);
+  ir::Op *softmax = firstOp(*c, ir::OpKind::Softmax);
   const ir::Attr axis = softmax->attrs.at("axis");
   CHECK(ir::attrText(axis) == "1");
   softmax->attrs["axis"] = int64_t{-1};
@@ -140,7 +124,7 @@ model main(a: f32[B, 4], b: f32[B, 4], ids: i64[B]) -> (f32[B, 4], f32[]) {
   softmax->attrs["axis"] = axis;
 
   // An EDO result's fresh dim cannot be re-derived (it passed above), but its dtype can.
-  ir::Value *uniq = c->op(ir::OpKind::Unique)->results[0];
+  ir::Value *uniq = firstOp(*c, ir::OpKind::Unique)->results[0];
   uniq->type.dtype = ir::DType::F32;
   CHECK_THROWS_WITH(ir::verify(c->graph(), c->analyzer()), Catch::Contains("op 'unique'"));
 }
