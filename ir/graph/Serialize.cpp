@@ -309,8 +309,9 @@ namespace {
 // Every phase after sema reads axes as non-negative and in range. A graph from an older
 // dnnc (JSON or an artifact) may hold negative ones, and a foreign one anything: each op's
 // rule checks its axes and gives their normalized form, written back here; an axis out
-// of range is a DataError. Other rule complaints are not re-judged: without the model's
-// asserts as facts, an equality sema proved may not be provable here.
+// of range (or a missing attribute) is a DataError. Other rule complaints are not
+// re-judged: without the model's asserts as facts, an equality sema proved may not be
+// provable here.
 void normalizeAxes(Graph &g) {
   sym::Analyzer analyzer;
   for (const auto &[name, range] : g.dimRanges)
@@ -319,12 +320,16 @@ void normalizeAxes(Graph &g) {
     if (!opInfo(op.kind).shapeRule)
       return;
     RuleContext rc{op, analyzer, [](const std::string &) { return sym::var("$fresh"); }};
+    auto malformed = [&](const std::string &what) {
+      bad(fmt::format("op '{}' at line {}: {}", opInfo(op.kind).spelling, op.loc.begin.line, what));
+    };
     try {
       inferResultTypes(rc);
     } catch (const RuleError &e) {
       if (e.kind == DiagKind::Range)
-        throw DataError(fmt::format("the graph's op '{}' at line {} is malformed: {}", opInfo(op.kind).spelling,
-                                    op.loc.begin.line, e.message));
+        malformed(e.message);
+    } catch (const std::exception &e) { // a missing or mistyped attribute of a foreign graph
+      malformed(e.what());
     }
     for (auto &[name, normalized] : rc.normalizedAxes)
       op.attrs[name] = std::move(normalized);
