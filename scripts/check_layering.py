@@ -46,13 +46,13 @@ def read_layers(path):
 
 def closure(dir_, lib_dir, deps):
     """The dnnc libraries `dir_` may use, directly or through its dependencies."""
-    seen, todo = set(), list(deps.get(dir_, []))
-    while todo:
-        lib = todo.pop()
+    seen, pending = set(), list(deps.get(dir_, []))
+    while pending:
+        lib = pending.pop()
         if lib in seen or lib not in lib_dir:
             continue
         seen.add(lib)
-        todo.extend(deps.get(lib_dir[lib], []))
+        pending.extend(deps.get(lib_dir[lib], []))
     return seen
 
 
