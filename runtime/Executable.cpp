@@ -5,6 +5,7 @@
 #include "base/Limits.h"
 #include "base/Size.h"
 #include "ir/graph/OpRegistry.h"
+#include "ir/graph/Walk.h"
 #include "runtime/HostOps.h"
 
 #include <fmt/format.h>
@@ -69,18 +70,28 @@ void checkIndices(const ir::Op &op, const std::vector<const Tensor *> &in, const
   }
   if (op.kind == ir::OpKind::Index) {
     ir::IndexAttrs ix = ir::IndexAttrs::of(op);
-    const ir::DimList &starts = ix.starts;
     size_t operand = 1;
-    for (size_t a = 0; a < starts.size(); ++a)
-      if (ix.isPoint(a)) {
-        int64_t d = in[0]->shape[a];
-        int64_t p = starts[a] ? eval(starts[a]) : in[operand++]->getInt(0);
-        if (!starts[a] && p < 0)
-          p += d;
-        if (p < 0 || p >= d)
-          throw DataError(fmt::format("index {} is out of range for dim {} of {} (size {})", p, a, in[0]->typeText(), d));
-      }
+    for (size_t a = 0; a < ix.starts.size(); ++a)
+      if (ix.isPoint(a))
+        ix.resolvePoint(a, op.operands[0]->type.dims[a], ix.starts[a] ? eval(ix.starts[a]) : in[operand++]->getInt(0),
+                        in[0]->shape[a], in[0]->typeText());
   }
+  // A fused kernel's index ops have static points only (fusion leaves runtime indices
+  // alone), but `x[-3]` is `d - 3`, which a small binding makes negative.
+  if (op.kind == ir::OpKind::Fused)
+    ir::walk(*op.regions[0], [&](const ir::Op &member) {
+      if (member.kind != ir::OpKind::Index)
+        return;
+      ir::IndexAttrs ix = ir::IndexAttrs::of(member);
+      const ir::TensorType &x = member.operands[0]->type;
+      for (size_t a = 0; a < ix.starts.size(); ++a)
+        if (ix.isPoint(a)) {
+          std::vector<int64_t> shape;
+          for (sym::ExprRef d : x.dims)
+            shape.push_back(eval(d));
+          ix.resolvePoint(a, x.dims[a], eval(ix.starts[a]), shape[a], shapeText(x.dtype, shape));
+        }
+    });
 }
 } // namespace
 

@@ -210,9 +210,8 @@ std::vector<Tensor> index(const HostOpContext &c) {
       return v < 0 ? v + d : v;
     };
     if (ix.isPoint(a)) {
-      int64_t p = bound(starts[a]);
-      if (p < 0 || p >= d)
-        throw DataError(fmt::format("index {} is out of range for dim {} of {} (size {})", p, a, x.typeText(), d));
+      int64_t value = starts[a] ? dimOf(c, starts[a]) : c.in.at(next++)->getInt(0);
+      int64_t p = ix.resolvePoint(a, c.op.operands[0]->type.dims[a], value, d, x.typeText());
       first.push_back(p), count.push_back(1), step.push_back(1);
       continue;
     }

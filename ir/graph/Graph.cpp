@@ -49,6 +49,17 @@ IndexAttrs IndexAttrs::of(const Op &op) {
   return {op.get<DimList>("starts"), op.get<DimList>("stops"), op.get<DimList>("steps"), op.get<DimList>("points")};
 }
 
+int64_t IndexAttrs::resolvePoint(size_t axis, sym::ExprRef dim, int64_t value, int64_t d, const std::string &typeText) const {
+  int64_t point = !starts[axis] && value < 0 ? value + d : value;
+  if (point >= 0 && point < d)
+    return point;
+  int64_t written = value;
+  if (starts[axis]) // a literal -k that sema rewrote as `dim - k`
+    if (auto k = sym::sub(starts[axis], dim)->asConst(); k && *k < 0)
+      written = *k;
+  throw DataError(fmt::format("index {} is out of range for dim {} of {} (size {})", written, axis, typeText, d));
+}
+
 std::map<std::string, Attr> IndexAttrs::make(DimList starts, DimList stops, DimList steps, DimList points) {
   return {{"starts", std::move(starts)}, {"stops", std::move(stops)}, {"steps", std::move(steps)}, {"points", std::move(points)}};
 }

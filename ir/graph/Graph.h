@@ -69,6 +69,11 @@ struct IndexAttrs {
   static std::map<std::string, Attr> make(DimList starts, DimList stops, DimList steps, DimList points);
   bool isPoint(size_t axis) const { return points[axis]->asConst() == 1; }
   int64_t step(size_t axis) const { return *steps[axis]->asConst(); } // sema allows constants only
+  // The point on `axis` of a `typeText` operand whose dim is `dim` (`d` at this binding),
+  // counted from the end when negative and checked against `d`: a DataError names the index
+  // as the user wrote it. `value` is the static start evaluated (sema already added the dim to
+  // a negative literal) or, for a runtime index, the operand's value.
+  int64_t resolvePoint(size_t axis, sym::ExprRef dim, int64_t value, int64_t d, const std::string &typeText) const;
 };
 
 // One model after sema: its body region (inputs are the region's arguments, outputs its

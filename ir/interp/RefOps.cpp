@@ -723,9 +723,8 @@ Tensor index(const RefContext &c) {
       return (!e && v < 0) ? v + d : v; // static negatives were normalized by sema
     };
     if (ix.isPoint(a)) {
-      int64_t p = bound(starts[a]);
-      if (p < 0 || p >= d)
-        throw DataError(fmt::format("index {} is out of range for dim {} of {} (size {})", p, a, x.typeText(), d));
+      int64_t value = starts[a] ? c.dim(starts[a]) : c.in.at(next++)->getInt(0);
+      int64_t p = ix.resolvePoint(a, c.op.operands[0]->type.dims[a], value, d, x.typeText());
       begin.push_back(p), count.push_back(1), step.push_back(1), drop.push_back(true);
       continue;
     }

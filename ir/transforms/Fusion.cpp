@@ -62,9 +62,12 @@ private:
     return reduction_ && isReduction(op.kind);
   }
   // An out-fusable op (the matmul) joins an elementwise root as its GEMM's epilogue: f32
-  // matrices (not vectors), and the root reads it at its own shape (no broadcasting).
+  // matrices (not vectors), and the root reads it at its own shape (no broadcasting). The
+  // GEMM accumulates in the root's result buffer, so that is f32 too (a cast to f16 there
+  // would have f32 sums written over half the bytes they need).
   bool mayJoinAsGemm(const Op &root, const Op &p) const {
-    if (!elementwise_ || opInfo(p.kind).pattern != OpPattern::OutFusable || !isElementwise(root.kind))
+    if (!elementwise_ || opInfo(p.kind).pattern != OpPattern::OutFusable || !isElementwise(root.kind) ||
+        root.results[0]->type.dtype != DType::F32)
       return false;
     for (const Value *v : {p.operands[0], p.operands[1], p.results[0]})
       if (v->type.dtype != DType::F32 || v->type.rank() < 2)

@@ -73,7 +73,7 @@ erf_v = np.vectorize(math.erf, otypes=[np.float64])
 
 UNARY = {
     "neg": lambda x: -x, "abs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x),
-    "tanh": np.tanh, "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)), "relu": lambda x: np.where(x > 0, x, 0.0),
+    "tanh": np.tanh, "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)), "relu": lambda x: np.maximum(x, 0.0),  # NaN stays NaN (docs/semantics.md)
     "gelu": lambda x: 0.5 * x * (1.0 + erf_v(x / math.sqrt(2.0))), "silu": lambda x: x / (1.0 + np.exp(-x)),
     "erf": erf_v, "sin": np.sin, "cos": np.cos, "floor": np.floor, "ceil": np.ceil, "round": np.rint,
     "sign": np.sign, "not": lambda x: x == 0,

@@ -39,7 +39,7 @@ class BadInputs(unittest.TestCase):
             self.assertIn(message, lines[0])
             self.assertFalse(os.path.exists(os.path.join(d, "out")), "output was written despite the error")
 
-    def fails_everywhere(self, source, args, message, env=None):
+    def fails_everywhere(self, source, args, message, env=None, files=None):
         """`source` (model text) fails with `message` on every device, sizes checked before
         anything is allocated."""
         with tempfile.TemporaryDirectory() as d:
@@ -51,7 +51,7 @@ class BadInputs(unittest.TestCase):
                     old = {k: os.environ.get(k) for k in (env or {})}
                     os.environ.update(env or {})
                     try:
-                        self.fails(model, args + ["--device", device], message)
+                        self.fails(model, args + ["--device", device], message, files)
                     finally:
                         for k, v in old.items():
                             if v is None:
@@ -65,6 +65,21 @@ class BadInputs(unittest.TestCase):
         self.fails_everywhere("dim H;\nmodel main(x: f32[1, 1, H, H], w: f32[1, 1, 5, 5]) -> f32[1, 1, P, P] {\n"
                               "  return conv2d(x, w);\n}\n", ["--bind", "H=3"],
                               "the result of 'conv2d' at line 3 is f32[1, 1, H - 4, H - 4]: dim 2 is H - 4 = -1, which is negative at H = 3")
+
+    def test_index_out_of_range(self):
+        """A point index outside its dim names the index as written: a negative literal that
+        sema made `C - 3` (inside a fused kernel it once wrote outside the arena), a runtime
+        index, an index tensor of `take`."""
+        self.fails_everywhere("dim C;\nmodel main(x: f32[C, 8]) -> f32[8] {\n  return relu(x[-3] * 2.0);\n}\n",
+                              ["--bind", "C=2"], "index -3 is out of range for dim 0 of f32[2, 8] (size 2)")
+        self.fails_everywhere("dim C;\nmodel main(x: i64[C, 8]) -> i64[1, 1] {\n  return unsqueeze(x, 2)[-3, 1:2:1];\n}\n",
+                              ["--bind", "C=2"], "index -3 is out of range for dim 0 of i64[2, 8, 1] (size 2)")
+        self.fails_everywhere("dim C;\nmodel main(x: f32[C, 8], i: i64[]) -> f32[8] {\n  return x[i] * 2.0;\n}\n",
+                              ["--bind", "C=2", "--input", "i=%d/i.npy"], "index -3 is out of range for dim 0 of f32[2, 8] (size 2)",
+                              files={"i.npy": np.array(-3, np.int64)})
+        self.fails_everywhere("dim C;\nmodel main(x: f32[C, 8], i: i64[3]) -> f32[3, 8] {\n  return take(x, i, 0);\n}\n",
+                              ["--bind", "C=2", "--input", "i=%d/i.npy"], "index 5 is out of range for dim 0 of f32[2, 8] (size 2)",
+                              files={"i.npy": np.array([0, 5, 1], np.int64)})
 
     def test_max_iterations(self):
         self.fails_everywhere("dim B;\nmodel main(x: f32[B]) -> f32[B] {\n  var y = x;\n  while sum(y) > -1.0e30 {\n"
