@@ -69,6 +69,19 @@ class CpuTarget final : public Target {
 public:
   std::string_view name() const override { return "cpu"; }
   const lower::ScheduleOptions &schedule() const override { return lower::kCpuSchedule; }
+  // Which loops make the range the threads split (collapsed), and the work of one of its
+  // iterations, from which the runtime sizes its chunks.
+  std::string kernelNote(const kir::Kernel &k) const override {
+    std::vector<const kir::Stmt *> nest = k.parallelNest();
+    if (nest.empty())
+      return fmt::format("// cpu: {} runs on one thread\n", k.name);
+    std::string loops;
+    for (const kir::Stmt *loop : nest)
+      loops += (loops.empty() ? "" : " x ") + loop->var;
+    rt::KernelInfo info = lower::kernelInfo(k);
+    return fmt::format("// cpu: {} splits {} iterations (loops {} collapsed) across threads, work {} each\n", k.name,
+                       info.parallelExtent->str(), loops, info.work->str());
+  }
   std::unique_ptr<rt::Device> makeDevice(const lower::LoweredGraph &lowered, const TargetOptions &) const override {
     std::shared_ptr<CpuModule> module = CpuModule::compile(lowered.kernelPointers());
     return std::make_unique<rt::CpuDevice>(module->lookup(lowered.kernelPointers()), module);

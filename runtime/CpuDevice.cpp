@@ -3,7 +3,16 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace dnnc::rt {
+
+namespace {
+// The time of one work unit (an innermost iteration, Lower's kernelInfo), roughly: units
+// differ (a vectorized add, an exp), so this is the middle of what the kernels measured
+// in docs/performance.md ("Parallelism") take per unit.
+constexpr double kNsPerWorkUnit = 0.5;
+} // namespace
 
 std::string CpuDevice::name() const { return fmt::format("cpu, {} threads", pool_.threads()); }
 
@@ -16,13 +25,15 @@ void CpuDevice::launch(size_t kernel, const KernelInfo &info, const std::vector<
     buffers.push_back(t.data());
   KernelFn fn = fns_.at(kernel);
   const int64_t *dims = launch.dims.data();
-  // Below this much work a kernel finishes before the threads would wake up.
-  constexpr int64_t kMinParallelWork = 1 << 15;
-  if (!info.parallelExtent || pool_.threads() == 1 || launch.extent * launch.work < kMinParallelWork) {
+  if (!info.parallelExtent || pool_.threads() == 1) {
     fn(buffers.data(), dims, 0, launch.extent);
     return;
   }
-  pool_.parallelFor(launch.extent, [&](int64_t begin, int64_t end) { fn(buffers.data(), dims, begin, end); });
+  // The pool splits the work into chunks that pay for a thread's wake-up each: none for a
+  // small kernel, which runs here.
+  double costNs = static_cast<double>(launch.extent) * static_cast<double>(launch.work) * kNsPerWorkUnit;
+  pool_.parallelFor(launch.extent, [&](int64_t begin, int64_t end) { fn(buffers.data(), dims, begin, end); },
+                    static_cast<int64_t>(std::min(costNs, 1e18)));
 }
 
 } // namespace dnnc::rt

@@ -2,6 +2,7 @@
 #include "runtime/ThreadPool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <system_error>
@@ -35,6 +36,33 @@ ThreadPool::~ThreadPool() {
     t.join();
 }
 
+namespace {
+void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Spins until `ready()` or ThreadPool::kSpinNs have passed; returns ready(). It yields
+// the core now and then, so that on a machine with more threads than cores the thread
+// whose chunk it waits for can run.
+template <class Ready> bool spinUntil(Ready ready) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(ThreadPool::kSpinNs);
+  for (unsigned k = 1;; ++k) {
+    if (ready())
+      return true;
+    cpuRelax();
+    if (k % 64 == 0) {
+      if (std::chrono::steady_clock::now() > until)
+        return ready();
+      std::this_thread::yield();
+    }
+  }
+}
+} // namespace
+
 // Takes chunks until none is left; called with the mutex held, returns with it held.
 void ThreadPool::runChunks() {
   while (next_ < n_) {
@@ -48,24 +76,31 @@ void ThreadPool::runChunks() {
 }
 
 void ThreadPool::work() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  uint64_t seen = generation_;
+  uint64_t seen = 0;
   for (;;) {
+    // Awake for a while after each job: the next kernel usually follows at once.
+    spinUntil([&] { return stopping_ || generation_ != seen; });
+    std::unique_lock<std::mutex> lock(mutex_);
     wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
     if (stopping_)
       return;
     seen = generation_;
     ++busy_;
     runChunks();
-    if (--busy_ == 0)
+    if (--busy_ == 0 && waiting_)
       done_.notify_all();
   }
 }
 
-void ThreadPool::parallelFor(int64_t n, const std::function<void(int64_t, int64_t)> &fn) {
+void ThreadPool::parallelFor(int64_t n, const std::function<void(int64_t, int64_t)> &fn, int64_t costNs) {
   if (n <= 0)
     return;
-  if (workers_.empty() || n == 1) {
+  // A few chunks per thread balance uneven chunks (and threads the system preempts)
+  // without much locking; each must be worth a hand-off.
+  int64_t chunks = std::min<int64_t>(n, 4 * static_cast<int64_t>(threads()));
+  if (costNs >= 0)
+    chunks = std::min(chunks, costNs / kMinChunkNs);
+  if (workers_.empty() || chunks <= 1) {
     fn(0, n);
     return;
   }
@@ -73,14 +108,29 @@ void ThreadPool::parallelFor(int64_t n, const std::function<void(int64_t, int64_
   job_ = &fn;
   n_ = n;
   next_ = 0;
-  // A few chunks per thread balance uneven chunks without much locking.
-  chunk_ = std::max<int64_t>(1, n / (4 * static_cast<int64_t>(threads())));
+  chunk_ = (n + chunks - 1) / chunks;
   ++generation_;
-  wake_.notify_all();
   ++busy_;
+  // Spinning workers see the new generation; sleeping ones are woken, as many as there
+  // are chunks for besides the caller's.
+  auto helpers = static_cast<size_t>(chunks - 1);
+  if (helpers >= workers_.size())
+    wake_.notify_all();
+  else
+    for (size_t k = 0; k < helpers; ++k)
+      wake_.notify_one();
   runChunks();
   --busy_;
-  done_.wait(lock, [&] { return busy_ == 0 && next_ >= n_; });
+  // Every chunk is taken; the workers still running theirs are about to finish.
+  lock.unlock();
+  if (!spinUntil([&] { return busy_ == 0; })) {
+    lock.lock();
+    waiting_ = true;
+    done_.wait(lock, [&] { return busy_ == 0; });
+    waiting_ = false;
+    lock.unlock();
+  }
+  lock.lock();
   job_ = nullptr;
 }
 

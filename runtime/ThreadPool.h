@@ -1,8 +1,11 @@
 // A fixed pool of worker threads for the CPU device: parallelFor splits an index range
-// into chunks that the workers and the calling thread take in turn. Kernels do not throw,
-// so a chunk function must not either.
+// into chunks that the workers and the calling thread take in turn. An idle worker spins
+// for kSpinNs before it sleeps, so that back-to-back kernels find it awake (no futex wake
+// each) while a pool idle for longer burns no core. Kernels do not throw, so a chunk
+// function must not either.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -29,7 +32,19 @@ public:
   unsigned threads() const { return static_cast<unsigned>(workers_.size()) + 1; }
   unsigned requested() const { return requested_; }
   // Calls fn(begin, end) on disjoint chunks covering [0, n); returns when all are done.
-  void parallelFor(int64_t n, const std::function<void(int64_t, int64_t)> &fn);
+  // `costNs` estimates the whole job's time on one thread: it is cut into chunks worth at
+  // least kMinChunkNs each (a few per thread at most, for balance), so a job worth less
+  // than two runs on the calling thread alone. Without an estimate (-1) all threads share it.
+  void parallelFor(int64_t n, const std::function<void(int64_t, int64_t)> &fn, int64_t costNs = -1);
+
+  // What handing a chunk to an awake worker costs the job, with margin: the round trip of
+  // an empty two-chunk parallelFor is 1-2 us on the 2-core machine the figures in
+  // docs/performance.md ("Parallelism") come from (bench/pool_bench.cpp measures it).
+  static constexpr int64_t kMinChunkNs = 4000;
+  // How long an idle worker (and a caller waiting on the last chunks) spins before it
+  // sleeps: longer than the host's work between two kernels of a model, short enough that
+  // an idle pool costs nothing.
+  static constexpr int64_t kSpinNs = 50000;
 
   // The process-wide pool: DNNC_NUM_THREADS threads, else one per hardware thread.
   static ThreadPool &global();
@@ -47,11 +62,14 @@ private:
   unsigned requested_ = 1;
   std::mutex mutex_;
   std::condition_variable wake_, done_;
+  // The job; guarded by mutex_.
   const std::function<void(int64_t, int64_t)> *job_ = nullptr;
   int64_t n_ = 0, chunk_ = 1, next_ = 0;
-  unsigned busy_ = 0;
-  uint64_t generation_ = 0;
-  bool stopping_ = false;
+  bool waiting_ = false; // the caller sleeps on done_
+  // Written under mutex_, read without it by spinning threads.
+  std::atomic<unsigned> busy_{0}; // threads inside runChunks
+  std::atomic<uint64_t> generation_{0}; // jobs started
+  std::atomic<bool> stopping_{false};
 };
 
 } // namespace dnnc::rt

@@ -16,11 +16,15 @@ protected:
     fn_->addFnAttr("min-legal-vector-width", std::to_string(vectorWidth_ * 32));
     stmt(*k_.body);
   }
-  // The parallel loop runs the chunk [begin, end) the runtime hands this call.
+  // The parallel nest runs the chunk [begin, end) of its collapsed range that the runtime
+  // hands this call; a single parallel loop as itself, which keeps its vectorizer hint.
   void forStmt(const kir::Stmt &s) override {
-    if (&s == k_.parallelLoop())
+    if (&s != k_.parallelLoop())
+      return KernelEmitter::forStmt(s);
+    std::vector<const kir::Stmt *> nest = k_.parallelNest();
+    if (nest.size() == 1)
       return loopOver(s, fn_->getArg(2), fn_->getArg(3), b_.getInt64(1));
-    KernelEmitter::forStmt(s);
+    collapsedLoop(nest, fn_->getArg(2), fn_->getArg(3), b_.getInt64(1));
   }
   void gemmStmt(const kir::Gemm &g) override;
 

@@ -848,13 +848,19 @@ rt::KernelInfo kernelInfo(const kir::Kernel &k) {
   rt::KernelInfo info;
   info.name = k.name;
   info.dims = k.dims();
-  if (const Stmt *p = k.parallelLoop()) {
-    info.parallelExtent = p->extent;
-    ExprRef w = c(0);
-    for (const StmtPtr &b : p->body)
+  if (std::vector<const Stmt *> nest = k.parallelNest(); !nest.empty()) {
+    // The runtime splits the collapsed range of the whole nest.
+    ExprRef extent = c(1), w = c(0);
+    std::map<std::string, ExprRef> first;
+    for (const Stmt *loop : nest) {
+      extent = sym::mul(extent, loop->extent);
+      first[loop->var] = c(0);
+    }
+    for (const StmtPtr &b : nest.back()->body)
       w = sym::add(w, workOf(*b));
+    info.parallelExtent = extent;
     // Estimated at the first iteration (a GEMM's row block is full there).
-    info.work = sym::substitute(w, {{p->var, c(0)}});
+    info.work = sym::substitute(w, first);
   }
   gpu::Grid grid = gpu::gridOf(k);
   info.gridX = grid.x, info.gridY = grid.y, info.blockThreads = grid.threads;

@@ -31,10 +31,10 @@ StmtPtr loopNest(const Dims &shape, const Dims &idx, std::vector<StmtPtr> inner)
   bool straight = std::none_of(inner.begin(), inner.end(), [](const StmtPtr &s) { return s->kind == Stmt::Kind::For; });
   StmtPtr s;
   for (size_t k = shape.size(); k-- > 0;) {
-    // A single loop stays parallel (the CPU back end still vectorizes its straight body).
-    Stmt::Schedule sched = k == 0                                ? Stmt::Schedule::Parallel
-                           : (k == shape.size() - 1 && straight) ? Stmt::Schedule::Vectorize
-                                                                 : Stmt::Schedule::Serial;
+    // Every loop is parallel (one collapsed range, Kernel::parallelNest) but the innermost
+    // over straight-line code, which is vectorized; a single loop stays parallel (the CPU
+    // back end still vectorizes its straight body).
+    Stmt::Schedule sched = k > 0 && k == shape.size() - 1 && straight ? Stmt::Schedule::Vectorize : Stmt::Schedule::Parallel;
     std::vector<StmtPtr> body;
     if (s)
       body.push_back(std::move(s));

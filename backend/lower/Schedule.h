@@ -29,8 +29,9 @@ constexpr int64_t kGemmRowBlock = 64;
 // A body of one statement.
 std::vector<kir::StmtPtr> one(kir::StmtPtr s);
 
-// A loop nest over `shape` (loop variables `idx`) around `inner`: the outermost loop
-// parallel, the innermost vectorized when its body is straight-line code.
+// A loop nest over `shape` (loop variables `idx`) around `inner`: the innermost loop
+// vectorized when its body is straight-line code, every other loop parallel (the runtime
+// splits their collapsed range: the rows of a softmax over [B, T, D] are B*T units).
 kir::StmtPtr loopNest(const std::vector<sym::ExprRef> &shape, const std::vector<sym::ExprRef> &idx,
                       std::vector<kir::StmtPtr> inner);
 

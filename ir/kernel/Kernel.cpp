@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <set>
 
 namespace dnnc::kir {
@@ -218,6 +219,24 @@ void printStmt(const Kernel &k, const Stmt &s, int depth, std::string &out) {
 
 const Stmt *Kernel::parallelLoop() const {
   return body->kind == Stmt::Kind::For && body->schedule == Stmt::Schedule::Parallel ? body.get() : nullptr;
+}
+
+std::vector<const Stmt *> Kernel::parallelNest() const {
+  std::vector<const Stmt *> nest;
+  std::set<std::string> vars;
+  for (const Stmt *s = parallelLoop(); s;) {
+    nest.push_back(s);
+    vars.insert(s->var);
+    const Stmt *inner = s->body.size() == 1 ? s->body[0].get() : nullptr;
+    if (!inner || inner->kind != Stmt::Kind::For || inner->schedule != Stmt::Schedule::Parallel)
+      break;
+    // A range that depends on an outer index is no rectangle to collapse.
+    auto uses = sym::freeVars(inner->extent);
+    if (std::any_of(uses.begin(), uses.end(), [&](const std::string &v) { return vars.count(v) != 0; }))
+      break;
+    s = inner;
+  }
+  return nest;
 }
 
 std::vector<std::string> Kernel::dims() const {

@@ -109,6 +109,11 @@ struct Kernel {
   // The outermost loop when it is parallel: the runtime splits its range across threads
   // (CPU) or maps it onto the grid (GPU). Null when the kernel runs as one piece.
   const Stmt *parallelLoop() const;
+  // The parallel loop and the parallel loops perfectly nested in it, outermost first: one
+  // collapsed range of independent iterations (the rows of [B, T, D] are B*T, not B), so
+  // that a kernel splits across threads even where its outermost dim is 1. Empty without
+  // a parallel loop.
+  std::vector<const Stmt *> parallelNest() const;
 };
 
 std::string print(const Kernel &k);
