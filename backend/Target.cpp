@@ -79,8 +79,9 @@ public:
     for (const kir::Stmt *loop : nest)
       loops += (loops.empty() ? "" : " x ") + loop->var;
     rt::KernelInfo info = lower::kernelInfo(k);
-    return fmt::format("// cpu: {} splits {} iterations (loops {} collapsed) across threads, work {} each\n", k.name,
-                       info.parallelExtent->str(), loops, info.work->str());
+    return fmt::format("// cpu: {} splits {} iterations (loop{} {}{}) across threads, work {} each\n", k.name,
+                       info.parallelExtent->str(), nest.size() > 1 ? "s" : "", loops, nest.size() > 1 ? " collapsed" : "",
+                       info.work->str());
   }
   std::unique_ptr<rt::Device> makeDevice(const lower::LoweredGraph &lowered, const TargetOptions &) const override {
     std::shared_ptr<CpuModule> module = CpuModule::compile(lowered.kernelPointers());

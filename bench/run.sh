@@ -18,7 +18,9 @@ fi
 python=$venv/bin/python
 "$python" -c "import numpy" 2>/dev/null || python=/usr/bin/python3
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build --target dnnc gemm_bench
+cmake --build build --target dnnc gemm_bench pool_bench
 echo "== GEMM vs FMA peak"; ./build/bench/gemm_bench --threads "$threads"
 echo "== dnnc vs peers"; "$python" bench/peers.py --dnnc build/dnnc --threads "$threads" "$@"
+echo "== thread pool hand-off"; ./build/bench/pool_bench --threads "$threads"
+echo "== a second thread (2 threads vs 1)"; /usr/bin/python3 bench/parallel.py --dnnc build/dnnc
 echo "== fusion and memory planning"; /usr/bin/python3 bench/optimizations.py --dnnc build/dnnc --threads "$threads"

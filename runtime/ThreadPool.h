@@ -37,9 +37,10 @@ public:
   // than two runs on the calling thread alone. Without an estimate (-1) all threads share it.
   void parallelFor(int64_t n, const std::function<void(int64_t, int64_t)> &fn, int64_t costNs = -1);
 
-  // What handing a chunk to an awake worker costs the job, with margin: the round trip of
-  // an empty two-chunk parallelFor is 1-2 us on the 2-core machine the figures in
-  // docs/performance.md ("Parallelism") come from (bench/pool_bench.cpp measures it).
+  // The least a chunk must be worth to be handed to another thread: the caller's side of
+  // an empty two-chunk parallelFor measured 0.1-0.4 us with the workers awake and about
+  // 1 us with them asleep (bench/pool_bench.cpp; docs/performance.md, "Parallelism"),
+  // and 4 us leaves a margin for the woken worker's own latency.
   static constexpr int64_t kMinChunkNs = 4000;
   // How long an idle worker (and a caller waiting on the last chunks) spins before it
   // sleeps: longer than the host's work between two kernels of a model, short enough that

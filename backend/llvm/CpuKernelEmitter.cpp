@@ -24,13 +24,63 @@ protected:
     std::vector<const kir::Stmt *> nest = k_.parallelNest();
     if (nest.size() == 1)
       return loopOver(s, fn_->getArg(2), fn_->getArg(3), b_.getInt64(1));
-    collapsedLoop(nest, fn_->getArg(2), fn_->getArg(3), b_.getInt64(1));
+    collapsedChunk(nest);
   }
   void gemmStmt(const kir::Gemm &g) override;
 
 private:
+  void collapsedChunk(const std::vector<const kir::Stmt *> &nest);
+
   unsigned vectorWidth_; // f32 lanes of the widest vector the host has
 };
+
+// The chunk [begin, end) of the collapsed range of `nest` (outermost first; the innermost
+// index varies fastest): begin is split into the loops' indices once, then each iteration
+// runs the innermost loop's body and advances the indices like an odometer, so that an
+// iteration (often a row of a few dozen elements) costs no division. An empty chunk
+// divides by nothing (its range may hold a dim of 0).
+void CpuKernelEmitter::collapsedChunk(const std::vector<const kir::Stmt *> &nest) {
+  llvm::Value *begin = fn_->getArg(2), *end = fn_->getArg(3);
+  llvm::Type *i64 = b_.getInt64Ty();
+  onlyIf(b_.CreateICmpSLT(begin, end), [&] {
+    std::vector<llvm::Value *> extents(nest.size());
+    std::vector<llvm::AllocaInst *> at(nest.size());
+    llvm::Value *rest = begin;
+    for (size_t k = nest.size(); k-- > 0;) {
+      extents[k] = index(nest[k]->extent);
+      at[k] = entryAlloca(i64, nest[k]->var + ".at");
+      b_.CreateStore(k > 0 ? b_.CreateURem(rest, extents[k]) : rest, at[k]);
+      if (k > 0)
+        rest = b_.CreateUDiv(rest, extents[k]);
+    }
+    forLoop(nest.front()->var + ".chunk", begin, end, 1, [&](llvm::Value *) {
+      std::vector<llvm::Value *> idx;
+      std::map<std::string, llvm::Value *> saved;
+      for (size_t k = 0; k < nest.size(); ++k) {
+        idx.push_back(b_.CreateLoad(i64, at[k]));
+        saved[nest[k]->var] = vars_.count(nest[k]->var) ? vars_[nest[k]->var] : nullptr;
+        vars_[nest[k]->var] = idx.back();
+      }
+      for (const auto &c : nest.back()->body)
+        stmt(*c);
+      for (auto &[name, value] : saved)
+        vars_[name] = value;
+      // Add one to the innermost index; an index that reaches its extent wraps to 0 and
+      // carries one into the next outer (the outermost never wraps inside the range).
+      llvm::Value *carry = b_.getInt64(1);
+      for (size_t k = nest.size(); k-- > 0;) {
+        llvm::Value *next = b_.CreateAdd(idx[k], carry);
+        if (k == 0) {
+          b_.CreateStore(next, at[k]);
+          break;
+        }
+        llvm::Value *wraps = b_.CreateICmpEQ(next, extents[k]);
+        b_.CreateStore(b_.CreateSelect(wraps, b_.getInt64(0), next), at[k]);
+        carry = b_.CreateZExt(wraps, i64);
+      }
+    });
+  });
+}
 
 // The GEMM schedule: blocks of kDepthBlock along k, panels of two vectors of columns
 // (packed, so the panel stays in L1), and a micro-kernel of kRows x 2 vector accumulators that

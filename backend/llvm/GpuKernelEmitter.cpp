@@ -80,10 +80,28 @@ void GpuKernelEmitter::emitBody() {
 // gpu::loopNest of grid loop `s` as one grid-stride loop over the product of its extents.
 void GpuKernelEmitter::collapsedParallelLoop(const kir::Stmt &s) {
   std::vector<const kir::Stmt *> chain = gpu::loopNest(s, mapping_);
+  std::vector<llvm::Value *> extents;
   llvm::Value *total = b_.getInt64(1);
-  for (const kir::Stmt *loop : chain)
-    total = b_.CreateMul(total, index(loop->extent));
-  collapsedLoop(chain, begin_, total, step_);
+  for (const kir::Stmt *loop : chain) {
+    extents.push_back(index(loop->extent));
+    total = b_.CreateMul(total, extents.back());
+  }
+  forLoop(s.var + ".flat", begin_, total, step_, [&](llvm::Value *flat) {
+    std::map<std::string, llvm::Value *> saved;
+    for (size_t k = chain.size(); k-- > 0;) { // the innermost varies fastest
+      llvm::Value *i = flat;
+      if (k > 0) {
+        i = b_.CreateURem(flat, extents[k]);
+        flat = b_.CreateUDiv(flat, extents[k]);
+      }
+      saved[chain[k]->var] = vars_.count(chain[k]->var) ? vars_[chain[k]->var] : nullptr;
+      vars_[chain[k]->var] = i;
+    }
+    for (const auto &c : chain.back()->body)
+      stmt(*c);
+    for (auto &[name, value] : saved)
+      vars_[name] = value;
+  });
 }
 
 void GpuKernelEmitter::storeStmt(const kir::Stmt &s) {

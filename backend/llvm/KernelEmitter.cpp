@@ -444,29 +444,6 @@ void KernelEmitter::loopOver(const kir::Stmt &s, llvm::Value *start, llvm::Value
   }
 }
 
-void KernelEmitter::collapsedLoop(const std::vector<const kir::Stmt *> &nest, llvm::Value *start, llvm::Value *end,
-                                  llvm::Value *step) {
-  std::vector<llvm::Value *> extents;
-  for (const kir::Stmt *loop : nest)
-    extents.push_back(index(loop->extent));
-  forLoop(nest.front()->var + ".flat", start, end, step, [&](llvm::Value *flat) {
-    std::map<std::string, llvm::Value *> saved;
-    for (size_t k = nest.size(); k-- > 0;) { // the innermost varies fastest
-      llvm::Value *i = flat;
-      if (k > 0) {
-        i = b_.CreateURem(flat, extents[k]);
-        flat = b_.CreateUDiv(flat, extents[k]);
-      }
-      saved[nest[k]->var] = vars_.count(nest[k]->var) ? vars_[nest[k]->var] : nullptr;
-      vars_[nest[k]->var] = i;
-    }
-    for (const auto &c : nest.back()->body)
-      stmt(*c);
-    for (auto &[name, value] : saved)
-      vars_[name] = value;
-  });
-}
-
 llvm::AllocaInst *KernelEmitter::entryAlloca(llvm::Type *t, const std::string &name) {
   llvm::IRBuilder<> atEntry(entry_, entry_->begin());
   return atEntry.CreateAlloca(t, nullptr, name);

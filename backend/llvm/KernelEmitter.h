@@ -102,12 +102,6 @@ protected:
   // `s` (a For) as the loop start, start + step, ... below end, with its body, marked for
   // the vectorizer when its schedule says so.
   void loopOver(const kir::Stmt &s, llvm::Value *start, llvm::Value *end, llvm::Value *step);
-  // The perfectly nested loops `nest` (outermost first) as one loop over the flat
-  // iterations start, start + step, ... below end of their collapsed range, each flat
-  // index split into the loops' variables (the innermost varies fastest); then the body of
-  // the innermost. The CPU runs a thread's chunk of a parallel nest so, the GPU a
-  // thread's share of its grid.
-  void collapsedLoop(const std::vector<const kir::Stmt *> &nest, llvm::Value *start, llvm::Value *end, llvm::Value *step);
   llvm::AllocaInst *entryAlloca(llvm::Type *t, const std::string &name);
 
   // for (i = start; i < end; i += step) body(i); returns the latch branch and leaves the
