@@ -87,6 +87,14 @@ CASES = {
     "pad": ("pad(a, [1, 2])", lambda a: np.pad(a, ((1, 2), (0, 0))), [MN], "M + 3, N", "any"),
     "slice": ("a[1:, -2]", lambda a: a[1:, -2], ["M + 1, N + 2"], M_, "any"),
     "reuse": ("a * a + exp(a) * a", lambda a: a * a + np.exp(a) * a, [MN], MN, "any"),
+    # Compositions: an MLP's log-probabilities, a layer norm, an attention head.
+    "mlp": ("log_softmax(relu(a @ b) @ c, -1)", lambda a, b, c: np.log(softmax(np.maximum(a @ b, 0) @ c, -1)),
+            [MN, "N, 6", "6, 3"], "M, 3", "any"),
+    "layer_norm": ("(a - mean(a, -1, keepdims = true)) * rsqrt(mean((a - mean(a, -1, keepdims = true)) ** 2.0, -1, "
+                   "keepdims = true) + 0.1) * b", lambda a, b: (a - a.mean(-1, keepdims=True)) /
+                   np.sqrt(((a - a.mean(-1, keepdims=True)) ** 2).mean(-1, keepdims=True) + 0.1) * b, [MN, N_], MN, "any"),
+    "attention": ("softmax(a @ transpose(b) * 0.5, -1) @ c", lambda a, b, c: softmax(a @ b.T * 0.5, -1) @ c,
+                  [MN, MN, MN], MN, "any"),
 }
 SHAPES = [{"M": 1, "N": 1}, {"M": 3, "N": 5}, {"M": 4, "N": 8}]
 R = {}  # the binding a NumPy twin may read (broadcast_to's target)
@@ -96,12 +104,13 @@ def shape_of(text, binding):
     return tuple(int(eval(d, {}, dict(binding))) for d in text.split(",")) if text else ()
 
 
-def values(rng, shape, kind):
+def values(rng, shape, kind, j):
+    """Operand j's values: no two within 0.01 of each other or of a kink, across operands too."""
     x = rng.uniform(0.2, 1.5, shape) * np.where(rng.random(shape) < 0.5, -1, 1)
     if kind == "pos":
         return np.abs(x)
     if kind == "distinct":  # ties and kinks of max/min/clip stay out of the differences' reach
-        return (rng.permutation(np.prod(shape, dtype=int)).reshape(shape) - np.prod(shape) / 2) * 0.25 + 0.1
+        return (rng.permutation(np.prod(shape, dtype=int)).reshape(shape) - np.prod(shape) / 2) * 0.25 + 0.1 + 0.037 * j
     return x
 
 
@@ -133,10 +142,11 @@ class Gradients(unittest.TestCase):
         rng = np.random.default_rng(len(name))
         with tempfile.TemporaryDirectory() as d:
             model = os.path.join(d, "m.dnn")
-            open(model, "w").write(source)
+            with open(model, "w") as f:
+                f.write(source)
             for binding in SHAPES:
                 R.update(binding)
-                args = [values(rng, shape_of(s, binding), kind) for s in shapes]
+                args = [values(rng, shape_of(s, binding), kind, j) for j, s in enumerate(shapes)]
                 r = rng.uniform(-1, 1, shape_of(out, binding))
                 loss = lambda *xs: float((twin(*xs) * r).sum())
                 want = finite_differences(loss, args)

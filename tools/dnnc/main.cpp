@@ -3,6 +3,7 @@
 #include "frontend/Ast.h"
 #include "frontend/Parser.h"
 #include "ir/graph/Serialize.h"
+#include "ir/transforms/Autodiff.h"
 #include "base/Limits.h"
 #include "base/TensorIO.h"
 #include "runtime/Artifact.h"
@@ -31,7 +32,7 @@ commands:
   check FILE                      parse and type-check
   shapes FILE [--model M] [--bind B=4,T=16] [--json]
                                   every named value with its type and shape class
-  emit FILE --emit=ast|ir|ir-json|opt|kernels|llvm|ptx|plan [--target cpu|cuda] [--arch sm_90] [--no-fuse] [-o OUT]
+  emit FILE --emit=ast|ir|ir-json|grad|opt|kernels|llvm|ptx|plan [--target cpu|cuda] [--arch sm_90] [--no-fuse] [-o OUT]
                                   print a compiler stage as text
   opt FILE|IR.json [--passes=fuse,order,plan-memory] [--emit=ir|json] [-o OUT]
                                   run graph passes and print the IR they leave
@@ -234,12 +235,13 @@ int cmdEmit(int argc, char **argv) {
       "output,o", po::value(&out), "write to this file, not stdout");
   desc.add(passOptions(flags));
   po::variables_map vm;
-  const char *usage = "usage: dnnc emit FILE --emit=ast|ir|ir-json|opt|kernels|llvm|ptx|plan [--target cpu|cuda] [--arch sm_90] [--no-fuse] [-o OUT]\n";
+  const char *usage = "usage: dnnc emit FILE --emit=ast|ir|ir-json|grad|opt|kernels|llvm|ptx|plan [--target cpu|cuda] [--arch sm_90] [--no-fuse] [-o OUT]\n";
   if (int rc = parseOptions(argc, argv, desc, usage, true, c, vm); rc >= 0)
     return rc;
-  const std::vector<std::string> stages{"ast", "ir", "ir-json", "opt", "kernels", "llvm", "ptx", "plan"};
+  const std::vector<std::string> stages{"ast", "ir", "ir-json", "grad", "opt", "kernels", "llvm", "ptx", "plan"};
   if (std::find(stages.begin(), stages.end(), stage) == stages.end()) {
-    std::cerr << "dnnc: error: unknown stage '" << stage << "' for --emit (this build emits: ast, ir, ir-json, opt, kernels, llvm, ptx, plan)\n";
+    std::cerr << "dnnc: error: unknown stage '" << stage << "' for --emit (this build emits: " << fmt::format("{}", fmt::join(stages, ", "))
+              << ")\n";
     return kUsage;
   }
   const backend::Target *target = artifactTarget(targetName);
@@ -265,6 +267,11 @@ int cmdEmit(int argc, char **argv) {
     for (const ModelInfo &m : p.models())
       graphs.push_back(ir::toJson(*m.graph));
     text = (graphs.size() == 1 ? graphs[0] : graphs).dump(1) + "\n";
+  } else if (stage == "grad") { // after differentiation only
+    for (ModelInfo &m : p.models()) {
+      ir::differentiate(*m.graph);
+      text += ir::print(*m.graph);
+    }
   } else if (stage == "opt") {
     for (ModelInfo &m : p.models()) {
       ir::optimize(*m.graph, options.passes);
