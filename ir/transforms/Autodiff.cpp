@@ -5,6 +5,7 @@
 #include "ir/graph/GradRules.h"
 #include "ir/graph/OpRegistry.h"
 #include "ir/graph/Walk.h"
+#include "ir/transforms/GraphBuilder.h"
 #include "ir/transforms/MemoryPlan.h"
 #include "ir/transforms/RankDimPropagation.h"
 
@@ -15,63 +16,6 @@
 
 namespace dnnc::ir {
 namespace {
-
-// Builds backward ops for one grad op, collecting them in `built` in program order.
-class Backward final : public GradContext {
-public:
-  Backward(Graph &g, sym::Analyzer &an, const Op &grad, std::unordered_set<const Value *> wanted)
-      : g_(g), an_(an), loc_(grad.loc), wanted_(std::move(wanted)) {}
-
-  Value *emit(OpKind kind, std::vector<Value *> operands, std::map<std::string, Attr> attrs) override {
-    Op *op = g_.newOp(kind, loc_);
-    op->operands = std::move(operands);
-    op->attrs = std::move(attrs);
-    const OpInfo &info = opInfo(kind);
-    op->shapeClass = info.shapeClass;
-    size_t results = kind == OpKind::Split ? op->get<DimList>("parts").size() : 1;
-    for (size_t i = 0; i < results; ++i) {
-      Value *v = g_.newValue({}, "", loc_);
-      v->def = op;
-      op->results.push_back(v);
-    }
-    PropagationContext ctx{an_, [&](const std::string &) -> sym::ExprRef {
-                             throw InternalError(fmt::format("a gradient's '{}' needs a fresh dim", info.spelling));
-                           }};
-    try {
-      inferOp(*op, ctx);
-    } catch (const RuleError &e) {
-      throw InternalError(fmt::format("a gradient's '{}' does not type: {}", info.spelling, e.message));
-    }
-    built.push_back(op);
-    return op->results[0];
-  }
-  Value *constant(double value, DType dt) override { return scalar(OpKind::Constant, {{"value", value}, {"dtype", dt}}, dt); }
-  Value *dimValue(sym::ExprRef d, DType dt) override {
-    Value *n = scalar(OpKind::DimValue, {{"value", d}, {"dtype", DType::I64}}, DType::I64);
-    return emit(OpKind::Cast, {n}, {{"dtype", dt}});
-  }
-  bool wants(const Value *v) const override { return wanted_.count(v) != 0; }
-
-  std::vector<Op *> built;
-
-private:
-  // A scalar source op (sema types these itself: they have no shape rule).
-  Value *scalar(OpKind kind, std::map<std::string, Attr> attrs, DType dt) {
-    Op *op = g_.newOp(kind, loc_);
-    op->attrs = std::move(attrs);
-    op->shapeClass = opInfo(kind).shapeClass;
-    Value *v = g_.newValue({dt, {}}, "", loc_);
-    v->def = op;
-    op->results.push_back(v);
-    built.push_back(op);
-    return v;
-  }
-
-  Graph &g_;
-  sym::Analyzer &an_;
-  SourceRange loc_;
-  std::unordered_set<const Value *> wanted_;
-};
 
 // Replaces `grad` (in `region` at position `at`) by its backward ops; returns how many ops
 // now stand where it stood.
@@ -86,7 +30,8 @@ size_t expand(Graph &g, sym::Analyzer &an, Region &region, size_t at) {
   std::unordered_set<const Value *> wanted(xs.begin(), xs.end());
   for (const Op *op : path)
     wanted.insert(op->results.begin(), op->results.end());
-  Backward bw(g, an, grad, wanted);
+  GraphBuilder bw(g, an, grad.loc);
+  bw.wanted = wanted;
   std::unordered_map<const Value *, Value *> adjoint;
   adjoint[y] = bw.constant(1.0, y->type.dtype);
   for (size_t i = path.size(); i-- > 0;) {
