@@ -856,15 +856,17 @@ rt::KernelInfo kernelInfo(const kir::Kernel &k) {
   if (std::vector<const Stmt *> nest = k.parallelNest(); !nest.empty()) {
     // The runtime splits the collapsed range of the whole nest.
     ExprRef extent = c(1), w = c(0);
-    std::map<std::string, ExprRef> first;
-    for (const Stmt *loop : nest) {
+    for (const Stmt *loop : nest)
       extent = sym::mul(extent, loop->extent);
-      first[loop->var] = c(0);
-    }
     for (const StmtPtr &b : nest.back()->body)
       w = sym::add(w, workOf(*b));
     info.parallelExtent = extent;
-    // Estimated at the first iteration (a GEMM's row block is full there).
+    // Estimated at the first iteration of every loop it names (a GEMM's row block is full
+    // there, as is a blocked sum's first block): the runtime can evaluate it from dims.
+    std::map<std::string, ExprRef> first;
+    for (const std::string &v : sym::freeVars(w))
+      if (v.front() == '%') // kir::loopVar's names; dims are identifiers
+        first[v] = c(0);
     info.work = sym::substitute(w, first);
   }
   gpu::Grid grid = gpu::gridOf(k);
