@@ -1,0 +1,123 @@
+// How the CPU splits kernels across threads: the parallel nest collapses every independent
+// dim (Kernel::parallelNest, lower::kernelInfo), and the pool cuts a job into chunks by its
+// estimated cost (ThreadPool::parallelFor).
+#include "backend/Compile.h"
+#include "frontend/Sema.h"
+#include "runtime/ThreadPool.h"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+using namespace dnnc;
+
+namespace {
+
+const char *kRows = R"(dim B; dim T; dim D;
+model main(x: f32[B, T, D]) -> (f32[B, T, D], f32[B, T], f32[B, T, D]) {
+  return (softmax(x, axis = -1), sum(x, axis = -1), x * 2.0);
+}
+)";
+
+const kir::Kernel &kernelOf(const lower::LoweredGraph &l, const std::string &suffix) {
+  for (const kir::Kernel &k : l.kernels)
+    if (k.name.size() >= suffix.size() && k.name.compare(k.name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return k;
+  FAIL("no kernel named *" << suffix);
+  throw 0;
+}
+
+TEST_CASE("CPU kernels split the rows of all their independent dims", "[cpu][parallel]") {
+  Program program;
+  DiagnosticEngine diags(program.sources());
+  REQUIRE(program.loadText("rows.dnn", kRows, diags));
+  backend::CompileOptions unfused;
+  unfused.passes.fuse = false;
+  lower::LoweredGraph lowered = backend::lowerFor(*program.models().at(0).graph, *backend::findTarget("cpu"), unfused).kernels;
+  std::map<std::string, int64_t> b1{{"B", 1}, {"T", 5}, {"D", 5000}};
+
+  // B = 1 still leaves T rows: the loops over B and T are one range.
+  const kir::Kernel &softmax = kernelOf(lowered, "_softmax");
+  CHECK(softmax.parallelNest().size() == 2);
+  rt::KernelInfo info = lower::kernelInfo(softmax);
+  CHECK(info.parallelExtent->str() == "B*T");
+  CHECK(sym::evaluate(info.work, b1) == 3 * 5000 + 2); // max, sum and store loops
+
+  // A row longer than a sum block (4096) is summed in blocks; the estimate still evaluates.
+  rt::KernelInfo sum = lower::kernelInfo(kernelOf(lowered, "_sum"));
+  CHECK(sum.parallelExtent->str() == "B*T");
+  REQUIRE(sym::evaluate(sum.work, b1).has_value());
+  CHECK(*sym::evaluate(sum.work, b1) >= 5000);
+
+  // Elementwise: B x T collapsed, the row along D left whole for the vectorizer.
+  const kir::Kernel &scale = kernelOf(lowered, "_mul");
+  REQUIRE(scale.parallelNest().size() == 2);
+  CHECK(scale.parallelNest().back()->body.at(0)->schedule == kir::Stmt::Schedule::Vectorize);
+  CHECK(lower::kernelInfo(scale).work->str() == "D");
+}
+
+// Which threads ran the chunks of one parallelFor, and the chunks' union.
+struct Chunks {
+  std::mutex m;
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  std::set<std::thread::id> threads;
+  void add(int64_t b, int64_t e) {
+    std::lock_guard<std::mutex> lock(m);
+    ranges.emplace_back(b, e);
+    threads.insert(std::this_thread::get_id());
+  }
+  bool coverExactly(int64_t n) {
+    std::sort(ranges.begin(), ranges.end());
+    int64_t at = 0;
+    for (auto [b, e] : ranges) {
+      if (b != at || e <= b)
+        return false;
+      at = e;
+    }
+    return at == n;
+  }
+};
+
+TEST_CASE("the pool cuts a job into chunks by its cost", "[cpu][parallel][threads]") {
+  rt::ThreadPool pool(3);
+  REQUIRE(pool.threads() == 3);
+  {
+    // Worth less than two chunks: one call on the calling thread.
+    Chunks c;
+    pool.parallelFor(1000, [&](int64_t b, int64_t e) { c.add(b, e); }, 2 * rt::ThreadPool::kMinChunkNs - 1);
+    CHECK(c.ranges.size() == 1);
+    CHECK(c.threads.count(std::this_thread::get_id()) == 1);
+    CHECK(c.coverExactly(1000));
+  }
+  {
+    // Worth five chunks: five disjoint ranges covering all (ceil(1001 / 5) = 201 each).
+    Chunks c;
+    pool.parallelFor(1001, [&](int64_t b, int64_t e) { c.add(b, e); }, 5 * rt::ThreadPool::kMinChunkNs);
+    CHECK(c.ranges.size() == 5);
+    CHECK(c.coverExactly(1001));
+  }
+  {
+    // Worth far more: at most four chunks per thread, never more chunks than iterations.
+    Chunks many, few;
+    pool.parallelFor(1000, [&](int64_t b, int64_t e) { many.add(b, e); }, int64_t{1} << 40);
+    pool.parallelFor(2, [&](int64_t b, int64_t e) { few.add(b, e); }, int64_t{1} << 40);
+    CHECK(many.ranges.size() == 12);
+    CHECK(many.coverExactly(1000));
+    CHECK(few.ranges.size() == 2);
+    CHECK(few.coverExactly(2));
+  }
+  {
+    // Back to back, as a model's kernels run: every job complete when parallelFor returns.
+    for (int round = 0; round < 200; ++round) {
+      Chunks c;
+      pool.parallelFor(64, [&](int64_t b, int64_t e) { c.add(b, e); });
+      REQUIRE(c.coverExactly(64));
+    }
+  }
+}
+
+} // namespace
