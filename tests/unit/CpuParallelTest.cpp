@@ -1,8 +1,7 @@
 // How the CPU splits kernels across threads: the parallel nest collapses every independent
 // dim (Kernel::parallelNest, lower::kernelInfo), and the pool cuts a job into chunks by its
 // estimated cost (ThreadPool::parallelFor).
-#include "backend/Compile.h"
-#include "frontend/Sema.h"
+#include "tests/unit/LoweredKernels.h"
 #include "runtime/ThreadPool.h"
 
 #include <catch2/catch.hpp>
@@ -23,38 +22,26 @@ model main(x: f32[B, T, D]) -> (f32[B, T, D], f32[B, T], f32[B, T, D]) {
 }
 )";
 
-const kir::Kernel &kernelOf(const lower::LoweredGraph &l, const std::string &suffix) {
-  for (const kir::Kernel &k : l.kernels)
-    if (k.name.size() >= suffix.size() && k.name.compare(k.name.size() - suffix.size(), suffix.size(), suffix) == 0)
-      return k;
-  FAIL("no kernel named *" << suffix);
-  throw 0;
-}
-
 TEST_CASE("CPU kernels split the rows of all their independent dims", "[cpu][parallel]") {
-  Program program;
-  DiagnosticEngine diags(program.sources());
-  REQUIRE(program.loadText("rows.dnn", kRows, diags));
-  backend::CompileOptions unfused;
-  unfused.passes.fuse = false;
-  lower::LoweredGraph lowered = backend::lowerFor(*program.models().at(0).graph, *backend::findTarget("cpu"), unfused).kernels;
+  auto program = test::lowerUnfused(kRows, "cpu");
+  const lower::LoweredGraph &lowered = program->kernels;
   std::map<std::string, int64_t> b1{{"B", 1}, {"T", 5}, {"D", 5000}};
 
   // B = 1 still leaves T rows: the loops over B and T are one range.
-  const kir::Kernel &softmax = kernelOf(lowered, "_softmax");
+  const kir::Kernel &softmax = test::kernelOf(lowered, "_softmax");
   CHECK(softmax.parallelNest().size() == 2);
   rt::KernelInfo info = lower::kernelInfo(softmax);
   CHECK(info.parallelExtent->str() == "B*T");
   CHECK(sym::evaluate(info.work, b1) == 3 * 5000 + 2); // max, sum and store loops
 
   // A row longer than a sum block (4096) is summed in blocks; the estimate still evaluates.
-  rt::KernelInfo sum = lower::kernelInfo(kernelOf(lowered, "_sum"));
+  rt::KernelInfo sum = lower::kernelInfo(test::kernelOf(lowered, "_sum"));
   CHECK(sum.parallelExtent->str() == "B*T");
   REQUIRE(sym::evaluate(sum.work, b1).has_value());
   CHECK(*sym::evaluate(sum.work, b1) >= 5000);
 
   // Elementwise: B x T collapsed, the row along D left whole for the vectorizer.
-  const kir::Kernel &scale = kernelOf(lowered, "_mul");
+  const kir::Kernel &scale = test::kernelOf(lowered, "_mul");
   REQUIRE(scale.parallelNest().size() == 2);
   CHECK(scale.parallelNest().back()->body.at(0)->schedule == kir::Stmt::Schedule::Vectorize);
   CHECK(lower::kernelInfo(scale).work->str() == "D");

@@ -1,9 +1,8 @@
 // How kernels map onto a GPU grid (gpu::mappingOf, gridOf, loopNest): GEMMs by
 // blocks with column tiles on y, reductions by warps, everything else by threads over the
 // whole perfectly nested loop range; concat's loops each over the grid.
-#include "backend/Compile.h"
+#include "tests/unit/LoweredKernels.h"
 #include "backend/gpu/GpuMapping.h"
-#include "frontend/Sema.h"
 
 #include <catch2/catch.hpp>
 
@@ -20,42 +19,29 @@ model main(x: f32[B, T, 8], y: f32[B, T, 100]) -> f32[B, T, 200] {
 }
 )";
 
-const kir::Kernel &kernelOf(const lower::LoweredGraph &l, const std::string &suffix) {
-  for (const kir::Kernel &k : l.kernels)
-    if (k.name.size() >= suffix.size() && k.name.compare(k.name.size() - suffix.size(), suffix.size(), suffix) == 0)
-      return k;
-  FAIL("no kernel named *" << suffix);
-  throw 0;
-}
-
 TEST_CASE("kernels map onto the GPU grid by what they compute", "[gpu]") {
-  Program program;
-  DiagnosticEngine diags(program.sources());
-  REQUIRE(program.loadText("gpu.dnn", kModel, diags));
-  ir::Graph &g = *program.models().at(0).graph;
-  backend::CompileOptions unfused;
-  unfused.passes.fuse = false;
-  lower::LoweredGraph lowered = backend::lowerFor(g, *backend::findTarget("cuda"), unfused).kernels;
+  auto program = test::lowerUnfused(kModel, "cuda");
+  const lower::LoweredGraph &lowered = program->kernels;
 
-  const kir::Kernel &gemm = kernelOf(lowered, "_matmul");
+  const kir::Kernel &gemm = test::kernelOf(lowered, "_matmul");
   CHECK(gpu::mappingOf(gemm) == gpu::Mapping::Blocks);
   gpu::Grid grid = gpu::gridOf(gemm);
   CHECK(grid.x->str() == "((T + 63)/64)*B"); // one block per 64-row task
   CHECK(grid.y->str() == "2");                // 100 columns: two tiles of 64
   CHECK(grid.threads == gpu::kBlockThreads);
 
-  const kir::Kernel &softmax = kernelOf(lowered, "_softmax");
+  const kir::Kernel &softmax = test::kernelOf(lowered, "_softmax");
   CHECK(gpu::mappingOf(softmax) == gpu::Mapping::Warps);
   // B and T both spread over warps (8 per block), the row's loops left to the lanes.
   CHECK(gpu::loopNest(*softmax.parallelLoop(), gpu::Mapping::Warps).size() == 2);
   CHECK(gpu::gridOf(softmax).x->str() == "(B*T + 7)/8");
 
-  const kir::Kernel &scale = kernelOf(lowered, "_mul");
+  const kir::Kernel &scale = test::kernelOf(lowered, "_mul");
   CHECK(gpu::mappingOf(scale) == gpu::Mapping::Threads);
   CHECK(gpu::loopNest(*scale.parallelLoop(), gpu::Mapping::Threads).size() == 3); // the whole nest
   CHECK(gpu::gridOf(scale).x->str() == "(100*B*T + 255)/256");                      // 100*B*T threads
 
-  const kir::Kernel &concat = kernelOf(lowered, "_concat");
+  const kir::Kernel &concat = test::kernelOf(lowered, "_concat");
   CHECK(concat.independentLoops);
   CHECK(concat.parallelLoop() == nullptr);
   CHECK(gpu::gridLoops(concat).size() == 2);
