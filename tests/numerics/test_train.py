@@ -6,7 +6,6 @@ weight decay, momentum, Adam, AdamW). The losses dnnc logs (--json) and the para
 (--save) must match NumPy's float64 trajectory (rtol 1e-4, atol 1e-5), on ref, cpu and
 cuda-sim. Also: the errors of a model that cannot be trained and of bad data.
 """
-import argparse
 import json
 import os
 import subprocess
@@ -17,7 +16,7 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dnnc_test_util import read_safetensors, write_safetensors  # noqa: E402
+from dnnc_test_util import read_safetensors, run_with_exe, write_safetensors  # noqa: E402
 
 MODEL = """dim B;
 param w1: f32[6, 8];
@@ -201,8 +200,4 @@ class Train(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dnnc", required=True)
-    a, rest = ap.parse_known_args()
-    Train.exe = a.dnnc
-    unittest.main(argv=[sys.argv[0]] + rest)
+    run_with_exe(Train)
