@@ -466,12 +466,18 @@ StmtPtr Lowering::matmul(const ir::Op &mm) {
     return kir::flatIndex(o, idx);
   };
   if (aType == DType::F32 && bType == DType::F32 && mm.results[0]->type.dtype == DType::F32) {
-    // One parallel task per (batch, block of kGemmRowBlock rows): each is a tiled GEMM.
-    ExprRef blocks = sym::floorDiv(sym::add(m, c(kGemmRowBlock - 1)), c(kGemmRowBlock));
+    // One parallel task per (batch, block of kGemmRowBlock rows, block of columns): each
+    // is a tiled GEMM over its columns, whose bases are offset to its first column.
+    ExprRef rowBlocks = sym::floorDiv(sym::add(m, c(kGemmRowBlock - 1)), c(kGemmRowBlock));
+    ExprRef colBlock = schedule_.gemmColumnBlock ? c(schedule_.gemmColumnBlock) : n;
+    ExprRef colBlocks = schedule_.gemmColumnBlock ? sym::floorDiv(sym::add(n, c(schedule_.gemmColumnBlock - 1)), colBlock) : c(1);
+    ExprRef blocks = sym::mul(rowBlocks, colBlocks);
     ExprRef tasks = blocks, p = sym::var(kir::loopVar(next_++));
     for (size_t k = 0; k < batch; ++k)
       tasks = sym::mul(tasks, o[k]);
-    ExprRef batchFlat = sym::floorDiv(p, blocks), row0 = sym::mul(sym::mod(p, blocks), c(kGemmRowBlock));
+    ExprRef batchFlat = sym::floorDiv(p, blocks), inBatch = sym::mod(p, blocks);
+    ExprRef row0 = sym::mul(sym::floorDiv(inBatch, colBlocks), c(kGemmRowBlock));
+    ExprRef col0 = schedule_.gemmColumnBlock ? sym::mul(sym::mod(inBatch, colBlocks), colBlock) : c(0);
     Dims full(batch);
     ExprRef stride = c(1);
     for (size_t k = batch; k-- > 0;) {
@@ -481,17 +487,18 @@ StmtPtr Lowering::matmul(const ir::Op &mm) {
     kir::Gemm g;
     g.a = aBuf, g.b = bBuf, g.c = out();
     g.aBase = operandIndex(a, full, c(0), c(0));
-    g.bBase = operandIndex(transposedB ? bSource->type.dims : b, full, c(0), c(0));
-    g.cBase = outIndex(full, c(0), c(0));
     g.lda = depth, g.ldb = transposedB ? c(1) : n, g.ldc = vecB ? c(1) : n;
     if (transposedB) // B(k, j) is the source's (j, k)
       g.bColStride = depth;
-    g.row0 = row0, g.rows = sym::min(c(kGemmRowBlock), sym::sub(m, row0)), g.n = n, g.depth = depth;
+    g.bBase = sym::add(operandIndex(transposedB ? bSource->type.dims : b, full, c(0), c(0)),
+                       sym::mul(col0, transposedB ? depth : c(1)));
+    g.cBase = sym::add(outIndex(full, c(0), c(0)), col0);
+    g.row0 = row0, g.rows = sym::min(c(kGemmRowBlock), sym::sub(m, row0)), g.n = sym::min(colBlock, sym::sub(n, col0)), g.depth = depth;
     if (epilogue) {
       Dims rc = vars(2), idx(full);
       idx.push_back(sym::add(row0, rc[0]));
-      idx.push_back(rc[1]);
-      StmtPtr rows = kir::loop(rc[1]->asVar()->name, n, one(kir::store(out(), kir::flatIndex(o, idx), readValue(op_.results[0], idx))),
+      idx.push_back(sym::add(col0, rc[1]));
+      StmtPtr rows = kir::loop(rc[1]->asVar()->name, g.n, one(kir::store(out(), kir::flatIndex(o, idx), readValue(op_.results[0], idx))),
                                Stmt::Schedule::Vectorize);
       g.epilogue = kir::loop(rc[0]->asVar()->name, g.rows, one(std::move(rows)));
     }
