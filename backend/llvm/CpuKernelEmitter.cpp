@@ -33,20 +33,22 @@ private:
 
 // The GEMM schedule. Micro-kernels hold R rows x V vectors of C in registers and, for
 // each k, broadcast one A element per row and multiply it into V vectors of B's row k with
-// FMAs. Rows go in tiles of kRows, then of 8, 4, 2, 1 for the remainder, so no row is
-// computed twice. Two paths, chosen per call:
-// - packed (many rows): blocks of kDepthBlock along k, panels of two vectors of columns
-//   packed first (zero-padded), so that every row tile streams the panel from L1 with no
-//   cache-set conflicts;
+// FMAs. Rows go in tiles of the path's height, then one tile of each smaller power of two
+// the remainder needs, so no row is computed twice. Two paths, chosen per call:
+// - packed (more than kStreamRows rows): blocks of kDepthBlock along k, panels of two
+//   vectors of columns packed first (zero-padded), so that every tile of kRows rows
+//   streams the panel from L1 with no cache-set conflicts;
 // - streamed (at most kStreamRows rows: a batch of 1, a matrix-vector product): packing
 //   would cost as much as the product, so the micro-kernels read B where it lies, as wide
-//   as their registers allow (V = kAccumulators / R vectors, a whole 256-column task strip
-//   for one row), B's rows in order: B is read once, in contiguous runs, at memory
-//   bandwidth.
+//   as the registers allow (V = kAccumulators / R vectors, up to a whole 256-column task
+//   for one row): B's rows are read once each, in contiguous runs, at memory bandwidth.
+//   (Reading B in place with 8 or more rows, two vectors wide, ran slower than packing:
+//   each pass over a panel strides B's rows through the same cache sets.)
 // B read transposed is always packed (packing gathers its columns). Column tails use
 // masked loads and stores.
 void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
-  const int64_t kDepthBlock = 256, kStreamRows = 4;
+  const int64_t kDepthBlock = 256;
+  const unsigned kStreamRows = 4;
   const unsigned vw = vectorWidth_, kRows = vw >= 16 ? 8 : 6, kAccumulators = 2 * kRows, kMaxVectors = 16;
   llvm::Type *f32 = b_.getFloatTy();
   auto *vec = llvm::FixedVectorType::get(f32, vw);
@@ -126,13 +128,13 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
       }
     }
   };
-  // tile(i0, R) over rows [row0, rowEnd): full tiles of kRows, then one tile of each
-  // smaller size the remainder needs.
-  auto rowTiles = [&](const std::function<void(llvm::Value *, unsigned)> &tile) {
-    llvm::Value *i = b_.CreateSub(rowEnd, b_.CreateSRem(b_.CreateSub(rowEnd, row0), b_.getInt64(kRows)));
-    forLoop("i0", row0, i, kRows, [&](llvm::Value *i0) { tile(i0, kRows); });
+  // tile(i0, R) over rows [row0, rowEnd): full tiles of `top` rows, then one tile of each
+  // smaller power of two the remainder needs.
+  auto rowTiles = [&](unsigned top, const std::function<void(llvm::Value *, unsigned)> &tile) {
+    llvm::Value *i = b_.CreateSub(rowEnd, b_.CreateSRem(b_.CreateSub(rowEnd, row0), b_.getInt64(top)));
+    forLoop("i0", row0, i, top, [&](llvm::Value *i0) { tile(i0, top); });
     for (unsigned R = 8; R >= 1; R /= 2) {
-      if (R >= kRows)
+      if (R >= top)
         continue;
       llvm::BasicBlock *pre = b_.GetInsertBlock();
       llvm::Value *advanced = b_.CreateAdd(i, b_.getInt64(R));
@@ -147,14 +149,14 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
       i = phi;
     }
   };
-  llvm::Value *stream = bColStride ? b_.getFalse() : b_.CreateICmpSLE(index(g.rows), b_.getInt64(kStreamRows));
+  llvm::Value *stream = bColStride ? b_.getFalse() : b_.CreateICmpSLE(index(g.rows), b_.getInt64(int64_t(kStreamRows)));
   auto *streamBB = llvm::BasicBlock::Create(ctx_, "gemm.stream", fn_), *packBB = llvm::BasicBlock::Create(ctx_, "gemm.packed", fn_),
        *doneBB = llvm::BasicBlock::Create(ctx_, "gemm.done", fn_);
   b_.CreateCondBr(stream, streamBB, packBB);
 
   b_.SetInsertPoint(streamBB);
   if (!bColStride)
-    rowTiles([&](llvm::Value *i0, unsigned R) {
+    rowTiles(kStreamRows, [&](llvm::Value *i0, unsigned R) {
       unsigned V = std::min(kMaxVectors, std::max(1u, kAccumulators / R));
       forLoop("j0", b_.getInt64(0), n, V * vw, [&](llvm::Value *j0) {
         fullOrTail(j0, V, [&](bool masked) {
@@ -195,7 +197,7 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
         });
         // The panel's row k lies at (k - k0) * 2 vectors.
         llvm::Value *panelRows = b_.CreateGEP(f32, panel, b_.CreateMul(k0, b_.getInt64(-2 * int64_t(vw))));
-        rowTiles([&](llvm::Value *i0, unsigned R) {
+        rowTiles(kRows, [&](llvm::Value *i0, unsigned R) {
           microKernel(i0, R, 2, j0, k0, kEnd, first, panelRows, b_.getInt64(2 * vw), masked);
         });
       });
