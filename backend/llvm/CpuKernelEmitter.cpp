@@ -149,7 +149,7 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
       i = phi;
     }
   };
-  llvm::Value *stream = bColStride ? b_.getFalse() : b_.CreateICmpSLE(index(g.rows), b_.getInt64(int64_t(kStreamRows)));
+  llvm::Value *stream = bColStride || g.bPanels ? b_.getFalse() : b_.CreateICmpSLE(index(g.rows), b_.getInt64(int64_t(kStreamRows)));
   auto *streamBB = llvm::BasicBlock::Create(ctx_, "gemm.stream", fn_), *packBB = llvm::BasicBlock::Create(ctx_, "gemm.packed", fn_),
        *doneBB = llvm::BasicBlock::Create(ctx_, "gemm.done", fn_);
   b_.CreateCondBr(stream, streamBB, packBB);
@@ -174,6 +174,13 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
     llvm::Value *first = b_.CreateICmpEQ(k0, b_.getInt64(0));
     forLoop("j0", b_.getInt64(0), n, 2 * vw, [&](llvm::Value *j0) {
       fullOrTail(j0, 2, [&](bool masked) {
+        if (g.bPanels) { // prepacked when the model loaded: B's row k of the panel at k * kPanelColumns
+          llvm::Value *col = b_.CreateAdd(bBase, j0), *width = b_.getInt64(kir::kPanelColumns);
+          llvm::Value *start = b_.CreateAdd(b_.CreateMul(b_.CreateSDiv(col, width), b_.CreateMul(depth, width)), b_.CreateSRem(col, width));
+          llvm::Value *panelRows = b_.CreateInBoundsGEP(f32, B, start);
+          rowTiles(kRows, [&](llvm::Value *i0, unsigned R) { microKernel(i0, R, 2, j0, k0, kEnd, first, panelRows, width, masked); });
+          return;
+        }
         std::vector<llvm::Value *> masks = masked ? masksOf(j0, 2) : std::vector<llvm::Value *>(2, nullptr);
         // Packs B[k0:kEnd, j0:j0 + 2 vectors] contiguously, zero-padding the column tail.
         forLoop("kp", k0, kEnd, 1, [&](llvm::Value *k) {

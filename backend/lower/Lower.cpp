@@ -154,7 +154,8 @@ private:
   StmtPtr matmul(const ir::Op &mm);
   StmtPtr window(bool conv);
   StmtPtr copyFlat();
-  StmtPtr transpose();
+  // With `panels`, stores the [K, N] result in the prepacked GEMM panels (kir::Gemm::bPanels).
+  StmtPtr transpose(bool panels = false);
   StmtPtr concat(bool stack);
   StmtPtr split();
   StmtPtr pad();
@@ -436,6 +437,9 @@ StmtPtr Lowering::matmul(const ir::Op &mm) {
   if (transposedB)
     bSource = bSource->def->operands[0];
   int aBuf = bufferOf(mm.operands[0]), bBuf = bufferOf(bSource);
+  // B made by a prepack kernel lies in the GEMM's panels (where the target packs weights).
+  const ir::Value *bMade = outer_.kind == OpKind::Fused ? outer_.operands[bBuf] : bSource;
+  bool panelsB = schedule_.packedWeights && bMade->def && bMade->def->kind == OpKind::Prepack;
   DType aType = mm.operands[0]->type.dtype, bType = mm.operands[1]->type.dtype;
   // In a fused group the matmul's result is the group's output, where the epilogue (the
   // group's elementwise ops) then rewrites each row block while it is still in cache.
@@ -492,6 +496,8 @@ StmtPtr Lowering::matmul(const ir::Op &mm) {
       g.bColStride = depth;
     g.bBase = sym::add(operandIndex(transposedB ? bSource->type.dims : b, full, c(0), c(0)),
                        sym::mul(col0, transposedB ? depth : c(1)));
+    g.bPanels = panelsB; // B is rank 2: bBase is the task's first column
+
     g.cBase = sym::add(outIndex(full, c(0), c(0)), col0);
     g.row0 = row0, g.rows = sym::min(c(kGemmRowBlock), sym::sub(m, row0)), g.n = sym::min(colBlock, sym::sub(n, col0)), g.depth = depth;
     if (epilogue) {
@@ -578,7 +584,7 @@ StmtPtr Lowering::copyFlat() {
   return loopNest({n}, idx, one(kir::store(out(), idx[0], kir::load(0, idx[0], dtype(0)))));
 }
 
-StmtPtr Lowering::transpose() {
+StmtPtr Lowering::transpose(bool panels) {
   const Dims &in = this->in(0), &o = dims(out());
   std::vector<size_t> perm(in.size());
   std::iota(perm.begin(), perm.end(), 0);
@@ -592,7 +598,12 @@ StmtPtr Lowering::transpose() {
   Dims idx = vars(o.size()), inIdx(in.size());
   for (size_t k = 0; k < perm.size(); ++k)
     inIdx[perm[k]] = idx[k];
-  return loopNest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), read(0, inIdx))));
+  ExprRef at = kir::flatIndex(o, idx);
+  if (panels) { // (k, j) at panel j / P, row k, lane j % P
+    ExprRef p = c(kir::kPanelColumns);
+    at = sym::add(sym::mul(sym::floorDiv(idx[1], p), sym::mul(o[0], p)), sym::add(sym::mul(idx[0], p), sym::mod(idx[1], p)));
+  }
+  return loopNest(o, idx, one(kir::store(out(), at, read(0, inIdx))));
 }
 
 StmtPtr Lowering::concat(bool stack) {
@@ -753,6 +764,7 @@ std::optional<kir::Kernel> Lowering::run() {
   case OpKind::AvgPool2d: body = window(false); break;
   case OpKind::Reshape: case OpKind::Unsqueeze: case OpKind::Squeeze: case OpKind::Flatten: body = copyFlat(); break;
   case OpKind::Transpose: body = transpose(); break;
+  case OpKind::Prepack: body = transpose(schedule_.packedWeights); break;
   case OpKind::BroadcastTo: {
     const Dims &o = dims(out());
     Dims idx = vars(o.size());

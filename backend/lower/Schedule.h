@@ -23,9 +23,12 @@ struct ScheduleOptions {
   // matmul with few rows (a batch of 1, a matrix-vector product) still has a task per
   // thread; the GPU tiles a task's columns across its block already.
   int64_t gemmColumnBlock = 0;
+  // Params a matmul multiplies by are prepacked (ir/transforms/Prepack.h) into the CPU
+  // GEMM's panels; the GPU stages B through shared memory and keeps it as it is.
+  bool packedWeights = false;
 };
-inline constexpr ScheduleOptions kCpuSchedule{true, 256};
-inline constexpr ScheduleOptions kGpuSchedule{false, 0};
+inline constexpr ScheduleOptions kCpuSchedule{true, 256, true};
+inline constexpr ScheduleOptions kGpuSchedule{false, 0, false};
 
 // Rows of A per GEMM task: an f32 matmul is one parallel task per (batch, row block,
 // column block).

@@ -4,6 +4,7 @@
 #include "base/Error.h"
 #include "ir/transforms/ExecutionOrder.h"
 #include "ir/transforms/Fusion.h"
+#include "ir/transforms/Prepack.h"
 
 #include <fmt/format.h>
 
@@ -14,6 +15,7 @@ namespace dnnc::ir {
 namespace {
 
 // The entry points Passes.def names: each adapts a pass's own function to PassInfo::run.
+void runPrepack(Graph &g, PassState &) { prepackWeights(g); }
 void runFuse(Graph &g, PassState &) { fuseAll(g); }
 void runOrder(Graph &g, PassState &) { planExecutionOrder(g); }
 void runPlanMemory(Graph &g, PassState &state) {

@@ -5,7 +5,10 @@ namespace dnnc::ir {
 
 std::vector<PassInfo> defaultPipeline(const PassOptions &options) {
   std::vector<PassInfo> passes;
-  // Fusion first: it decides which ops become one kernel, so ordering and planning see
+  // Prepacking before fusion: a GEMM fused with its epilogue then reads the packed copy.
+  if (options.prepack)
+    passes.push_back(passInfo(PassId::Prepack));
+  // Fusion next: it decides which ops become one kernel, so ordering and planning see
   // the kernels that will run (a fused group's intermediates never reach memory).
   if (options.fuse)
     passes.push_back(passInfo(PassId::Fuse));

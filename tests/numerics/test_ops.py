@@ -184,6 +184,38 @@ def make_gemm_test(name, args, result, shapes):
     return test
 
 
+# Matrix products by a param (a constant weight): f32 ones whose column count is a multiple
+# of 32 read it prepacked in the CPU GEMM's panels (ir/transforms/Prepack.h), transposed
+# params included; (70, 40) stays unpacked. --repeat runs the model again on the panels
+# kept from the first call, whose output is the one written.
+PARAM_GEMM_SHAPES = [(1, 32), (300, 64), (513, 288), (70, 40)]  # (K, N)
+PARAM_GEMM_ROWS = [0, 1, 3, 5, 17, 130]
+PARAM_GEMM_MODELS = {
+    "plain": ("w: f32[K, N]", "x: f32[M, K]", "f32[M, N]", "x @ w", lambda x, w: x @ w),
+    "transposed": ("w: f32[N, K]", "x: f32[M, K]", "f32[M, N]", "x @ transpose(w)", lambda x, w: x @ w.T),
+    "batched": ("w: f32[K, N]", "x: f32[2, M, K]", "f32[2, M, N]", "x @ w", lambda x, w: x @ w),
+    "epilogue": ("w: f32[K, N]", "x: f32[M, K]", "f32[M, N]", "relu(x @ w) * 2.0 - 1.0", lambda x, w: np.maximum(x @ w, 0) * 2 - 1),
+}
+
+
+def make_param_gemm_test(name, param, arg, result, expr, ref):
+    def test(self):
+        rng = np.random.default_rng(5)
+        with tempfile.TemporaryDirectory() as d:
+            for k, n in PARAM_GEMM_SHAPES:
+                header = f"const K = {k}; const N = {n};\ndim M in 0..65536;\nparam {param};"
+                model = write_model(d, f"param_gemm_{name}_{k}_{n}", header, arg, result, expr)
+                wshape = (n, k) if name == "transposed" else (k, n)
+                w = rng.standard_normal(wshape).astype(np.float32)
+                for m in PARAM_GEMM_ROWS:
+                    x = rng.standard_normal((2, m, k) if name == "batched" else (m, k)).astype(np.float32)
+                    outs, p = self.dnnc.run(model, {"w": w}, {"x": x}, extra=("--repeat", "1"))
+                    self.assertEqual(p.returncode, 0, p.stderr)
+                    assert_matches(outs[0].astype(np.float64), ref(x.astype(np.float64), w.astype(np.float64)), 1e-4, 1e-4,
+                                   f"M={m}, K={k}, N={n}")
+    return test
+
+
 # Convolutions and pools with strides, padding, dilation and groups, at odd image sizes
 # (the CPU schedule splits each output row by padding): (C, O, K, stride, padding,
 # dilation, groups) with images (N, H, W).
@@ -321,6 +353,9 @@ for _name, (_expr, _result, _ref) in REDUCTIONS.items():
 
 for _name, (_args, _result, _shapes) in GEMM_MODELS.items():
     setattr(Ops, f"test_gemm_{_name}", make_gemm_test(_name, _args, _result, _shapes))
+
+for _name, _model in PARAM_GEMM_MODELS.items():
+    setattr(Ops, f"test_param_gemm_{_name}", make_param_gemm_test(_name, *_model))
 
 for _name, (_expr, _result, _ref) in OPS.items():
     setattr(Ops, f"test_{_name}", make_test(_name, _expr, _result, _ref))
