@@ -4,7 +4,9 @@
 namespace dnnc::ir {
 
 std::vector<PassInfo> defaultPipeline(const PassOptions &options) {
-  std::vector<PassInfo> passes;
+  // Differentiation first, always: the backward ops it makes are ordinary ops that every
+  // later pass (and the reference interpreter) treats like the forward ones.
+  std::vector<PassInfo> passes{passInfo(PassId::Differentiate)};
   // Prepacking before fusion: a GEMM fused with its epilogue then reads the packed copy.
   if (options.prepack)
     passes.push_back(passInfo(PassId::Prepack));
