@@ -1,7 +1,10 @@
 // Prepacking constant weights (see Prepack.h).
 #include "ir/transforms/Prepack.h"
 
+#include "base/Error.h"
 #include "ir/graph/Walk.h"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <map>
@@ -51,6 +54,8 @@ int prepackWeights(Graph &g) {
       p->def = op;
       op->results = {p};
       auto at = std::find(g.body.ops.begin(), g.body.ops.end(), param->def);
+      if (at == g.body.ops.end())
+        throw InternalError(fmt::format("param '{}' is not made in the model's body", param->name));
       g.body.ops.insert(at + 1, op);
     }
     mm.operands[1] = p;
