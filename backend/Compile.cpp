@@ -14,6 +14,8 @@ rt::ArenaPlan arenaPlan(const ir::MemoryPlan &plan) {
     out.offsets[b.value] = b.offset;
     if (b.late)
       out.late.insert(b.value);
+    if (b.kept)
+      out.kept.insert(b.value);
   }
   out.lateBytes = plan.lateArena;
   return out;
@@ -28,9 +30,11 @@ std::function<bool(const ir::Op &)> madeKernels(const lower::LoweredGraph &lower
 } // namespace
 
 Lowered lowerFor(ir::Graph &g, const Target &target, const CompileOptions &options) {
-  ir::PassManager passes(options.passes);
+  ir::PassOptions passOptions = options.passes;
+  passOptions.prepack = options.constantParams && target.schedule().packedWeights;
+  ir::PassManager passes(passOptions);
   ir::PassState state;
-  passes.run(g, ir::defaultPipeline(options.passes), state);
+  passes.run(g, ir::defaultPipeline(passOptions), state);
   Lowered out{lower::lowerGraph(g, target.schedule()), std::nullopt};
   if (options.memoryPlan) {
     state.kernelOps = [&](const ir::Graph &) { return madeKernels(out.kernels); }; // just lowered

@@ -18,6 +18,9 @@ struct CompileOptions {
   ir::PassOptions passes; // --no-fuse, --verify-each, --print-before/after
   TargetOptions target;   // --arch
   bool memoryPlan = true; // --no-memory-plan: every intermediate allocated on its own
+  // Params keep their values from one call to the next, so the target may prepack them
+  // (ir/transforms/Prepack.h); a training step, whose params change every call, says no.
+  bool constantParams = true;
 };
 
 // A graph optimized and lowered: its kernels, and its memory plan unless it was off.

@@ -1,6 +1,9 @@
 // GEMM throughput of dnnc's CPU back end as a fraction of this CPU's fp32 FMA peak, both
 // measured here in one run. The peak comes from a loop of independent vector FMAs
-// (compiled for this machine); the GEMM is `a @ b` compiled by dnnc at several sizes.
+// (compiled for this machine); the GEMM is `a @ b` compiled by dnnc at several sizes,
+// matrix-vector products and few-row products included. Each rate is given per second of
+// wall time and per second of CPU time (the process's, over its threads): on a machine
+// other work shares, the CPU-time fraction still measures the kernel, not the sharing.
 //   usage: gemm_bench [--threads N]
 #include "backend/llvm/CpuBackend.h"
 #include "backend/lower/Lower.h"
@@ -13,6 +16,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <iostream>
 #include <random>
 #include <thread>
@@ -22,10 +26,21 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+double cpuSeconds(clockid_t clock) {
+  timespec t{};
+  clock_gettime(clock, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// Flops per second of wall time and of CPU time.
+struct Rate {
+  double wall = 0, cpu = 0;
+};
+
 typedef float Vec __attribute__((vector_size(64)));
 
 // Flops per second of one thread running 16 independent chains of 16-lane FMAs.
-__attribute__((noinline)) double fmaPeakOneThread() {
+__attribute__((noinline)) Rate fmaPeakOneThread() {
   Vec acc[16];
   for (int k = 0; k < 16; ++k)
     for (int l = 0; l < 16; ++l)
@@ -35,28 +50,32 @@ __attribute__((noinline)) double fmaPeakOneThread() {
     a[l] = 0.999f, b[l] = 1e-4f;
   const long iters = 20'000'000;
   auto start = Clock::now();
+  double cpuStart = cpuSeconds(CLOCK_THREAD_CPUTIME_ID);
   for (long i = 0; i < iters; ++i)
     for (int k = 0; k < 16; ++k)
       acc[k] = acc[k] * a + b;
   double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  double cpuSecs = cpuSeconds(CLOCK_THREAD_CPUTIME_ID) - cpuStart;
   float sink = 0;
   for (int k = 0; k < 16; ++k)
     sink += acc[k][0];
   if (sink == 12345.f)
     std::cout << "";
-  return 2.0 * 16 * 16 * static_cast<double>(iters) / secs;
+  double flops = 2.0 * 16 * 16 * static_cast<double>(iters);
+  return {flops / secs, flops / cpuSecs};
 }
 
-double fmaPeak(unsigned threads) {
-  std::vector<double> rates(threads);
+// Wall: the threads' rates added up; CPU: one thread's rate per CPU second (the mean).
+Rate fmaPeak(unsigned threads) {
+  std::vector<Rate> rates(threads);
   std::vector<std::thread> pool;
   for (unsigned t = 0; t < threads; ++t)
     pool.emplace_back([&, t] { rates[t] = fmaPeakOneThread(); });
   for (auto &t : pool)
     t.join();
-  double sum = 0;
-  for (double r : rates)
-    sum += r;
+  Rate sum;
+  for (Rate r : rates)
+    sum.wall += r.wall, sum.cpu += r.cpu / threads;
   return sum;
 }
 
@@ -81,14 +100,15 @@ int main(int argc, char **argv) {
   auto module = backend::CpuModule::compile({&kernel});
   rt::KernelInfo info = lower::kernelInfo(kernel);
   rt::CpuDevice device({module->lookup(kernel.name)}, nullptr);
-  double peak = fmaPeak(threads);
-  std::cout << fmt::format("cpu: {}; threads: {}\nfp32 FMA peak (measured): {:.1f} GFLOP/s\n", backend::hostDescription(),
-                           threads, peak / 1e9);
-  std::cout << fmt::format("{:>6} {:>6} {:>6} {:>10} {:>8}\n", "M", "K", "N", "GFLOP/s", "of peak");
+  Rate peak = fmaPeak(threads);
+  std::cout << fmt::format("cpu: {}; threads: {}\nfp32 FMA peak (measured): {:.1f} GFLOP/s, {:.1f} per CPU second of one thread\n",
+                           backend::hostDescription(), threads, peak.wall / 1e9, peak.cpu / 1e9);
+  std::cout << fmt::format("{:>6} {:>6} {:>6} {:>10} {:>8} {:>14}\n", "M", "K", "N", "GFLOP/s", "of peak", "of peak (CPU)");
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
   for (auto [m, k, n] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-           {128, 512, 512}, {256, 1024, 1024}, {512, 512, 2048}, {1024, 1024, 1024}, {127, 511, 1001}}) {
+           {128, 512, 512}, {256, 1024, 1024}, {512, 512, 2048}, {1024, 1024, 1024}, {127, 511, 1001},
+           {1, 768, 3072}, {4, 768, 3072}, {16, 768, 3072}}) {
     rt::Tensor a = rt::Tensor::zeros(DType::F32, {m, k}), b = rt::Tensor::zeros(DType::F32, {k, n});
     for (size_t i = 0; i < a.numel(); ++i)
       a.set(i, normal(rng));
@@ -100,14 +120,16 @@ int main(int argc, char **argv) {
     launch(); // warm up
     int reps = 0;
     auto start = Clock::now();
-    double secs = 0;
+    double cpuStart = cpuSeconds(CLOCK_PROCESS_CPUTIME_ID), secs = 0;
     while (secs < 0.5) {
       launch();
       ++reps;
       secs = std::chrono::duration<double>(Clock::now() - start).count();
     }
-    double rate = 2.0 * static_cast<double>(m * k * n) * reps / secs;
-    std::cout << fmt::format("{:>6} {:>6} {:>6} {:>10.1f} {:>7.0f}%\n", m, k, n, rate / 1e9, 100 * rate / peak);
+    double flops = 2.0 * static_cast<double>(m * k * n) * reps, rate = flops / secs;
+    double cpuRate = flops / (cpuSeconds(CLOCK_PROCESS_CPUTIME_ID) - cpuStart);
+    std::cout << fmt::format("{:>6} {:>6} {:>6} {:>10.1f} {:>7.0f}% {:>13.0f}%\n", m, k, n, rate / 1e9, 100 * rate / peak.wall,
+                             100 * cpuRate / peak.cpu);
   }
   return 0;
 }

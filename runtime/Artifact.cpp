@@ -127,7 +127,7 @@ void writeArtifact(const std::string &path, const ir::Graph &g, const std::map<c
                      {"block_threads", kernels[k].blockThreads}});
   json offsets = json::array();
   for (const auto &[value, offset] : plan.offsets)
-    offsets.push_back({value->id, ir::exprToJson(offset), plan.late.count(value) != 0});
+    offsets.push_back({value->id, ir::exprToJson(offset), plan.late.count(value) != 0, plan.kept.count(value) != 0});
   json header = {{"format", kFormat}, {"target", info.target}, {"arch", info.arch}, {"vector_isa", info.vectorIsa},
                  {"graph", ir::toJson(g)}, {"kernels", std::move(table)},
                  {"arena", {{"bytes", ir::exprToJson(plan.bytes)}, {"late_bytes", ir::exprToJson(plan.lateBytes)},
@@ -208,6 +208,8 @@ ArtifactContents readArtifactBytes(const std::string &bytes, const std::string &
           throw DataError(fmt::format("'{}' plans a late value without a late arena", path));
         plan.late.insert(v);
       }
+      if (entry.size() > 3 && entry.at(3).get<bool>())
+        plan.kept.insert(v);
     }
   } catch (const json::exception &e) {
     throw DataError(fmt::format("'{}' has a malformed header: {}", path, e.what()));

@@ -67,6 +67,9 @@ struct ArenaPlan {
   std::map<const ir::Value *, sym::ExprRef> offsets;
   sym::ExprRef lateBytes = nullptr;
   std::set<const ir::Value *> late;
+  // Prepacked weights: their bytes stay in the arena from one call to the next (they lie
+  // below everything else at constant offsets), so each is packed once for its param.
+  std::set<const ir::Value *> kept;
 };
 
 // Whether `op` takes whole rows of a param at leading point indices (`w[l]`, `w[l, 0]`):
@@ -84,7 +87,7 @@ public:
   Device &device() { return *device_; }
   const std::vector<KernelInfo> &kernels() const { return kernels_; }
   // Intermediates go to the arena from now on (none: each is allocated on its own).
-  void setArenaPlan(ArenaPlan plan) { plan_ = std::move(plan); }
+  void setArenaPlan(ArenaPlan plan) { plan_ = std::move(plan), packedFrom_.clear(); }
   const ArenaPlan &arenaPlan() const { return plan_; }
   // Binds the inputs' dims and checks the binding (ir/graph/Binding.h), sizes the arena
   // for them (reusing the previous call's memory when it is big enough), and runs the
@@ -116,6 +119,7 @@ private:
   ir::BindingCheck bindingCheck_;
   ArenaPlan plan_;
   std::vector<uint8_t> arena_, lateArena_;
+  std::map<const ir::Op *, const uint8_t *> packedFrom_; // the param memory each kept prepack was made from
   int64_t arenaBytes_ = 0, lateArenaBytes_ = -1;
 };
 

@@ -84,8 +84,10 @@ Grid gridOf(const kir::Kernel &k) {
   case Mapping::Warps: g.x = ceilDiv(iterations, kBlockThreads / kWarpLanes); break;
   case Mapping::Blocks:
     g.x = k.parallelLoop()->extent;
+    // A task's columns may depend on the task (a schedule that splits N); the first
+    // task's are the widest.
     for (const StmtPtr &b : k.parallelLoop()->body)
-      widen(columnTiles, ceilDiv(b->gemm.n, kGemmTile));
+      widen(columnTiles, ceilDiv(sym::substitute(b->gemm.n, {{k.parallelLoop()->var, sym::constant(0)}}), kGemmTile));
     g.y = columnTiles;
     break;
   }

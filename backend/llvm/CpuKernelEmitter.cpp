@@ -2,6 +2,9 @@
 // chunk each call is handed, and GEMMs as vector FMA micro-kernels sized to the host.
 #include "backend/llvm/KernelEmitter.h"
 
+#include <algorithm>
+#include <functional>
+
 namespace dnnc::backend {
 namespace {
 
@@ -82,14 +85,25 @@ void CpuKernelEmitter::collapsedChunk(const std::vector<const kir::Stmt *> &nest
   });
 }
 
-// The GEMM schedule: blocks of kDepthBlock along k, panels of two vectors of columns
-// (packed, so the panel stays in L1), and a micro-kernel of kRows x 2 vector accumulators that
-// broadcasts one A element per row and multiplies it into two B vectors with FMAs.
-// Column tails use masked loads and stores; row tails compute on a repeated valid row
-// and skip its stores.
+// The GEMM schedule. Micro-kernels hold R rows x V vectors of C in registers and, for
+// each k, broadcast one A element per row and multiply it into V vectors of B's row k with
+// FMAs. Rows go in tiles of the path's height, then one tile of each smaller power of two
+// the remainder needs, so no row is computed twice. Two paths, chosen per call:
+// - packed (more than kStreamRows rows): blocks of kDepthBlock along k, panels of two
+//   vectors of columns packed first (zero-padded), so that every tile of kRows rows
+//   streams the panel from L1 with no cache-set conflicts;
+// - streamed (at most kStreamRows rows: a batch of 1, a matrix-vector product): packing
+//   would cost as much as the product, so the micro-kernels read B where it lies, as wide
+//   as the registers allow (V = kAccumulators / R vectors, up to a whole 256-column task
+//   for one row): B's rows are read once each, in contiguous runs, at memory bandwidth.
+//   (Reading B in place with 8 or more rows, two vectors wide, ran slower than packing:
+//   each pass over a panel strides B's rows through the same cache sets.)
+// B read transposed is always packed (packing gathers its columns). Column tails use
+// masked loads and stores.
 void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
   const int64_t kDepthBlock = 256;
-  const unsigned vw = vectorWidth_, rowsPerTile = vw >= 16 ? 8 : 6;
+  const unsigned kStreamRows = 4;
+  const unsigned vw = vectorWidth_, kRows = vw >= 16 ? 8 : 6, kAccumulators = 2 * kRows, kMaxVectors = 16;
   llvm::Type *f32 = b_.getFloatTy();
   auto *vec = llvm::FixedVectorType::get(f32, vw);
   llvm::Value *aBase = index(g.aBase), *bBase = index(g.bBase), *cBase = index(g.cBase);
@@ -100,44 +114,135 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
   llvm::AllocaInst *panel = entryAlloca(llvm::ArrayType::get(f32, kDepthBlock * 2 * vw), "panel");
   panel->setAlignment(llvm::Align(64));
   std::vector<llvm::AllocaInst *> acc;
-  for (unsigned k = 0; k < 2 * rowsPerTile; ++k)
+  for (unsigned k = 0; k < std::max(kAccumulators, kMaxVectors); ++k)
     acc.push_back(entryAlloca(vec, "acc"));
   std::vector<llvm::Constant *> lanes;
   for (unsigned l = 0; l < vw; ++l)
     lanes.push_back(b_.getInt64(l));
   llvm::Value *iota = llvm::ConstantVector::get(lanes);
   auto align = llvm::Align(4);
+  // Lane masks of the V vectors of columns from j0: the columns below n.
+  auto masksOf = [&](llvm::Value *j0, unsigned V) {
+    std::vector<llvm::Value *> masks;
+    for (unsigned v = 0; v < V; ++v)
+      masks.push_back(b_.CreateICmpSLT(b_.CreateAdd(b_.CreateVectorSplat(vw, b_.CreateAdd(j0, b_.getInt64(v * vw))), iota),
+                                       b_.CreateVectorSplat(vw, n)));
+    return masks;
+  };
+  // Emits body(masked) twice: unmasked when the V vectors from j0 lie below n, masked else.
+  auto fullOrTail = [&](llvm::Value *j0, unsigned V, const std::function<void(bool)> &body) {
+    auto *fullBB = llvm::BasicBlock::Create(ctx_, "cols.full", fn_), *tailBB = llvm::BasicBlock::Create(ctx_, "cols.tail", fn_),
+         *joinBB = llvm::BasicBlock::Create(ctx_, "cols.done", fn_);
+    b_.CreateCondBr(b_.CreateICmpSLE(b_.CreateAdd(j0, b_.getInt64(V * vw)), n), fullBB, tailBB);
+    for (bool masked : {false, true}) {
+      b_.SetInsertPoint(masked ? tailBB : fullBB);
+      body(masked);
+      b_.CreateBr(joinBB);
+    }
+    b_.SetInsertPoint(joinBB);
+  };
+  auto loadVec = [&](llvm::Value *ptr, llvm::Value *mask) -> llvm::Value * {
+    if (mask)
+      return b_.CreateMaskedLoad(vec, ptr, align, mask, llvm::Constant::getNullValue(vec));
+    return b_.CreateAlignedLoad(vec, ptr, align);
+  };
+  // C[i0:i0+R, j0:j0+V vectors] (+)= A[i0:i0+R, k0:kEnd] x B[k0:kEnd, ...], B's row k at
+  // bRows + k * bStride; `first` says whether to store rather than add to C.
+  auto microKernel = [&](llvm::Value *i0, unsigned R, unsigned V, llvm::Value *j0, llvm::Value *k0, llvm::Value *kEnd,
+                         llvm::Value *first, llvm::Value *bRows, llvm::Value *bStride, bool masked) {
+    std::vector<llvm::Value *> masks = masked ? masksOf(j0, V) : std::vector<llvm::Value *>(V, nullptr);
+    std::vector<llvm::Value *> aRows;
+    for (unsigned r = 0; r < R; ++r)
+      aRows.push_back(b_.CreateAdd(aBase, b_.CreateMul(b_.CreateAdd(i0, b_.getInt64(r)), lda)));
+    for (unsigned k = 0; k < R * V; ++k)
+      b_.CreateStore(llvm::Constant::getNullValue(vec), acc[k]);
+    forLoop("k", k0, kEnd, 1, [&](llvm::Value *k) {
+      llvm::Value *bRow = b_.CreateGEP(f32, bRows, b_.CreateMul(k, bStride));
+      std::vector<llvm::Value *> bv;
+      for (unsigned v = 0; v < V; ++v)
+        bv.push_back(loadVec(b_.CreateGEP(f32, bRow, b_.getInt64(v * vw)), masks[v]));
+      for (unsigned r = 0; r < R; ++r) {
+        llvm::Value *av = b_.CreateVectorSplat(vw, b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, A, b_.CreateAdd(aRows[r], k))));
+        for (unsigned v = 0; v < V; ++v) {
+          llvm::AllocaInst *slot = acc[r * V + v];
+          b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {av, bv[v], b_.CreateLoad(vec, slot)}), slot);
+        }
+      }
+    });
+    for (unsigned r = 0; r < R; ++r) {
+      llvm::Value *cRow = b_.CreateAdd(cBase, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(i0, b_.getInt64(r)), ldc), j0));
+      for (unsigned v = 0; v < V; ++v) {
+        llvm::Value *ptr = b_.CreateInBoundsGEP(f32, C, b_.CreateAdd(cRow, b_.getInt64(v * vw)));
+        llvm::Value *sum = b_.CreateLoad(vec, acc[r * V + v]);
+        sum = b_.CreateSelect(first, sum, b_.CreateFAdd(sum, loadVec(ptr, masks[v])));
+        if (masked)
+          b_.CreateMaskedStore(sum, ptr, align, masks[v]);
+        else
+          b_.CreateAlignedStore(sum, ptr, align);
+      }
+    }
+  };
+  // tile(i0, R) over rows [row0, rowEnd): full tiles of `top` rows, then one tile of each
+  // smaller power of two the remainder needs.
+  auto rowTiles = [&](unsigned top, const std::function<void(llvm::Value *, unsigned)> &tile) {
+    llvm::Value *i = b_.CreateSub(rowEnd, b_.CreateSRem(b_.CreateSub(rowEnd, row0), b_.getInt64(top)));
+    forLoop("i0", row0, i, top, [&](llvm::Value *i0) { tile(i0, top); });
+    for (unsigned R = 8; R >= 1; R /= 2) {
+      if (R >= top)
+        continue;
+      llvm::BasicBlock *pre = b_.GetInsertBlock();
+      llvm::Value *advanced = b_.CreateAdd(i, b_.getInt64(R));
+      llvm::BasicBlock *after = nullptr;
+      onlyIf(b_.CreateICmpSLE(advanced, rowEnd), [&] {
+        tile(i, R);
+        after = b_.GetInsertBlock();
+      });
+      llvm::PHINode *phi = b_.CreatePHI(b_.getInt64Ty(), 2);
+      phi->addIncoming(i, pre);
+      phi->addIncoming(advanced, after);
+      i = phi;
+    }
+  };
+  llvm::Value *stream = bColStride || g.bPanels ? b_.getFalse() : b_.CreateICmpSLE(index(g.rows), b_.getInt64(int64_t(kStreamRows)));
+  auto *streamBB = llvm::BasicBlock::Create(ctx_, "gemm.stream", fn_), *packBB = llvm::BasicBlock::Create(ctx_, "gemm.packed", fn_),
+       *doneBB = llvm::BasicBlock::Create(ctx_, "gemm.done", fn_);
+  b_.CreateCondBr(stream, streamBB, packBB);
+
+  b_.SetInsertPoint(streamBB);
+  if (!bColStride)
+    rowTiles(kStreamRows, [&](llvm::Value *i0, unsigned R) {
+      unsigned V = std::min(kMaxVectors, std::max(1u, kAccumulators / R));
+      forLoop("j0", b_.getInt64(0), n, V * vw, [&](llvm::Value *j0) {
+        fullOrTail(j0, V, [&](bool masked) {
+          microKernel(i0, R, V, j0, b_.getInt64(0), depth, b_.getTrue(), b_.CreateInBoundsGEP(f32, B, b_.CreateAdd(bBase, j0)), ldb, masked);
+        });
+      });
+    });
+  b_.CreateBr(doneBB);
+
+  b_.SetInsertPoint(packBB);
   // At least one depth block, so that an empty sum still stores its zeros.
   llvm::Value *depthBlocksEnd = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, depth, b_.getInt64(1));
   forLoop("k0", b_.getInt64(0), depthBlocksEnd, kDepthBlock, [&](llvm::Value *k0) {
     llvm::Value *kEnd = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, depth, b_.CreateAdd(k0, b_.getInt64(kDepthBlock)));
     llvm::Value *first = b_.CreateICmpEQ(k0, b_.getInt64(0));
     forLoop("j0", b_.getInt64(0), n, 2 * vw, [&](llvm::Value *j0) {
-      llvm::Value *masks[2];
-      for (unsigned h = 0; h < 2; ++h) {
-        llvm::Value *col = b_.CreateAdd(b_.CreateVectorSplat(vw, b_.CreateAdd(j0, b_.getInt64(h * vw))), iota);
-        masks[h] = b_.CreateICmpSLT(col, b_.CreateVectorSplat(vw, n));
-      }
-      llvm::Value *fullPanel = b_.CreateICmpSLE(b_.CreateAdd(j0, b_.getInt64(2 * vw)), n);
-      // The same micro-kernel twice: unmasked for full panels, masked for the tail.
-      auto *fullBB = llvm::BasicBlock::Create(ctx_, "panel.full", fn_), *tailBB = llvm::BasicBlock::Create(ctx_, "panel.tail", fn_),
-           *joinBB = llvm::BasicBlock::Create(ctx_, "panel.done", fn_);
-      b_.CreateCondBr(fullPanel, fullBB, tailBB);
-      for (bool masked : {false, true}) {
-        b_.SetInsertPoint(masked ? tailBB : fullBB);
-        auto loadVec = [&](llvm::Value *ptr, unsigned h) -> llvm::Value * {
-          if (masked)
-            return b_.CreateMaskedLoad(vec, ptr, align, masks[h], llvm::Constant::getNullValue(vec));
-          return b_.CreateAlignedLoad(vec, ptr, align);
-        };
-        // Packs B[k0:kEnd, j0:j0 + 2 vectors] contiguously, zero-padding the column tail:
-        // the micro-kernel then streams it from L1 with no cache-set conflicts.
+      fullOrTail(j0, 2, [&](bool masked) {
+        if (g.bPanels) { // prepacked when the model loaded: B's row k of the panel at k * kPanelColumns
+          llvm::Value *col = b_.CreateAdd(bBase, j0), *width = b_.getInt64(kir::kPanelColumns);
+          llvm::Value *start = b_.CreateAdd(b_.CreateMul(b_.CreateSDiv(col, width), b_.CreateMul(depth, width)), b_.CreateSRem(col, width));
+          llvm::Value *panelRows = b_.CreateInBoundsGEP(f32, B, start);
+          rowTiles(kRows, [&](llvm::Value *i0, unsigned R) { microKernel(i0, R, 2, j0, k0, kEnd, first, panelRows, width, masked); });
+          return;
+        }
+        std::vector<llvm::Value *> masks = masked ? masksOf(j0, 2) : std::vector<llvm::Value *>(2, nullptr);
+        // Packs B[k0:kEnd, j0:j0 + 2 vectors] contiguously, zero-padding the column tail.
         forLoop("kp", k0, kEnd, 1, [&](llvm::Value *k) {
           llvm::Value *packedRow = b_.CreateMul(b_.CreateSub(k, k0), b_.getInt64(2 * vw));
           if (!bColStride) {
             llvm::Value *bRow = b_.CreateAdd(bBase, b_.CreateAdd(b_.CreateMul(k, ldb), j0));
             for (unsigned h = 0; h < 2; ++h)
-              b_.CreateAlignedStore(loadVec(b_.CreateInBoundsGEP(f32, B, b_.CreateAdd(bRow, b_.getInt64(h * vw))), h),
+              b_.CreateAlignedStore(loadVec(b_.CreateInBoundsGEP(f32, B, b_.CreateAdd(bRow, b_.getInt64(h * vw))), masks[h]),
                                     b_.CreateInBoundsGEP(f32, panel, b_.CreateAdd(packedRow, b_.getInt64(h * vw))), llvm::Align(64));
             return;
           }
@@ -151,54 +256,16 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
             b_.CreateStore(v, b_.CreateInBoundsGEP(f32, panel, b_.CreateAdd(packedRow, b_.getInt64(l))));
           }
         });
-        forLoop("i0", row0, rowEnd, rowsPerTile, [&](llvm::Value *i0) {
-          llvm::Value *lastRow = b_.CreateSub(rowEnd, b_.getInt64(1));
-          std::vector<llvm::Value *> aRows, rows;
-          for (unsigned r = 0; r < rowsPerTile; ++r) {
-            llvm::Value *row = b_.CreateAdd(i0, b_.getInt64(r));
-            rows.push_back(row);
-            llvm::Value *safe = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, row, lastRow);
-            aRows.push_back(b_.CreateAdd(aBase, b_.CreateMul(safe, lda)));
-          }
-          for (llvm::AllocaInst *slot : acc)
-            b_.CreateStore(llvm::Constant::getNullValue(vec), slot);
-          forLoop("k", k0, kEnd, 1, [&](llvm::Value *k) {
-            llvm::Value *packedRow = b_.CreateMul(b_.CreateSub(k, k0), b_.getInt64(2 * vw));
-            llvm::Value *bv[2];
-            for (unsigned h = 0; h < 2; ++h)
-              bv[h] = b_.CreateAlignedLoad(vec, b_.CreateInBoundsGEP(f32, panel, b_.CreateAdd(packedRow, b_.getInt64(h * vw))), llvm::Align(64));
-            for (unsigned r = 0; r < rowsPerTile; ++r) {
-              llvm::Value *av = b_.CreateVectorSplat(vw, b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, A, b_.CreateAdd(aRows[r], k))));
-              for (unsigned h = 0; h < 2; ++h) {
-                llvm::AllocaInst *slot = acc[2 * r + h];
-                b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {av, bv[h], b_.CreateLoad(vec, slot)}), slot);
-              }
-            }
-          });
-          for (unsigned r = 0; r < rowsPerTile; ++r) {
-            auto *storeBB = llvm::BasicBlock::Create(ctx_, "row.store", fn_), *nextBB = llvm::BasicBlock::Create(ctx_, "row.next", fn_);
-            b_.CreateCondBr(b_.CreateICmpSLT(rows[r], rowEnd), storeBB, nextBB);
-            b_.SetInsertPoint(storeBB);
-            llvm::Value *cRow = b_.CreateAdd(cBase, b_.CreateAdd(b_.CreateMul(rows[r], ldc), j0));
-            for (unsigned h = 0; h < 2; ++h) {
-              llvm::Value *ptr = b_.CreateInBoundsGEP(f32, C, b_.CreateAdd(cRow, b_.getInt64(h * vw)));
-              llvm::Value *sum = b_.CreateLoad(vec, acc[2 * r + h]);
-              // Later depth blocks add to what the earlier ones stored.
-              sum = b_.CreateSelect(first, sum, b_.CreateFAdd(sum, loadVec(ptr, h)));
-              if (masked)
-                b_.CreateMaskedStore(sum, ptr, align, masks[h]);
-              else
-                b_.CreateAlignedStore(sum, ptr, align);
-            }
-            b_.CreateBr(nextBB);
-            b_.SetInsertPoint(nextBB);
-          }
+        // The panel's row k lies at (k - k0) * 2 vectors.
+        llvm::Value *panelRows = b_.CreateGEP(f32, panel, b_.CreateMul(k0, b_.getInt64(-2 * int64_t(vw))));
+        rowTiles(kRows, [&](llvm::Value *i0, unsigned R) {
+          microKernel(i0, R, 2, j0, k0, kEnd, first, panelRows, b_.getInt64(2 * vw), masked);
         });
-        b_.CreateBr(joinBB);
-      }
-      b_.SetInsertPoint(joinBB);
+      });
     });
   });
+  b_.CreateBr(doneBB);
+  b_.SetInsertPoint(doneBB);
   if (g.epilogue)
     stmt(*g.epilogue);
 }

@@ -159,7 +159,8 @@ private:
   StmtPtr matmul(const ir::Op &mm);
   StmtPtr window(bool conv);
   StmtPtr copyFlat();
-  StmtPtr transpose();
+  // With `panels`, stores the [K, N] result in the prepacked GEMM panels (kir::Gemm::bPanels).
+  StmtPtr transpose(bool panels = false);
   StmtPtr concat(bool stack);
   StmtPtr split();
   StmtPtr pad();
@@ -441,6 +442,9 @@ StmtPtr Lowering::matmul(const ir::Op &mm) {
   if (transposedB)
     bSource = bSource->def->operands[0];
   int aBuf = bufferOf(mm.operands[0]), bBuf = bufferOf(bSource);
+  // B made by a prepack kernel lies in the GEMM's panels (where the target packs weights).
+  const ir::Value *bMade = outer_.kind == OpKind::Fused ? outer_.operands[bBuf] : bSource;
+  bool panelsB = schedule_.packedWeights && bMade->def && bMade->def->kind == OpKind::Prepack;
   DType aType = mm.operands[0]->type.dtype, bType = mm.operands[1]->type.dtype;
   // In a fused group the matmul's result is the group's output, where the epilogue (the
   // group's elementwise ops) then rewrites each row block while it is still in cache.
@@ -471,12 +475,18 @@ StmtPtr Lowering::matmul(const ir::Op &mm) {
     return kir::flatIndex(o, idx);
   };
   if (aType == DType::F32 && bType == DType::F32 && mm.results[0]->type.dtype == DType::F32) {
-    // One parallel task per (batch, block of kGemmRowBlock rows): each is a tiled GEMM.
-    ExprRef blocks = sym::floorDiv(sym::add(m, c(kGemmRowBlock - 1)), c(kGemmRowBlock));
+    // One parallel task per (batch, block of kGemmRowBlock rows, block of columns): each
+    // is a tiled GEMM over its columns, whose bases are offset to its first column.
+    ExprRef rowBlocks = sym::floorDiv(sym::add(m, c(kGemmRowBlock - 1)), c(kGemmRowBlock));
+    ExprRef colBlock = schedule_.gemmColumnBlock ? c(schedule_.gemmColumnBlock) : n;
+    ExprRef colBlocks = schedule_.gemmColumnBlock ? sym::floorDiv(sym::add(n, c(schedule_.gemmColumnBlock - 1)), colBlock) : c(1);
+    ExprRef blocks = sym::mul(rowBlocks, colBlocks);
     ExprRef tasks = blocks, p = sym::var(kir::loopVar(next_++));
     for (size_t k = 0; k < batch; ++k)
       tasks = sym::mul(tasks, o[k]);
-    ExprRef batchFlat = sym::floorDiv(p, blocks), row0 = sym::mul(sym::mod(p, blocks), c(kGemmRowBlock));
+    ExprRef batchFlat = sym::floorDiv(p, blocks), inBatch = sym::mod(p, blocks);
+    ExprRef row0 = sym::mul(sym::floorDiv(inBatch, colBlocks), c(kGemmRowBlock));
+    ExprRef col0 = schedule_.gemmColumnBlock ? sym::mul(sym::mod(inBatch, colBlocks), colBlock) : c(0);
     Dims full(batch);
     ExprRef stride = c(1);
     for (size_t k = batch; k-- > 0;) {
@@ -486,17 +496,20 @@ StmtPtr Lowering::matmul(const ir::Op &mm) {
     kir::Gemm g;
     g.a = aBuf, g.b = bBuf, g.c = out();
     g.aBase = operandIndex(a, full, c(0), c(0));
-    g.bBase = operandIndex(transposedB ? bSource->type.dims : b, full, c(0), c(0));
-    g.cBase = outIndex(full, c(0), c(0));
     g.lda = depth, g.ldb = transposedB ? c(1) : n, g.ldc = vecB ? c(1) : n;
     if (transposedB) // B(k, j) is the source's (j, k)
       g.bColStride = depth;
-    g.row0 = row0, g.rows = sym::min(c(kGemmRowBlock), sym::sub(m, row0)), g.n = n, g.depth = depth;
+    g.bBase = sym::add(operandIndex(transposedB ? bSource->type.dims : b, full, c(0), c(0)),
+                       sym::mul(col0, transposedB ? depth : c(1)));
+    g.bPanels = panelsB; // B is rank 2: bBase is the task's first column
+
+    g.cBase = sym::add(outIndex(full, c(0), c(0)), col0);
+    g.row0 = row0, g.rows = sym::min(c(kGemmRowBlock), sym::sub(m, row0)), g.n = sym::min(colBlock, sym::sub(n, col0)), g.depth = depth;
     if (epilogue) {
       Dims rc = vars(2), idx(full);
       idx.push_back(sym::add(row0, rc[0]));
-      idx.push_back(rc[1]);
-      StmtPtr rows = kir::loop(rc[1]->asVar()->name, n, one(kir::store(out(), kir::flatIndex(o, idx), readValue(op_.results[0], idx))),
+      idx.push_back(sym::add(col0, rc[1]));
+      StmtPtr rows = kir::loop(rc[1]->asVar()->name, g.n, one(kir::store(out(), kir::flatIndex(o, idx), readValue(op_.results[0], idx))),
                                Stmt::Schedule::Vectorize);
       g.epilogue = kir::loop(rc[0]->asVar()->name, g.rows, one(std::move(rows)));
     }
@@ -576,7 +589,7 @@ StmtPtr Lowering::copyFlat() {
   return loopNest({n}, idx, one(kir::store(out(), idx[0], kir::load(0, idx[0], dtype(0)))));
 }
 
-StmtPtr Lowering::transpose() {
+StmtPtr Lowering::transpose(bool panels) {
   const Dims &in = this->in(0), &o = dims(out());
   std::vector<size_t> perm(in.size());
   std::iota(perm.begin(), perm.end(), 0);
@@ -590,7 +603,12 @@ StmtPtr Lowering::transpose() {
   Dims idx = vars(o.size()), inIdx(in.size());
   for (size_t k = 0; k < perm.size(); ++k)
     inIdx[perm[k]] = idx[k];
-  return loopNest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), read(0, inIdx))));
+  ExprRef at = kir::flatIndex(o, idx);
+  if (panels) { // (k, j) at panel j / P, row k, lane j % P
+    ExprRef p = c(kir::kPanelColumns);
+    at = sym::add(sym::mul(sym::floorDiv(idx[1], p), sym::mul(o[0], p)), sym::add(sym::mul(idx[0], p), sym::mod(idx[1], p)));
+  }
+  return loopNest(o, idx, one(kir::store(out(), at, read(0, inIdx))));
 }
 
 StmtPtr Lowering::concat(bool stack) {
@@ -751,6 +769,7 @@ std::optional<kir::Kernel> Lowering::run() {
   case OpKind::AvgPool2d: body = window(false); break;
   case OpKind::Reshape: case OpKind::Unsqueeze: case OpKind::Squeeze: case OpKind::Flatten: body = copyFlat(); break;
   case OpKind::Transpose: body = transpose(); break;
+  case OpKind::Prepack: body = transpose(schedule_.packedWeights); break;
   case OpKind::BroadcastTo: {
     const Dims &o = dims(out());
     Dims idx = vars(o.size());

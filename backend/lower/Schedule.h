@@ -19,11 +19,19 @@ struct ScheduleOptions {
   // output element accumulates its own window, a thread each on a GPU's grid (where
   // vectorizedConv2d's few long tasks would leave most threads idle).
   bool vectorizedConv2d = true;
+  // Columns of C per GEMM task (0: all of them). The CPU splits N as well as M so that a
+  // matmul with few rows (a batch of 1, a matrix-vector product) still has a task per
+  // thread; the GPU tiles a task's columns across its block already.
+  int64_t gemmColumnBlock = 0;
+  // Params a matmul multiplies by are prepacked (ir/transforms/Prepack.h) into the CPU
+  // GEMM's panels; the GPU stages B through shared memory and keeps it as it is.
+  bool packedWeights = false;
 };
-inline constexpr ScheduleOptions kCpuSchedule{true};
-inline constexpr ScheduleOptions kGpuSchedule{false};
+inline constexpr ScheduleOptions kCpuSchedule{true, 256, true};
+inline constexpr ScheduleOptions kGpuSchedule{false, 0, false};
 
-// Rows of A per GEMM task: an f32 matmul is one parallel task per (batch, row block).
+// Rows of A per GEMM task: an f32 matmul is one parallel task per (batch, row block,
+// column block).
 constexpr int64_t kGemmRowBlock = 64;
 
 // A body of one statement.

@@ -34,6 +34,10 @@ struct Value {
   SourceRange loc;
 };
 
+// Columns per panel of a prepacked weight (the `prepack` op, ir/transforms/Prepack.h):
+// a multiple of two vectors of every CPU's GEMM micro-kernel (2 x 16 lanes at most).
+constexpr int64_t kPrepackPanel = 32;
+
 // A list of dims in which null marks a position given by a runtime operand.
 using DimList = std::vector<sym::ExprRef>;
 using Attr = std::variant<int64_t, double, bool, std::string, DType, sym::ExprRef, DimList>;

@@ -901,7 +901,8 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
       target[inferred] = known == 0 ? 0 : static_cast<int64_t>(c.in[0]->numel()) / known;
     return one(reshaped(*c.in[0], target));
   }
-  case OpKind::Transpose: {
+  case OpKind::Transpose:
+  case OpKind::Prepack: { // its value is the transpose; only the kernels' layout differs
     size_t r = c.in[0]->shape.size();
     std::vector<size_t> perm(r);
     std::iota(perm.begin(), perm.end(), 0);

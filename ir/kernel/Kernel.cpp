@@ -204,9 +204,13 @@ void printStmt(const Kernel &k, const Stmt &s, int depth, std::string &out) {
     const Gemm &g = s.gemm;
     out += fmt::format("{}gemm tiled rows [{}, {} + {}) cols {} depth {}:\n", pad, g.row0->str(), g.row0->str(),
                        g.rows->str(), g.n->str(), g.depth->str());
-    out += fmt::format("{}  b{}[{} + i*{} + j] = sum_k b{}[{} + i*{} + k] * b{}[{} + k*{} + j{}]\n", pad, g.c, g.cBase->str(),
-                       g.ldc->str(), g.a, g.aBase->str(), g.lda->str(), g.b, g.bBase->str(), g.ldb->str(),
-                       g.bColStride ? "*" + g.bColStride->str() : "");
+    if (g.bPanels)
+      out += fmt::format("{}  b{}[{} + i*{} + j] = sum_k b{}[{} + i*{} + k] * b{}(k, {} + j) (prepacked in panels of {} columns)\n", pad,
+                         g.c, g.cBase->str(), g.ldc->str(), g.a, g.aBase->str(), g.lda->str(), g.b, g.bBase->str(), kPanelColumns);
+    else
+      out += fmt::format("{}  b{}[{} + i*{} + j] = sum_k b{}[{} + i*{} + k] * b{}[{} + k*{} + j{}]\n", pad, g.c, g.cBase->str(),
+                         g.ldc->str(), g.a, g.aBase->str(), g.lda->str(), g.b, g.bBase->str(), g.ldb->str(),
+                         g.bColStride ? "*" + g.bColStride->str() : "");
     if (g.epilogue) {
       out += pad + "  then:\n";
       printStmt(k, *g.epilogue, depth + 2, out);

@@ -41,10 +41,15 @@ ValuePtr cast(ValuePtr a, DType t);
 // for i in [row0, row0 + rows), j in [0, n), k in [0, depth). A bColStride other than 1
 // reads B transposed in place (packing gathers its columns).
 struct Stmt;
+constexpr int64_t kPanelColumns = ir::kPrepackPanel;
 struct Gemm {
   int a = -1, b = -1, c = -1; // buffers
   sym::ExprRef aBase, bBase, cBase, lda, ldb, ldc, row0, rows, n, depth;
   sym::ExprRef bColStride = nullptr; // null: 1
+  // B is a prepacked weight (ir/transforms/Prepack.h) stored in panels of kPanelColumns
+  // columns: B(k, j) at ((b + j) / kPanelColumns) * depth * kPanelColumns + k *
+  // kPanelColumns + (b + j) % kPanelColumns; bBase is then the first column, ldb unused.
+  bool bPanels = false;
   // Optional, applied once the block's products are stored: a loop nest
   //   for r in 0..rows { for j in 0..n { <one Store> } }
   // rewriting element (row0 + r, j) (fused bias, activation, residual). The CPU runs the

@@ -155,6 +155,9 @@ private:
         b.first = b.last = span_.at(op).begin;
         if (yields.count(v)) // a loop body's yield feeds the next iteration
           b.last = lastOfRegion(r);
+        b.kept = op->kind == OpKind::Prepack && &r == &g_.body && !late;
+        if (b.kept)
+          b.first = 0, b.last = lastOfRegion(g_.body);
         plan_.buffers.push_back(b);
         index_[v] = plan_.buffers.size() - 1;
       }
@@ -265,6 +268,8 @@ private:
       if (plan_.buffers[k].late == late)
         byBytes.push_back(k);
     std::stable_sort(byBytes.begin(), byBytes.end(), [&](size_t x, size_t y) {
+      if (plan_.buffers[x].kept != plan_.buffers[y].kept)
+        return plan_.buffers[x].kept;
       return atReference(plan_.buffers[x].bytes) > atReference(plan_.buffers[y].bytes);
     });
     std::vector<MaxList> offsets(plan_.buffers.size());
@@ -368,9 +373,9 @@ std::string print(const MemoryPlan &plan, const Graph &g) {
   for (const PlannedBuffer &b : plan.buffers) {
     const Value *v = b.value;
     std::string name = v->name.empty() ? fmt::format("%{}", v->id) : fmt::format("%{}.{}", v->name, v->id);
-    out += fmt::format("  {:<14} {:<22} live [{}, {}]  bytes {}  at {}{}{}  # {}\n", name, v->type.str(), b.first, b.last,
+    out += fmt::format("  {:<14} {:<22} live [{}, {}]  bytes {}  at {}{}{}{}  # {}\n", name, v->type.str(), b.first, b.last,
                        b.bytes->str(), b.offset->str(), b.inPlace ? "  (in place)" : "", b.late ? "  (after sync point)" : "",
-                       sourceLine(g, v->loc));
+                       b.kept ? "  (kept between calls)" : "", sourceLine(g, v->loc));
   }
   for (const Value *v : plan.unplanned)
     out += fmt::format("  not planned: %{} {} (its size is known only while the model runs)\n", v->id, v->type.str());

@@ -20,6 +20,10 @@
 //   size whose lifetime ends at that op (same offset, flagged inPlace).
 // - Buffers are placed largest first, comparing sizes at a reference binding (each dim
 //   at its range's upper bound, or kUnboundedDim without one): deterministic.
+// - Results of `prepack` ops (weights in the GEMM's layout, ir/transforms/Prepack.h) are
+//   kept: live over the whole call and placed first, at constant offsets below every
+//   other buffer, so that the runtime keeps them in the arena from one call to the next
+//   (whatever the dims, nothing else is placed there) and packs them only once.
 #pragma once
 
 #include "ir/graph/Graph.h"
@@ -40,6 +44,7 @@ struct PlannedBuffer {
   int first = 0, last = 0;       // lifetime: positions in the plan's op order, inclusive
   bool inPlace = false;          // shares an operand's bytes (elementwise)
   bool late = false;             // in the arena sized after the sync points (EDO dims)
+  bool kept = false;             // a prepacked weight: kept between calls, at the arena's start
 };
 
 struct MemoryPlan {

@@ -5,6 +5,7 @@
 #include "ir/transforms/Autodiff.h"
 #include "ir/transforms/ExecutionOrder.h"
 #include "ir/transforms/Fusion.h"
+#include "ir/transforms/Prepack.h"
 
 #include <fmt/format.h>
 
@@ -16,6 +17,7 @@ namespace {
 
 // The entry points Passes.def names: each adapts a pass's own function to PassInfo::run.
 void runDifferentiate(Graph &g, PassState &) { differentiate(g); }
+void runPrepack(Graph &g, PassState &) { prepackWeights(g); }
 void runFuse(Graph &g, PassState &) { fuseAll(g); }
 void runOrder(Graph &g, PassState &) { planExecutionOrder(g); }
 void runPlanMemory(Graph &g, PassState &state) {

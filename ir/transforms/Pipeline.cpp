@@ -7,6 +7,9 @@ std::vector<PassInfo> defaultPipeline(const PassOptions &options) {
   // Differentiation first, always: the backward ops it makes are ordinary ops that every
   // later pass (and the reference interpreter) treats like the forward ones.
   std::vector<PassInfo> passes{passInfo(PassId::Differentiate)};
+  // Prepacking before fusion: a GEMM fused with its epilogue then reads the packed copy.
+  if (options.prepack)
+    passes.push_back(passInfo(PassId::Prepack));
   // Fusion next: it decides which ops become one kernel, so ordering and planning see
   // the kernels that will run (a fused group's intermediates never reach memory).
   if (options.fuse)

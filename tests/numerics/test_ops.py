@@ -145,9 +145,12 @@ def make_test(name, expr, result, ref):
     return test
 
 
-# Matrix products at sizes around the CPU GEMM's tiles (8 or 6 rows, 2 vectors of columns,
-# blocks of 64 rows and 256 along k): dims of 1, primes, and sizes just past each tile.
-GEMM_SHAPES = [(1, 1, 1), (7, 3, 5), (67, 300, 37), (130, 513, 70), (9, 257, 33)]  # (M, K, N)
+# Matrix products at sizes around the CPU GEMM's tiles (8 or 6 rows with 4-, 2- and 1-row
+# tails, 2 vectors of columns, tasks of 64 rows by 256 columns, blocks of 256 along k):
+# dims of 1, primes, sizes just past each tile, empty sums and products, and both sides of
+# the row count (4) up to which B is read in place rather than packed.
+GEMM_SHAPES = [(1, 1, 1), (7, 3, 5), (67, 300, 37), (130, 513, 70), (9, 257, 33),  # (M, K, N)
+               (2, 0, 40), (0, 5, 7), (4, 33, 300), (5, 70, 513), (1, 300, 257), (3, 40, 530)]
 GEMM_MODELS = {
     "plain": ("a: f32[M, K], b: f32[K, N]", "f32[M, N]", lambda m, k, n: ((m, k), (k, n))),
     "batched_lhs": ("a: f32[2, M, K], b: f32[K, N]", "f32[2, M, N]", lambda m, k, n: ((2, m, k), (k, n))),
@@ -171,7 +174,7 @@ def make_gemm_test(name, args, result, shapes):
         rng = np.random.default_rng(7)
         with tempfile.TemporaryDirectory() as d:
             expr, ref = GEMM_EXPRESSIONS.get(name, ("a @ b", np.matmul))
-            model = write_model(d, f"gemm_{name}", "dim M; dim K; dim N;", args, result, expr)
+            model = write_model(d, f"gemm_{name}", "dim M in 0..65536; dim K in 0..65536; dim N in 0..65536;", args, result, expr)
             for m, k, n in GEMM_SHAPES:
                 dtype = np.float16 if name == "f16" else np.float32
                 sa, sb = shapes(m, k, n)
@@ -181,6 +184,38 @@ def make_gemm_test(name, args, result, shapes):
                 want = ref(a.astype(np.float64), b.astype(np.float64))
                 tol = 2e-3 * math.sqrt(k) if name == "f16" else 1e-4
                 assert_matches(outs[0].astype(np.float64), want, tol, tol, f"M={m}, K={k}, N={n}")
+    return test
+
+
+# Matrix products by a param (a constant weight): f32 ones whose column count is a multiple
+# of 32 read it prepacked in the CPU GEMM's panels (ir/transforms/Prepack.h), transposed
+# params included; (70, 40) stays unpacked. --repeat runs the model again on the panels
+# kept from the first call, whose output is the one written.
+PARAM_GEMM_SHAPES = [(1, 32), (300, 64), (513, 288), (70, 40)]  # (K, N)
+PARAM_GEMM_ROWS = [0, 1, 3, 5, 17, 130]
+PARAM_GEMM_MODELS = {
+    "plain": ("w: f32[K, N]", "x: f32[M, K]", "f32[M, N]", "x @ w", lambda x, w: x @ w),
+    "transposed": ("w: f32[N, K]", "x: f32[M, K]", "f32[M, N]", "x @ transpose(w)", lambda x, w: x @ w.T),
+    "batched": ("w: f32[K, N]", "x: f32[2, M, K]", "f32[2, M, N]", "x @ w", lambda x, w: x @ w),
+    "epilogue": ("w: f32[K, N]", "x: f32[M, K]", "f32[M, N]", "relu(x @ w) * 2.0 - 1.0", lambda x, w: np.maximum(x @ w, 0) * 2 - 1),
+}
+
+
+def make_param_gemm_test(name, param, arg, result, expr, ref):
+    def test(self):
+        rng = np.random.default_rng(5)
+        with tempfile.TemporaryDirectory() as d:
+            for k, n in PARAM_GEMM_SHAPES:
+                header = f"const K = {k}; const N = {n};\ndim M in 0..65536;\nparam {param};"
+                model = write_model(d, f"param_gemm_{name}_{k}_{n}", header, arg, result, expr)
+                wshape = (n, k) if name == "transposed" else (k, n)
+                w = rng.standard_normal(wshape).astype(np.float32)
+                for m in PARAM_GEMM_ROWS:
+                    x = rng.standard_normal((2, m, k) if name == "batched" else (m, k)).astype(np.float32)
+                    outs, p = self.dnnc.run(model, {"w": w}, {"x": x}, extra=("--repeat", "1"))
+                    self.assertEqual(p.returncode, 0, p.stderr)
+                    assert_matches(outs[0].astype(np.float64), ref(x.astype(np.float64), w.astype(np.float64)), 1e-4, 1e-4,
+                                   f"M={m}, K={k}, N={n}")
     return test
 
 
@@ -321,6 +356,9 @@ for _name, (_expr, _result, _ref) in REDUCTIONS.items():
 
 for _name, (_args, _result, _shapes) in GEMM_MODELS.items():
     setattr(Ops, f"test_gemm_{_name}", make_gemm_test(_name, _args, _result, _shapes))
+
+for _name, _model in PARAM_GEMM_MODELS.items():
+    setattr(Ops, f"test_param_gemm_{_name}", make_param_gemm_test(_name, *_model))
 
 for _name, (_expr, _result, _ref) in OPS.items():
     setattr(Ops, f"test_{_name}", make_test(_name, _expr, _result, _ref))

@@ -86,6 +86,7 @@ int trainModel(Program &p, const TrainOptions &o) {
     int64_t steps = o.steps > 0 ? o.steps : o.epochs * perEpoch;
     std::unique_ptr<rt::Executable> compiled;
     backend::CompileOptions options = o.compile;
+    options.constantParams = false; // each step's params are the last step's updates
     if (o.device == "ref") {
       ir::optimize(g, options.passes);
     } else {

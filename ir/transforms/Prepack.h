@@ -1,0 +1,21 @@
+// Prepacking constant weights: a matmul whose B is a param (or a param's transpose) reads
+// it from a `prepack` op, which the CPU lowers to its GEMM's panel layout. Params are
+// constants once the model loads, so the runtime runs each prepack kernel once for the
+// params it is given and keeps its result between calls (planned memory: see
+// MemoryPlan.h), and the GEMM reads the panels without packing B again on every call.
+//
+// Contract: changes no value (prepack(w, perm) is transpose(w, perm); only the layout a
+// target stores differs). Applies to f32 matmuls whose B is a rank-2 param, or transpose(w)
+// of a rank-2 param w, with constant dims and a column count that is a multiple of
+// kPrepackPanel (whole panels, no padding). One prepack per (param, perm), placed right
+// after the param; a transpose left unused is removed. Returns how many matmuls now read
+// a prepacked B.
+#pragma once
+
+#include "ir/graph/Graph.h"
+
+namespace dnnc::ir {
+
+int prepackWeights(Graph &g);
+
+} // namespace dnnc::ir
