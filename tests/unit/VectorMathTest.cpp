@@ -149,9 +149,9 @@ TEST_CASE("vector tanh, erf and gelu are within their stated ulp", "[vecmath]") 
   checkUnary("gelu", ir::OpKind::Gelu, gelu, 6);
 }
 
-TEST_CASE("vector sin and cos are correctly rounded, also for huge arguments", "[vecmath]") {
-  checkUnary("sin", ir::OpKind::Sin, [](double x) { return std::sin(x); }, 0.5);
-  checkUnary("cos", ir::OpKind::Cos, [](double x) { return std::cos(x); }, 0.5);
+TEST_CASE("vector sin and cos are within 1 ulp, also for huge arguments", "[vecmath]") {
+  checkUnary("sin", ir::OpKind::Sin, [](double x) { return std::sin(x); }, 1);
+  checkUnary("cos", ir::OpKind::Cos, [](double x) { return std::cos(x); }, 1);
 }
 
 TEST_CASE("sigmoid and silu built on the vector exp", "[vecmath]") {
