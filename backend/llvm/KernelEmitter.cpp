@@ -9,11 +9,14 @@
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/CommandLine.h>
 #include <llvm/Support/Error.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 
 #include <fmt/format.h>
+
+#include <mutex>
 
 
 namespace dnnc::backend {
@@ -448,6 +451,16 @@ llvm::AllocaInst *KernelEmitter::entryAlloca(llvm::Type *t, const std::string &n
 }
 
 void optimize(llvm::Module &m, llvm::TargetMachine &tm) {
+  // A reduce loop's f32 sum is serial (docs/semantics.md), so the vectorizer leaves it,
+  // and the exp of softmax's and logsumexp's sums with it, scalar unless ordered
+  // reductions are on (AArch64's default, not x86's): each vector of terms is then added
+  // to the sum lane by lane, in the serial order (the same sum, bit for bit), while the
+  // terms are computed on whole vectors. LLVM offers no other switch than its option.
+  static std::once_flag orderedReductions;
+  std::call_once(orderedReductions, [] {
+    const char *args[] = {"dnnc", "-force-ordered-reductions"};
+    llvm::cl::ParseCommandLineOptions(2, args);
+  });
   llvm::LoopAnalysisManager lam;
   llvm::FunctionAnalysisManager fam;
   llvm::CGSCCAnalysisManager cgam;
