@@ -1,6 +1,8 @@
 // The registry table, builtin signatures, and every op's dtype and shape rule.
 #include "ir/graph/OpRegistry.h"
 
+#include "ir/graph/GradRules.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>

@@ -808,6 +808,7 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
   case OpKind::While:
   case OpKind::Fused:
   case OpKind::AssertDims: throw InternalError("structural ops are run by the interpreter itself");
+  case OpKind::Grad: throw InternalError("a grad op reached the interpreter: the differentiate pass did not run");
   case OpKind::Constant: {
     Tensor t = Tensor::zeros(outType, {});
     storeDouble(t, 0, op.get<double>("value"));

@@ -3,6 +3,7 @@
 
 #include "backend/Compile.h"
 #include "frontend/Sema.h"
+#include "ir/transforms/TrainStep.h"
 
 #include <map>
 #include <ostream>
@@ -33,6 +34,18 @@ struct RunOptions {
   backend::CompileOptions compile; // the target's options are probed, not given
 };
 int runModel(Program &p, const RunOptions &o);
+struct TrainOptions {
+  std::string model, weights, save, device = "auto";
+  std::vector<std::pair<std::string, std::string>> data; // NAME=FILE.npy
+  int64_t batch = 32, epochs = 1, steps = 0, logEvery = 1;
+  double lr = 1e-3;
+  ir::Optimizer optimizer;
+  uint64_t seed = 0;
+  bool json = false;
+  backend::CompileOptions compile;
+};
+// `dnnc train` (docs/training.md).
+int trainModel(Program &p, const TrainOptions &o);
 // `dnnc run ARTIFACT`: loads and runs a `dnnc build` artifact with no compiling.
 int runArtifact(const std::string &path, const RunOptions &o);
 
