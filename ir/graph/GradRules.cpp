@@ -326,6 +326,25 @@ std::vector<Value *> partsGrad(GradContext &c, const Op &op, const std::vector<V
   return out;
 }
 
+// take(x, idx, axis) / embedding(table, ids): g added back at the indices (index_add into
+// zeros, repeated indices summing); index_add(x, idx, src): g to x, take(g, idx) to src.
+std::vector<Value *> gatherGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads) {
+  Value *g = grads[0], *x = op.operands[0], *idx = op.operands[1];
+  std::vector<Value *> out(op.operands.size(), nullptr);
+  if (!g || !isFloatValue(x))
+    return out;
+  B b{c, x->type.dtype};
+  ExprRef axis = op.kind == OpKind::Embedding ? cst(0) : op.get<ExprRef>("axis");
+  if (op.kind == OpKind::IndexAdd) {
+    out[0] = c.wants(x) ? g : nullptr;
+    if (c.wants(op.operands[2]))
+      out[2] = b.op(OpKind::Take, {g, idx}, {{"axis", axis}});
+    return out;
+  }
+  out[0] = b.op(OpKind::IndexAdd, {b.zeros(x->type), idx, g}, {{"axis", axis}});
+  return out;
+}
+
 // x[static bounds, step 1]: g padded back to x's shape with zeros (a point index first gets
 // its axis back).
 std::vector<Value *> indexGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads) {

@@ -39,6 +39,7 @@ std::vector<Value *> softmaxGrad(GradContext &c, const Op &op, const std::vector
 std::vector<Value *> matmulGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads);
 std::vector<Value *> movementGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads);
 std::vector<Value *> partsGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads);
+std::vector<Value *> gatherGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads);
 std::vector<Value *> indexGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads);
 
 // Why `op` cannot pass a gradient to its float operands yet (nullopt: it can, or it passes

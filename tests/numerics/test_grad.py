@@ -7,7 +7,6 @@ with its own weight) and returns grad(loss, [operands]). The NumPy twin of the o
 the finite differences. Every case runs at three bindings of its dims (size 1, odd, even)
 on the reference interpreter, the CPU and the simulated GPU.
 """
-import argparse
 import math
 import os
 import subprocess
@@ -16,6 +15,9 @@ import tempfile
 import unittest
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dnnc_test_util import run_with_exe  # noqa: E402
 
 erf = np.vectorize(math.erf)
 
@@ -27,6 +29,12 @@ def sigmoid(x):
 def softmax(x, axis):
     e = np.exp(x - x.max(axis, keepdims=True))
     return e / e.sum(axis, keepdims=True)
+
+
+def index_add(x, idx, src):
+    out = x.copy()
+    np.add.at(out, (slice(None), idx), src)
+    return out
 
 
 def logsumexp(x, axis):
@@ -86,6 +94,11 @@ CASES = {
     "split": ("split(a, [1, N], 1)[1]", lambda a: a[:, 1:], ["M, N + 1"], MN, "any"),
     "pad": ("pad(a, [1, 2])", lambda a: np.pad(a, ((1, 2), (0, 0))), [MN], "M + 3, N", "any"),
     "slice": ("a[1:, -2]", lambda a: a[1:, -2], ["M + 1, N + 2"], M_, "any"),
+    # Gathers: repeated indices sum their gradients (scatter-add through index_add).
+    "take": ("take(a, arange(N) / 2, 1)", lambda a: a[:, np.arange(a.shape[1]) // 2], [MN], MN, "any"),
+    "embedding": ("embedding(a, arange(M + 2) % N)", lambda a: a[np.arange(R["M"] + 2) % a.shape[0]], ["N, 3"], "M + 2, 3", "any"),
+    "index_add": ("index_add(a, arange(N + 1) % N, b, 1)", lambda a, b: index_add(a, np.arange(a.shape[1] + 1) % a.shape[1], b),
+                  [MN, "M, N + 1"], MN, "any"),
     "reuse": ("a * a + exp(a) * a", lambda a: a * a + np.exp(a) * a, [MN], MN, "any"),
     # Compositions: an MLP's log-probabilities, a layer norm, an attention head.
     "mlp": ("log_softmax(relu(a @ b) @ c, -1)", lambda a, b, c: np.log(softmax(np.maximum(a @ b, 0) @ c, -1)),
@@ -170,8 +183,4 @@ for case in CASES:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dnnc", required=True)
-    a, rest = ap.parse_known_args()
-    Gradients.exe = a.dnnc
-    unittest.main(argv=[sys.argv[0]] + rest)
+    run_with_exe(Gradients)
