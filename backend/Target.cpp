@@ -46,7 +46,7 @@ std::string linkSharedObject(const std::string &object, const fs::path &dir) {
   fs::path obj = dir / "kernels.o", so = dir / "kernels.so";
   rt::writeFileAtomically(obj.string(), object);
   for (const char *driver : {"cc", "gcc", "clang"}) {
-    std::vector<std::string> args{driver, "-shared", "-o", so.string(), obj.string(), "-lmvec", "-lm"};
+    std::vector<std::string> args{driver, "-shared", "-o", so.string(), obj.string(), "-lm"};
     std::vector<char *> argv;
     for (std::string &a : args)
       argv.push_back(a.data());

@@ -14,7 +14,6 @@
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
-#include <llvm/Support/DynamicLibrary.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
@@ -93,10 +92,6 @@ std::unique_ptr<CpuModule> CpuModule::compile(const std::vector<const kir::Kerne
     throw InternalError("cannot start the LLVM JIT: " + errorText(jit.takeError()));
   impl->jit = std::move(*jit);
   auto &dylib = impl->jit->getMainJITDylib();
-  // Vectorized loops call glibc's vector math library: make its symbols the process's.
-  std::string error;
-  if (llvm::sys::DynamicLibrary::LoadLibraryPermanently("libmvec.so.1", &error))
-    throw InternalError("cannot load glibc's libmvec.so.1 for vectorized math: " + error);
   auto process = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(impl->jit->getDataLayout().getGlobalPrefix());
   if (!process)
     throw InternalError("cannot resolve libm for the JIT: " + errorText(process.takeError()));

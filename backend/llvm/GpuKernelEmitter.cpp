@@ -11,6 +11,8 @@
 
 #include <llvm/IR/IntrinsicsNVPTX.h>
 
+#include <cmath>
+
 namespace dnnc::backend {
 namespace {
 
@@ -309,9 +311,15 @@ protected:
     for (size_t i = 0; i < names.size(); ++i)
       vars_[names[i]] = fn_->getArg(static_cast<unsigned>(k_.buffers.size() + i));
   }
-  // libdevice's __nv_ form: NVPTX has no lowering for exp, log, sin, ...
-  llvm::Value *math(const char *libmName, llvm::Intrinsic::ID, std::vector<llvm::Value *> args) override {
-    return callExternal(std::string("__nv_") + libmName, args);
+  // libdevice's __nv_ form: NVPTX has no lowering for exp, log, sin, ... GELU is
+  // x/2 erfc(-x/sqrt 2): 1 + erf(x/sqrt 2) cancels to 0 for x below about -6.
+  llvm::Value *math(MathFn fn, std::vector<llvm::Value *> args) override {
+    if (fn != MathFn::Gelu)
+      return callExternal(std::string("__nv_") + libmName(fn), args);
+    llvm::Type *f = b_.getFloatTy();
+    llvm::Value *x = args[0];
+    return b_.CreateFMul(b_.CreateFMul(llvm::ConstantFP::get(f, 0.5), x),
+                         callExternal("__nv_erfcf", {b_.CreateFMul(x, llvm::ConstantFP::get(f, -M_SQRT1_2))}));
   }
   llvm::Value *specialRegister(rt::SimRegister r) override {
     static const llvm::Intrinsic::ID ids[] = {
@@ -329,7 +337,7 @@ protected:
   SharedPlacement sharedPlacement(llvm::ArrayType *type) override { return {3, llvm::UndefValue::get(type)}; }
 };
 
-// The simulated GPU (rt::SimulatedGpuDevice): the host's KernelFn ABI and libm, with the
+// The simulated GPU (rt::SimulatedGpuDevice): the host's KernelFn ABI and math, with the
 // simulator's hooks (runtime/KernelAbi.h) for special registers, barriers and shuffles.
 class SimulatedGpuKernelEmitter : public GpuKernelEmitter {
 public:

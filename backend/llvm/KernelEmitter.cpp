@@ -6,18 +6,18 @@
 #include "base/Error.h"
 #include "ir/graph/OpRegistry.h"
 
-#include <llvm/Analysis/TargetLibraryInfo.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/CommandLine.h>
 #include <llvm/Support/Error.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 
 #include <fmt/format.h>
 
-#include <cmath>
-#include <set>
+#include <mutex>
+
 
 namespace dnnc::backend {
 
@@ -85,17 +85,14 @@ llvm::Value *KernelEmitter::call(llvm::Intrinsic::ID id, std::vector<llvm::Value
   return b_.CreateIntrinsic(id, {args[0]->getType()}, args);
 }
 
-llvm::Value *KernelEmitter::math(const char *libmName, llvm::Intrinsic::ID id, std::vector<llvm::Value *> args) {
-  if (id != llvm::Intrinsic::not_intrinsic)
-    return call(id, args);
-  return callExternal(libmName, args);
+llvm::Value *KernelEmitter::math(MathFn fn, std::vector<llvm::Value *> args) {
+  return b_.CreateCall(vectorMathFunction(m_, fn), args);
 }
 llvm::Value *KernelEmitter::callExternal(const std::string &name, std::vector<llvm::Value *> args) {
   std::vector<llvm::Type *> types(args.size(), args[0]->getType());
   llvm::FunctionCallee f = m_.getOrInsertFunction(name, llvm::FunctionType::get(args[0]->getType(), types, false));
   return b_.CreateCall(f, args);
 }
-llvm::Value *KernelEmitter::libm(const char *name, llvm::Value *x) { return math(name, llvm::Intrinsic::not_intrinsic, {x}); }
 
 // ---- indices (i64) ----
 llvm::Value *KernelEmitter::floorDivMod(llvm::Value *a, llvm::Value *d, bool wantMod) {
@@ -209,24 +206,28 @@ void KernelEmitter::storeValue(int buffer, sym::ExprRef idx, llvm::Value *v, DTy
 llvm::Value *KernelEmitter::floatUnary(UnaryOp k, llvm::Value *x) {
   llvm::Type *f = b_.getFloatTy();
   auto one = llvm::ConstantFP::get(f, 1.0), zero = llvm::ConstantFP::get(f, 0.0);
-  auto sigmoid = [&](llvm::Value *v) { return b_.CreateFDiv(one, b_.CreateFAdd(one, math("expf", llvm::Intrinsic::exp, {b_.CreateFNeg(v)}))); };
+  // 1/(1 + e^-x) for x >= 0, e^x/(1 + e^x) below: e^-x would overflow for x < -88 where
+  // the result is still representable.
+  auto sigmoid = [&](llvm::Value *v) {
+    llvm::Value *e = math(MathFn::Exp, {b_.CreateFNeg(call(llvm::Intrinsic::fabs, {v}))});
+    llvm::Value *s = b_.CreateFDiv(one, b_.CreateFAdd(one, e));
+    return b_.CreateSelect(b_.CreateFCmpOLT(v, zero), b_.CreateFMul(e, s), s);
+  };
   switch (k) {
   case UnaryOp::Neg: return b_.CreateFNeg(x);
   case UnaryOp::Abs: return call(llvm::Intrinsic::fabs, {x});
-  case UnaryOp::Exp: return math("expf", llvm::Intrinsic::exp, {x});
-  case UnaryOp::Log: return math("logf", llvm::Intrinsic::log, {x});
+  case UnaryOp::Exp: return math(MathFn::Exp, {x});
+  case UnaryOp::Log: return math(MathFn::Log, {x});
   case UnaryOp::Sqrt: return call(llvm::Intrinsic::sqrt, {x});
   case UnaryOp::Rsqrt: return b_.CreateFDiv(one, call(llvm::Intrinsic::sqrt, {x}));
-  case UnaryOp::Tanh: return libm("tanhf", x);
+  case UnaryOp::Tanh: return math(MathFn::Tanh, {x});
   case UnaryOp::Sigmoid: return sigmoid(x);
   case UnaryOp::Relu: return b_.CreateSelect(b_.CreateFCmpUGT(x, zero), x, zero); // NaN propagates
-  case UnaryOp::Gelu: // x/2 * erfc(-x/sqrt 2): 1 + erf(x/sqrt 2) cancels to 0 for x below about -6
-    return b_.CreateFMul(b_.CreateFMul(llvm::ConstantFP::get(f, 0.5), x),
-                         libm("erfcf", b_.CreateFMul(x, llvm::ConstantFP::get(f, -M_SQRT1_2))));
+  case UnaryOp::Gelu: return math(MathFn::Gelu, {x});
   case UnaryOp::Silu: return b_.CreateFMul(x, sigmoid(x));
-  case UnaryOp::Erf: return libm("erff", x);
-  case UnaryOp::Sin: return math("sinf", llvm::Intrinsic::sin, {x});
-  case UnaryOp::Cos: return math("cosf", llvm::Intrinsic::cos, {x});
+  case UnaryOp::Erf: return math(MathFn::Erf, {x});
+  case UnaryOp::Sin: return math(MathFn::Sin, {x});
+  case UnaryOp::Cos: return math(MathFn::Cos, {x});
   case UnaryOp::Floor: return call(llvm::Intrinsic::floor, {x});
   case UnaryOp::Ceil: return call(llvm::Intrinsic::ceil, {x});
   case UnaryOp::Round: return call(llvm::Intrinsic::roundeven, {x});
@@ -287,7 +288,7 @@ llvm::Value *KernelEmitter::floatBinary(BinaryOp k, llvm::Value *a, llvm::Value 
     llvm::Value *fix = b_.CreateAnd(b_.CreateFCmpUNE(r, zero), b_.CreateXor(b_.CreateFCmpOLT(r, zero), b_.CreateFCmpOLT(c, zero)));
     return b_.CreateSelect(fix, b_.CreateFAdd(r, c), r);
   }
-  case BinaryOp::Pow: return math("powf", llvm::Intrinsic::pow, {a, c});
+  case BinaryOp::Pow: return math(MathFn::Pow, {a, c});
   case BinaryOp::Maximum: return call(llvm::Intrinsic::maximum, {a, c});
   case BinaryOp::Minimum: return call(llvm::Intrinsic::minimum, {a, c});
   case BinaryOp::Eq: return b_.CreateFCmpOEQ(a, c);
@@ -449,36 +450,21 @@ llvm::AllocaInst *KernelEmitter::entryAlloca(llvm::Type *t, const std::string &n
   return atEntry.CreateAlloca(t, nullptr, name);
 }
 
-namespace {
-
-// libmvec's name for the `lanes`-wide variant of `fn` for ISA `isa` (b: SSE, d: AVX2,
-// e: AVX-512), kept alive for the TargetLibraryInfo that refers to it.
-llvm::StringRef vectorName(const char *fn, char isa, unsigned lanes) {
-  static std::set<std::string> names;
-  return *names.insert(fmt::format("_ZGV{}N{}v_{}", isa, lanes, fn)).first;
-}
-
-} // namespace
-
 void optimize(llvm::Module &m, llvm::TargetMachine &tm) {
+  // A reduce loop's f32 sum is serial (docs/semantics.md), so the vectorizer leaves it,
+  // and the exp of softmax's and logsumexp's sums with it, scalar unless ordered
+  // reductions are on (AArch64's default, not x86's): each vector of terms is then added
+  // to the sum lane by lane, in the serial order (the same sum, bit for bit), while the
+  // terms are computed on whole vectors. LLVM offers no other switch than its option.
+  static std::once_flag orderedReductions;
+  std::call_once(orderedReductions, [] {
+    const char *args[] = {"dnnc", "-force-ordered-reductions"};
+    llvm::cl::ParseCommandLineOptions(2, args);
+  });
   llvm::LoopAnalysisManager lam;
   llvm::FunctionAnalysisManager fam;
   llvm::CGSCCAnalysisManager cgam;
   llvm::ModuleAnalysisManager mam;
-  // On x86-64 the vectorizer calls glibc's vector math (libmvec) for exp, log, sin, cos,
-  // pow, and here also erf, erfc and tanh (GELU, tanh), instead of one libm call per element.
-  llvm::TargetLibraryInfoImpl libraryInfo(tm.getTargetTriple());
-  if (tm.getTargetTriple().isX86() && tm.getTargetTriple().isOSLinux()) {
-    libraryInfo.addVectorizableFunctionsFromVecLib(llvm::TargetLibraryInfoImpl::LIBMVEC_X86, tm.getTargetTriple());
-    std::vector<llvm::VecDesc> more;
-    for (const char *fn : {"erff", "erfcf", "tanhf"}) {
-      more.emplace_back(fn, vectorName(fn, 'b', 4), llvm::ElementCount::getFixed(4), false, "_ZGV_LLVM_N4v");
-      more.emplace_back(fn, vectorName(fn, 'd', 8), llvm::ElementCount::getFixed(8), false, "_ZGV_LLVM_N8v");
-      more.emplace_back(fn, vectorName(fn, 'e', 16), llvm::ElementCount::getFixed(16), false, "_ZGV_LLVM_N16v");
-    }
-    libraryInfo.addVectorizableFunctions(more);
-  }
-  fam.registerPass([&] { return llvm::TargetLibraryAnalysis(libraryInfo); });
   llvm::PassBuilder pb(&tm);
   pb.registerModuleAnalyses(mam);
   pb.registerCGSCCAnalyses(cgam);

@@ -11,6 +11,7 @@
 //    simulator's hooks in place of special registers, barriers and shuffles.
 #pragma once
 
+#include "backend/llvm/VectorMath.h"
 #include "ir/graph/ScalarOps.h"
 #include "ir/kernel/Kernel.h"
 
@@ -56,9 +57,9 @@ protected:
   virtual void createFunction() = 0;
   // The kernel body, emitted at the end of the entry block; the return follows.
   virtual void emitBody() = 0;
-  // A math function of libm that may have an LLVM intrinsic (not_intrinsic when it has
-  // none). The host's: the intrinsic, else the libm call.
-  virtual llvm::Value *math(const char *libmName, llvm::Intrinsic::ID id, std::vector<llvm::Value *> args);
+  // A transcendental function of f32 operands. The host's: VectorMath's inline IR, which
+  // the loop vectorizer widens.
+  virtual llvm::Value *math(MathFn fn, std::vector<llvm::Value *> args);
   virtual void storeStmt(const kir::Stmt &s);
   // The base runs the loop serially over its whole extent.
   virtual void forStmt(const kir::Stmt &s);
@@ -73,7 +74,6 @@ protected:
   llvm::Type *computeType(DType t);
   llvm::Type *storageType(DType t);
   llvm::Value *call(llvm::Intrinsic::ID id, std::vector<llvm::Value *> args);
-  llvm::Value *libm(const char *name, llvm::Value *x);
   // A call of the external function `name`, whose parameters and result have the type of args[0].
   llvm::Value *callExternal(const std::string &name, std::vector<llvm::Value *> args);
 
