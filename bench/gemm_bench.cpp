@@ -1,12 +1,14 @@
 // GEMM throughput of dnnc's CPU back end as a fraction of this CPU's fp32 FMA peak, both
 // measured here in one run. The peak comes from a loop of independent vector FMAs
-// (compiled for this machine); the GEMM is `a @ b` compiled by dnnc at several sizes.
+// (rt::measureFmaPeak, on the widest vectors this CPU has); the GEMM is `a @ b` compiled
+// by dnnc at several sizes.
 //   usage: gemm_bench [--threads N]
 #include "backend/llvm/CpuBackend.h"
 #include "backend/lower/Lower.h"
 #include "runtime/CpuDevice.h"
 #include "base/Diagnostics.h"
 #include "frontend/Sema.h"
+#include "runtime/Peak.h"
 #include "runtime/ThreadPool.h"
 
 #include <fmt/format.h>
@@ -19,48 +21,6 @@
 
 using namespace dnnc;
 using Clock = std::chrono::steady_clock;
-
-namespace {
-
-typedef float Vec __attribute__((vector_size(64)));
-
-// Flops per second of one thread running 16 independent chains of 16-lane FMAs.
-__attribute__((noinline)) double fmaPeakOneThread() {
-  Vec acc[16];
-  for (int k = 0; k < 16; ++k)
-    for (int l = 0; l < 16; ++l)
-      acc[k][l] = static_cast<float>(k + l) * 1e-3f;
-  Vec a, b;
-  for (int l = 0; l < 16; ++l)
-    a[l] = 0.999f, b[l] = 1e-4f;
-  const long iters = 20'000'000;
-  auto start = Clock::now();
-  for (long i = 0; i < iters; ++i)
-    for (int k = 0; k < 16; ++k)
-      acc[k] = acc[k] * a + b;
-  double secs = std::chrono::duration<double>(Clock::now() - start).count();
-  float sink = 0;
-  for (int k = 0; k < 16; ++k)
-    sink += acc[k][0];
-  if (sink == 12345.f)
-    std::cout << "";
-  return 2.0 * 16 * 16 * static_cast<double>(iters) / secs;
-}
-
-double fmaPeak(unsigned threads) {
-  std::vector<double> rates(threads);
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] { rates[t] = fmaPeakOneThread(); });
-  for (auto &t : pool)
-    t.join();
-  double sum = 0;
-  for (double r : rates)
-    sum += r;
-  return sum;
-}
-
-} // namespace
 
 int main(int argc, char **argv) {
   unsigned threads = std::max(1u, std::thread::hardware_concurrency());
@@ -81,7 +41,7 @@ int main(int argc, char **argv) {
   auto module = backend::CpuModule::compile({&kernel});
   rt::KernelInfo info = lower::kernelInfo(kernel);
   rt::CpuDevice device({module->lookup(kernel.name)}, nullptr);
-  double peak = fmaPeak(threads);
+  double peak = rt::measureFmaPeak(threads);
   std::cout << fmt::format("cpu: {}; threads: {}\nfp32 FMA peak (measured): {:.1f} GFLOP/s\n", backend::hostDescription(),
                            threads, peak / 1e9);
   std::cout << fmt::format("{:>6} {:>6} {:>6} {:>10} {:>8}\n", "M", "K", "N", "GFLOP/s", "of peak");

@@ -287,6 +287,7 @@ void Executable::launch(size_t index, const std::vector<const Tensor *> &in, std
   for (const Tensor &t : out)
     bytes += static_cast<double>(t.byteSize());
   record(index, info.name, start, flops, bytes);
+  times_[index].kernel = true;
 }
 
 void Executable::record(size_t index, const std::string &name, std::chrono::steady_clock::time_point start, double flops,

@@ -112,6 +112,7 @@ public:
   struct OpTime {
     const ir::Op *op = nullptr;
     std::string name; // the kernel's, or the host op's
+    bool kernel = false;
     size_t calls = 0;
     double seconds = 0, flops = 0, bytes = 0;
   };
