@@ -396,7 +396,7 @@ public:
     ++exe_.opsExecuted_;
     switch (op.kind) {
     case ir::OpKind::Param: return; // bound before the walk
-    case ir::OpKind::AssertDims: return ir::checkAssert(op, b);
+    case ir::OpKind::AssertDims: return assertDims(op, b);
     case ir::OpKind::If: return branch(op, b);
     case ir::OpKind::For:
     case ir::OpKind::While: return loop(op, b);
@@ -436,6 +436,17 @@ public:
   }
 
 private:
+  // An assert over the input dims holds at every call with them once it held.
+  void assertDims(const ir::Op &op, const ir::Binding &b) {
+    OpPlan &p = exe_.plan_->ops[exe_.opIndex_.at(&op)];
+    if (p.checked)
+      return;
+    ir::checkAssert(op, b);
+    const ir::Binding &inputs = exe_.plan_->binding;
+    p.checked = std::holds_alternative<sym::ExprRef>(op.attrs.at("lhs")) &&
+                namesOnly(op.get<sym::ExprRef>("lhs"), inputs) && namesOnly(op.get<sym::ExprRef>("rhs"), inputs);
+  }
+
   void branch(const ir::Op &op, ir::Binding &b) {
     hostReads({&values.at(op.operands[0])});
     const ir::Region &taken = *op.regions[values.at(op.operands[0]).get(0) != 0 ? 0 : 1];
