@@ -3,6 +3,7 @@
 
 #include "backend/gpu/GpuMapping.h"
 #include "backend/lower/Schedule.h"
+#include "base/Error.h"
 #include "ir/graph/OpRegistry.h"
 
 #include <fmt/format.h>
@@ -61,8 +62,12 @@ public:
   }
   std::vector<int64_t> listAttr(const std::string &n) const {
     std::vector<int64_t> out;
-    for (ExprRef e : op_.get<ir::DimList>(n))
-      out.push_back(*e->asConst());
+    for (ExprRef e : op_.get<ir::DimList>(n)) {
+      auto v = e->asConst();
+      if (!v)
+        throw InternalError(fmt::format("'{}' of {} is {}, not a constant", n, ir::opInfo(op_.kind).spelling, e->str()));
+      out.push_back(*v);
+    }
     return out;
   }
   size_t axisAttr(const std::string &n) const { return static_cast<size_t>(intAttr(n)); } // non-negative after sema
@@ -623,11 +628,11 @@ StmtPtr Lowering::split() {
 
 StmtPtr Lowering::pad() {
   const Dims &in = dims(0), &o = dims(out());
-  auto pads = listAttr("pads");
+  const ir::DimList &pads = op_.get<ir::DimList>("pads"); // widths may be dim expressions
   Dims idx = vars(o.size()), inIdx;
   ValuePtr inside = kir::constant(1, DType::Bool);
   for (size_t k = 0; k < o.size(); ++k) {
-    ExprRef i = k < pads.size() / 2 ? sym::sub(idx[k], c(pads[2 * k])) : idx[k];
+    ExprRef i = k < pads.size() / 2 ? sym::sub(idx[k], pads[2 * k]) : idx[k];
     inIdx.push_back(i);
     if (k < pads.size() / 2)
       inside = kir::binary(OpKind::And, inside,

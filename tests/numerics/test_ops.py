@@ -82,6 +82,9 @@ OPS = {
     "flatten": ("flatten(stack([x, y], axis = 2), 1)", "f32[A, 2 * B]",
                 lambda x, y, m, i: np.stack([x, y], 2).reshape(x.shape[0], -1)),
     "pad": ("pad(x, [1, 0, 2, 3], 9.0)", "f32[A + 1, B + 5]", lambda x, y, m, i: np.pad(x, ((1, 0), (2, 3)), constant_values=9)),
+    # Widths that are dims (the kernel once read them as 0 and shifted the data).
+    "pad_dims": ("pad(x, [0, A, B, 1])", "f32[2 * A, 2 * B + 1]",
+                 lambda x, y, m, i: np.pad(x, ((0, x.shape[0]), (x.shape[1], 1)))),
     "take": ("take(x, i % B, axis = 1)", "f32[A, A, B]", lambda x, y, m, i: np.take(x, i % x.shape[1], axis=1)),
     "embedding": ("embedding(y, i % A)", "f32[A, B, B]", lambda x, y, m, i: y[i % x.shape[0]]),
     "one_hot": ("one_hot(i, 4)", "f32[A, B, 4]", lambda x, y, m, i: np.eye(4)[np.clip(i, 0, 3)] * (i < 4)[..., None]),
