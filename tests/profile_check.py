@@ -14,30 +14,35 @@ RUNS = [
     ["detect.dnn", "--bind", "A=64", "--repeat", "2", "--device", "cuda-sim"],
 ]
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--dnnc", required=True)
-ap.add_argument("--examples", required=True)
-args = ap.parse_args()
 
+def table(dnnc, examples, model, flags, out):
+    """The profile's rows as (name, ms, share), or None with the output when there is none."""
+    p = subprocess.run([dnnc, "run", f"{examples}/{model}", "--out", out, "--profile", *flags], capture_output=True, text=True)
+    lines = p.stdout.splitlines()
+    header = next((k for k, l in enumerate(lines) if l.startswith("op ")), None)
+    if p.returncode != 0 or header is None:
+        return None, f"exit {p.returncode}, no table\n{p.stdout}{p.stderr}"
+    rows = []
+    for row in lines[header + 1:]:
+        m = re.match(r"(\S+(?: \S+)?)\s+(?:\d+\s+)?(\d+\.\d+)\s+(\d+\.\d+)%", row)
+        if not m:
+            return None, f"unreadable row {row!r}"
+        rows.append((m.group(1), float(m.group(2)), float(m.group(3))))
+    return rows, ""
+
+
+ap = argparse.ArgumentParser(description=__doc__)
+for flag in ("--dnnc", "--examples"):
+    ap.add_argument(flag, required=True)
+args = ap.parse_args()
 failures = 0
 with tempfile.TemporaryDirectory() as d:
     for model, *flags in RUNS:
-        p = subprocess.run([args.dnnc, "run", f"{args.examples}/{model}", "--out", d, "--profile", *flags],
-                           capture_output=True, text=True)
-        lines = p.stdout.splitlines()
-        header = next((k for k, l in enumerate(lines) if l.startswith("op ")), None)
-        if p.returncode != 0 or header is None:
-            print(f"FAIL {model}: exit {p.returncode}, no table\n{p.stdout}{p.stderr}")
+        parsed, why = table(args.dnnc, args.examples, model, flags, d)
+        if parsed is None:
+            print(f"FAIL {model}: {why}")
             failures += 1
             continue
-        parsed = []
-        for row in lines[header + 1:]:
-            m = re.match(r"(\S+(?: \S+)?)\s+(?:\d+\s+)?(\d+\.\d+)\s+(\d+\.\d+)%", row)
-            if not m:
-                print(f"FAIL {model}: unreadable row {row!r}")
-                failures += 1
-                continue
-            parsed.append((m.group(1), float(m.group(2)), float(m.group(3))))
         (last, total_ms, total_share), ops = parsed[-1], parsed[:-1]
         shares = sum(share for _, _, share in ops)
         times = sum(ms for _, ms, _ in ops)
