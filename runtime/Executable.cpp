@@ -280,7 +280,6 @@ void Executable::launch(size_t index, const std::vector<const Tensor *> &in, std
     return device_->launch(kernel, info, in, out, l);
   auto start = std::chrono::steady_clock::now();
   device_->launch(kernel, info, in, out, l);
-  device_->synchronize();
   double bytes = 0;
   for (const Tensor *t : in)
     bytes += static_cast<double>(t->byteSize());
@@ -314,9 +313,9 @@ bool Executable::runOp(size_t index, OpPlan &p, const std::vector<const Tensor *
   if (e.readsIndices || !p.checked) // static points: once per binding
     checkIndices(op, in, eval);
   bool planned = p.state == OpPlan::State::Planned;
-  OpPlan now; // what this run evaluates itself
   if (e.view) {
     const Tensor &x = *in[0];
+    OpPlan now; // unplanned: what this run evaluates itself
     if (!planned) {
       viewGeometry(op, x.shape, eval, now);
       now.shapes = {shapeOf(op.results[0]->type, eval)};
@@ -404,14 +403,14 @@ public:
     }
     size_t index = exe_.opIndex_.at(&op);
     OpPlan &p = exe_.plan_->ops[index];
-    if (p.state == OpPlan::State::Unplanned)
-      exe_.planOp(index, p);
     if (!p.checked) {
       for (const ir::Value *r : op.results)
         if (!exe_.plan_->check.sizeChecked(r))
           ir::checkValueSize(op, *r, b);
       ir::checkEmptyReduction(op, b); // the same error on every device, before any kernel runs
     }
+    if (p.state == OpPlan::State::Unplanned) // after the checks: their errors come first
+      exe_.planOp(index, p);
     std::vector<const Tensor *> in = valuesOf(op.operands);
     std::vector<Tensor> out;
     bool made = exe_.runOp(index, p, in, out, b);

@@ -54,8 +54,6 @@ public:
   virtual void setArenas(std::vector<Range> arenas) { (void)arenas; }
   // Copies between host and device memory so far, for --stats (empty: none are made).
   virtual std::string copies() const { return {}; }
-  // Waits until every launch so far has finished (the profiler times each launch so).
-  virtual void synchronize() {}
 };
 
 // Where planned intermediates live: one arena of `bytes`, each value at its offset (all
@@ -106,8 +104,8 @@ public:
   size_t launchPlans() const { return plans_.size(); }
   size_t plannedRuns() const { return plannedRuns_; }
 
-  // The profiler: while it is on, each kernel launch and host op is timed (a device with
-  // its own queue is synchronized after each launch), and each kernel's FLOPs and bytes
+  // The profiler: while it is on, each kernel launch and host op is timed (every device
+  // returns from launch() once the kernel has run), and each kernel's FLOPs and bytes
   // read and written are counted. `seconds` is the runs' own time, end to end.
   struct OpTime {
     const ir::Op *op = nullptr;

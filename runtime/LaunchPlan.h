@@ -11,7 +11,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <vector>
 
 namespace dnnc::rt {
@@ -56,9 +55,6 @@ struct LaunchPlan {
   ir::BindingCheck check;
   size_t arenaBytes = 0;
   std::vector<OpPlan> ops; // by the executable's op index
-
-  // `e` under the binding; empty when it names a dim the run binds later, or overflows.
-  std::optional<int64_t> eval(sym::ExprRef e) const { return sym::evaluate(e, binding); }
 };
 
 // The plans of the last few distinct input shapes, most recently used first.
