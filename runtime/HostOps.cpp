@@ -229,6 +229,36 @@ std::vector<Tensor> index(const HostOpContext &c) {
   return one(std::move(t));
 }
 
+// index_add(x, idx, src, axis): x viewed as [outer, d, inner] and src as [outer, n, inner]
+// (n = idx's elements): src's row i of each block is added to x's row idx[i], summed in
+// double and rounded once.
+std::vector<Tensor> indexAdd(const HostOpContext &c) {
+  const Tensor &x = *c.in[0], &idx = *c.in[1], &src = *c.in[2];
+  size_t axis = static_cast<size_t>(intAttr(c, "axis")); // non-negative after sema
+  int64_t d = x.shape[axis], outer = 1, inner = 1;
+  for (size_t k = 0; k < axis; ++k)
+    outer *= x.shape[k];
+  for (size_t k = axis + 1; k < x.shape.size(); ++k)
+    inner *= x.shape[k];
+  int64_t n = static_cast<int64_t>(idx.numel());
+  std::vector<double> acc(x.numel());
+  for (size_t k = 0; k < acc.size(); ++k)
+    acc[k] = x.get(k);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t j = idx.getInt(static_cast<size_t>(i));
+    if (j < -d || j >= d)
+      throw DataError(fmt::format("index {} is out of range for dim {} of {} (size {})", j, axis, x.typeText(), d));
+    j = j < 0 ? j + d : j;
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t e = 0; e < inner; ++e)
+        acc[static_cast<size_t>((o * d + j) * inner + e)] += src.get(static_cast<size_t>((o * n + i) * inner + e));
+  }
+  Tensor r = sized(x.dtype, x.shape, c);
+  for (size_t k = 0; k < acc.size(); ++k)
+    r.set(k, acc[k]);
+  return {std::move(r)};
+}
+
 std::vector<Tensor> topk(const HostOpContext &c) {
   const Tensor &x = *c.in[0];
   size_t axis = static_cast<size_t>(intAttr(c, "axis")); // non-negative after sema
@@ -339,6 +369,7 @@ const std::vector<HostOp> &hostOps() {
       {OpKind::Full, "full", fill},               {OpKind::Arange, "arange", arange},
       {OpKind::Reshape, "reshape", reshape},      {OpKind::BroadcastTo, "broadcast_to", broadcastTo},
       {OpKind::Index, "index", index},            {OpKind::Topk, "topk", topk},
+      {OpKind::IndexAdd, "index_add", indexAdd},
       {OpKind::Resize, "resize", resize},         {OpKind::Nonzero, "nonzero", nonzero},
       {OpKind::MaskedSelect, "masked_select", maskedSelect}, {OpKind::Unique, "unique", unique},
   };

@@ -77,6 +77,8 @@ std::optional<SVal> Sema::callSemaBuiltin(const std::string &name, CallArgs &arg
       fail(DiagKind::Range, v.loc, fmt::format("axis {} is out of range for a tensor of rank {}", *c, rank));
     return static_cast<size_t>(*c < 0 ? *c + r : *c);
   };
+  if (name == "grad")
+    return gradCall(args, e);
   if (name == "shape" || name == "numel") {
     positional(1, name == "shape" ? 2 : 1);
     ir::Value *x = tensorOf(args[0].second, args[0].first->range, fmt::format("the argument of '{}'", name));

@@ -172,6 +172,7 @@ private:
   SVal callBuiltin(const ir::OpInfo &info, CallArgs &args, const ast::Expr &e);
   std::optional<SVal> callSemaBuiltin(const std::string &name, CallArgs &args,
                                       const ast::Expr &e);
+  SVal gradCall(CallArgs &args, const ast::Expr &e);
   SVal callFn(const ast::Decl &fn, ModuleCtx &m, CallArgs &args, const ast::Expr &e);
   SVal index(const ast::Expr &e, ScopePtr scope);
   ir::Value *materialize(const SVal &v, std::optional<DType> adopt, SourceRange loc);

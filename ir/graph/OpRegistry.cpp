@@ -1,6 +1,8 @@
 // The registry table, builtin signatures, and every op's dtype and shape rule.
 #include "ir/graph/OpRegistry.h"
 
+#include "ir/graph/GradRules.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -413,6 +415,25 @@ std::vector<TensorType> takeRule(const RuleContext &c, DType dt) {
   return {{dt, out}};
 }
 
+// index_add(x, idx, src, axis): x's type; src has the shape take(x, idx, axis) has.
+std::vector<TensorType> indexAddRule(const RuleContext &c, DType dt) {
+  if (!isFloat(c.in(0).dtype) || c.in(2).dtype != c.in(0).dtype)
+    c.error(DiagKind::DType, fmt::format("index_add adds a float src to x of its dtype, not {} to {}", typeText(c, 2), typeText(c, 0)));
+  const DimList &x = c.in(0).dims, &src = c.in(2).dims;
+  if (!isInteger(c.in(1).dtype))
+    c.error(DiagKind::DType, fmt::format("indices must be i32 or i64, not {}", typeText(c, 1)));
+  size_t a = c.axisAttr("axis", x.size());
+  DimList want(x.begin(), x.begin() + static_cast<long>(a));
+  want.insert(want.end(), c.in(1).dims.begin(), c.in(1).dims.end());
+  want.insert(want.end(), x.begin() + static_cast<long>(a) + 1, x.end());
+  if (want.size() != src.size())
+    c.error(DiagKind::Rank, fmt::format("index_add needs src of rank {} (x's axes with idx's in place of axis {}), not {}",
+                                        want.size(), a, typeText(c, 2)));
+  for (size_t i = 0; i < want.size(); ++i)
+    c.requireEqual(src[i], want[i], fmt::format("dim {} of src", i), 2, i >= a && i < a + c.in(1).rank() ? 1 : 0);
+  return {{dt, x}};
+}
+
 std::vector<TensorType> oneHotRule(const RuleContext &c, DType dt) {
   if (!isInteger(c.in(0).dtype))
     c.error(DiagKind::DType, fmt::format("one_hot needs integer ids, not {}", typeText(c, 0)));
@@ -498,7 +519,7 @@ const std::vector<OpInfo> &table() {
               Matmul = matmulRule, Conv2d = conv2dRule, Pool2d = pool2dRule, Reshape = reshapeRule,
               Transpose = transposeRule, BroadcastTo = broadcastToRule, Unsqueeze = unsqueezeRule,
               Squeeze = squeezeRule, Concat = concatRule, Stack = stackRule, Split = splitRule,
-              Flatten = flattenRule, Pad = padRule, Take = takeRule, OneHot = oneHotRule, Topk = topkRule,
+              Flatten = flattenRule, Pad = padRule, Take = takeRule, IndexAdd = indexAddRule, OneHot = oneHotRule, Topk = topkRule,
               Resize = resizeRule, Nonzero = nonzeroRule, MaskedSelect = maskedSelectRule, Unique = uniqueRule,
               Creation = creationRule, Arange = arangeRule, Index = indexRule;
     using namespace opflag;

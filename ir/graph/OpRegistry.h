@@ -38,10 +38,9 @@ enum OpFlag : unsigned {
 } // namespace opflag
 using opflag::OpFlag;
 
-// The gradient slot, empty for every op until autodiff fills it. The intended signature:
-// given the op and the gradients of its results (null where a result has none), a rule
-// emits ops through the autodiff pass's GradContext and returns one gradient per operand
-// (null for an operand that gets none, e.g. an index).
+// An op's gradient rule (ir/graph/GradRules.h): given the op and the gradients of its
+// results (null where a result has none), it emits the backward ops through the autodiff
+// pass's GradContext and returns one gradient per operand (null where none flows).
 struct GradContext;
 using GradRule = std::vector<Value *> (*)(GradContext &ctx, const Op &op, const std::vector<Value *> &resultGrads);
 

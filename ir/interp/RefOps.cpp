@@ -642,6 +642,33 @@ Tensor sliceAxis(const Tensor &x, size_t axis, int64_t start, int64_t len) {
   return r;
 }
 
+// x with each element of src added at the position take() would have read it from.
+Tensor indexAdd(const Tensor &x, const Tensor &idx, const Tensor &src, size_t axis) {
+  std::vector<double> sum(x.numel());
+  for (size_t k = 0; k < sum.size(); ++k)
+    sum[k] = x.get(k);
+  Shape st = stridesOf(x.shape), ist = stridesOf(idx.shape);
+  size_t ir = idx.shape.size();
+  forEach(src.shape, [&](const Shape &s, size_t flat) {
+    size_t iflat = 0;
+    for (size_t k = 0; k < ir; ++k)
+      iflat += static_cast<size_t>(s[axis + k] * ist[k]);
+    int64_t j = idx.getInt(iflat), d = x.shape[axis];
+    if (j < -d || j >= d)
+      throw DataError(fmt::format("index {} is out of range for dim {} of {} (size {})", j, axis, x.typeText(), d));
+    size_t dst = static_cast<size_t>((j < 0 ? j + d : j) * st[axis]);
+    for (size_t k = 0; k < axis; ++k)
+      dst += static_cast<size_t>(s[k] * st[k]);
+    for (size_t k = axis + 1; k < x.shape.size(); ++k)
+      dst += static_cast<size_t>(s[k - 1 + ir] * st[k]);
+    sum[dst] += src.get(flat);
+  });
+  Tensor r = Tensor::zeros(x.dtype, x.shape);
+  for (size_t k = 0; k < sum.size(); ++k)
+    r.set(k, sum[k]);
+  return r;
+}
+
 Tensor take(const Tensor &x, const Tensor &idx, size_t axis) {
   Shape outShape(x.shape.begin(), x.shape.begin() + static_cast<long>(axis));
   outShape.insert(outShape.end(), idx.shape.begin(), idx.shape.end());
@@ -808,6 +835,7 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
   case OpKind::While:
   case OpKind::Fused:
   case OpKind::AssertDims: throw InternalError("structural ops are run by the interpreter itself");
+  case OpKind::Grad: throw InternalError("a grad op reached the interpreter: the differentiate pass did not run");
   case OpKind::Constant: {
     Tensor t = Tensor::zeros(outType, {});
     storeDouble(t, 0, op.get<double>("value"));
@@ -970,6 +998,7 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
   }
   case OpKind::Take: return one(take(*c.in[0], *c.in[1], axisOf(c.intAttr("axis"))));
   case OpKind::Embedding: return one(take(*c.in[0], *c.in[1], 0));
+  case OpKind::IndexAdd: return one(indexAdd(*c.in[0], *c.in[1], *c.in[2], axisOf(c.intAttr("axis"))));
   case OpKind::OneHot: {
     const Tensor &ids = *c.in[0];
     int64_t depth = c.intAttr("depth");

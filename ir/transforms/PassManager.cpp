@@ -2,6 +2,7 @@
 #include "ir/transforms/PassManager.h"
 
 #include "base/Error.h"
+#include "ir/transforms/Autodiff.h"
 #include "ir/transforms/ExecutionOrder.h"
 #include "ir/transforms/Fusion.h"
 
@@ -14,6 +15,7 @@ namespace dnnc::ir {
 namespace {
 
 // The entry points Passes.def names: each adapts a pass's own function to PassInfo::run.
+void runDifferentiate(Graph &g, PassState &) { differentiate(g); }
 void runFuse(Graph &g, PassState &) { fuseAll(g); }
 void runOrder(Graph &g, PassState &) { planExecutionOrder(g); }
 void runPlanMemory(Graph &g, PassState &state) {

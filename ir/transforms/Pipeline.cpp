@@ -4,8 +4,10 @@
 namespace dnnc::ir {
 
 std::vector<PassInfo> defaultPipeline(const PassOptions &options) {
-  std::vector<PassInfo> passes;
-  // Fusion first: it decides which ops become one kernel, so ordering and planning see
+  // Differentiation first, always: the backward ops it makes are ordinary ops that every
+  // later pass (and the reference interpreter) treats like the forward ones.
+  std::vector<PassInfo> passes{passInfo(PassId::Differentiate)};
+  // Fusion next: it decides which ops become one kernel, so ordering and planning see
   // the kernels that will run (a fused group's intermediates never reach memory).
   if (options.fuse)
     passes.push_back(passInfo(PassId::Fuse));

@@ -30,6 +30,22 @@ def write_safetensors(path, tensors):
         f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
+def read_safetensors(path):
+    """The tensors of a .safetensors file, by name (the dtypes write_safetensors writes)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    dtypes = {v: k for k, v in SAFE_DTYPES.items()}
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        out[name] = np.frombuffer(data[8 + n + begin:8 + n + end], dtype=dtypes[info["dtype"]]).reshape(info["shape"])
+    return out
+
+
 class Dnnc:
     """Runs dnnc. With `prebuilt`, each model is compiled once by `dnnc build` and every run
     loads that artifact: the runner checks that no run compiled anything and that the

@@ -3,6 +3,7 @@
 
 #include "backend/Compile.h"
 #include "frontend/Sema.h"
+#include "ir/transforms/TrainStep.h"
 
 #include <map>
 #include <ostream>
@@ -38,6 +39,18 @@ int runModel(Program &p, const RunOptions &o);
 // GF/s (ops with a FLOP count) or GB/s and the share of this CPU's peak, and its source
 // lines; then the executor's own time and the total. `order`: "time" or "order".
 void printProfile(const ir::Graph &g, rt::Executable &exe, const std::string &order, std::ostream &os);
+struct TrainOptions {
+  std::string model, weights, save, device = "auto";
+  std::vector<std::pair<std::string, std::string>> data; // NAME=FILE.npy
+  int64_t batch = 32, epochs = 1, steps = 0, logEvery = 1;
+  double lr = 1e-3;
+  ir::Optimizer optimizer;
+  uint64_t seed = 0;
+  bool json = false;
+  backend::CompileOptions compile;
+};
+// `dnnc train` (docs/training.md).
+int trainModel(Program &p, const TrainOptions &o);
 // `dnnc run ARTIFACT`: loads and runs a `dnnc build` artifact with no compiling.
 int runArtifact(const std::string &path, const RunOptions &o);
 

@@ -3,6 +3,7 @@
 #include "frontend/Ast.h"
 #include "frontend/Parser.h"
 #include "ir/graph/Serialize.h"
+#include "ir/transforms/Autodiff.h"
 #include "base/Limits.h"
 #include "base/TensorIO.h"
 #include "runtime/Artifact.h"
@@ -13,6 +14,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -31,7 +33,7 @@ commands:
   check FILE                      parse and type-check
   shapes FILE [--model M] [--bind B=4,T=16] [--json]
                                   every named value with its type and shape class
-  emit FILE --emit=ast|ir|ir-json|opt|kernels|llvm|ptx|plan [--target cpu|cuda] [--arch sm_90] [--no-fuse] [-o OUT]
+  emit FILE --emit=ast|ir|ir-json|grad|opt|kernels|llvm|ptx|plan [--target cpu|cuda] [--arch sm_90] [--no-fuse] [-o OUT]
                                   print a compiler stage as text
   opt FILE|IR.json [--passes=fuse,order,plan-memory] [--emit=ir|json] [-o OUT]
                                   run graph passes and print the IR they leave
@@ -39,6 +41,8 @@ commands:
                                   compile a model into an artifact the runtime loads
   run FILE [--weights W] [--input NAME=X.npy]... [--bind B=2] [--out DIR] [--device auto|cpu|cuda|ref] [--seed N]
                                   compile a model (or load an artifact) and run it
+  train FILE --data NAME=X.npy... [--batch N] [--epochs E | --steps S] [--optimizer sgd|momentum|adam|adamw] [--lr X] [--save OUT]
+                                  train a model's params (its first output is the loss)
   repl [FILE]                     the shape-query REPL
 
 Commands that compile also take --verify-each, --print-before=PASS and --print-after=PASS.
@@ -234,12 +238,13 @@ int cmdEmit(int argc, char **argv) {
       "output,o", po::value(&out), "write to this file, not stdout");
   desc.add(passOptions(flags));
   po::variables_map vm;
-  const char *usage = "usage: dnnc emit FILE --emit=ast|ir|ir-json|opt|kernels|llvm|ptx|plan [--target cpu|cuda] [--arch sm_90] [--no-fuse] [-o OUT]\n";
+  const char *usage = "usage: dnnc emit FILE --emit=ast|ir|ir-json|grad|opt|kernels|llvm|ptx|plan [--target cpu|cuda] [--arch sm_90] [--no-fuse] [-o OUT]\n";
   if (int rc = parseOptions(argc, argv, desc, usage, true, c, vm); rc >= 0)
     return rc;
-  const std::vector<std::string> stages{"ast", "ir", "ir-json", "opt", "kernels", "llvm", "ptx", "plan"};
+  const std::vector<std::string> stages{"ast", "ir", "ir-json", "grad", "opt", "kernels", "llvm", "ptx", "plan"};
   if (std::find(stages.begin(), stages.end(), stage) == stages.end()) {
-    std::cerr << "dnnc: error: unknown stage '" << stage << "' for --emit (this build emits: ast, ir, ir-json, opt, kernels, llvm, ptx, plan)\n";
+    std::cerr << "dnnc: error: unknown stage '" << stage << "' for --emit (this build emits: " << fmt::format("{}", fmt::join(stages, ", "))
+              << ")\n";
     return kUsage;
   }
   const backend::Target *target = artifactTarget(targetName);
@@ -265,6 +270,11 @@ int cmdEmit(int argc, char **argv) {
     for (const ModelInfo &m : p.models())
       graphs.push_back(ir::toJson(*m.graph));
     text = (graphs.size() == 1 ? graphs[0] : graphs).dump(1) + "\n";
+  } else if (stage == "grad") { // after differentiation only
+    for (ModelInfo &m : p.models()) {
+      ir::differentiate(*m.graph);
+      text += ir::print(*m.graph);
+    }
   } else if (stage == "opt") {
     for (ModelInfo &m : p.models()) {
       ir::optimize(*m.graph, options.passes);
@@ -375,6 +385,38 @@ int cmdOpt(int argc, char **argv) {
   return writeOutput(out, text);
 }
 
+// --threads (or DNNC_NUM_THREADS) checked; `out` stays 0 for the runtime's default. False
+// with the error printed.
+bool readThreads(const po::variables_map &vm, const std::string &text, int &out) {
+  unsigned n = 0;
+  std::string err;
+  if (vm.count("threads"))
+    err = rt::ThreadPool::parseThreads(text, "--threads", n);
+  else if (const char *env = std::getenv("DNNC_NUM_THREADS"); env && *env)
+    err = rt::ThreadPool::parseThreads(env, "DNNC_NUM_THREADS", n);
+  if (!err.empty()) {
+    std::cerr << "dnnc: error: " << err << "\n";
+    return false;
+  }
+  if (vm.count("threads"))
+    out = static_cast<int>(n);
+  return true;
+}
+
+// NAME=FILE pairs of a repeatable option; false with the error printed.
+bool readNamedFiles(const std::vector<std::string> &given, const char *option,
+                    std::vector<std::pair<std::string, std::string>> &out) {
+  for (const std::string &in : given) {
+    size_t eq = in.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == in.size()) {
+      std::cerr << "dnnc: error: " << option << " takes NAME=FILE.npy, not '" << in << "'\n";
+      return false;
+    }
+    out.emplace_back(in.substr(0, eq), in.substr(eq + 1));
+  }
+  return true;
+}
+
 int cmdRun(int argc, char **argv) {
   CommonOptions c;
   PassFlags flags;
@@ -421,20 +463,8 @@ int cmdRun(int argc, char **argv) {
     std::cerr << "dnnc: error: --repeat takes a count from 0 to 1000000\n";
     return kUsage;
   }
-  if (vm.count("threads")) {
-    unsigned n = 0;
-    if (std::string err = rt::ThreadPool::parseThreads(threads, "--threads", n); !err.empty()) {
-      std::cerr << "dnnc: error: " << err << "\n";
-      return kUsage;
-    }
-    o.threads = static_cast<int>(n);
-  } else if (const char *env = std::getenv("DNNC_NUM_THREADS"); env && *env) {
-    unsigned n = 0;
-    if (std::string err = rt::ThreadPool::parseThreads(env, "DNNC_NUM_THREADS", n); !err.empty()) {
-      std::cerr << "dnnc: error: " << err << "\n";
-      return kUsage;
-    }
-  }
+  if (!readThreads(vm, threads, o.threads))
+    return kUsage;
   if (vm.count("max-iterations")) {
     if (std::string err = setLimit(Limit::Iterations, maxIterations); !err.empty() || maxIterations < 1) {
       std::cerr << "dnnc: error: --max-iterations takes a positive count\n";
@@ -445,14 +475,8 @@ int cmdRun(int argc, char **argv) {
     std::cerr << "dnnc: error: " << err << "\n";
     return kUsage;
   }
-  for (const std::string &in : inputs) {
-    size_t eq = in.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == in.size()) {
-      std::cerr << "dnnc: error: --input takes NAME=FILE.npy, not '" << in << "'\n";
-      return kUsage;
-    }
-    o.inputs.emplace_back(in.substr(0, eq), in.substr(eq + 1));
-  }
+  if (!readNamedFiles(inputs, "--input", o.inputs))
+    return kUsage;
   if (o.device != "auto" && o.device != "ref" && !backend::findTarget(o.device)) {
     std::cerr << "dnnc: error: unknown device '" << o.device << "' (devices: auto, cpu, cuda, ref, cuda-sim)\n";
     return kUsage;
@@ -466,6 +490,68 @@ int cmdRun(int argc, char **argv) {
   if (!loadProgram(p, c, diags))
     return kUserError;
   return runModel(p, o);
+}
+
+int cmdTrain(int argc, char **argv) {
+  CommonOptions c;
+  PassFlags flags;
+  TrainOptions o;
+  std::string threads, optimizer = "sgd";
+  std::vector<std::string> data;
+  int threadCount = 0;
+  po::options_description desc = commonOptions(c);
+  desc.add_options()("model", po::value(&o.model), "the model to train (default: main, or the first)")(
+      "data", po::value(&data)->composing(), "NAME=FILE.npy for each input; the first axis is the sample axis (repeatable)")(
+      "batch", po::value(&o.batch), "samples per step (default 32; the last batch of an epoch may be shorter)")(
+      "epochs", po::value(&o.epochs), "passes over the data (default 1)")(
+      "steps", po::value(&o.steps), "steps to run instead, cycling through the data")(
+      "optimizer", po::value(&optimizer), "sgd, momentum, adam or adamw (PyTorch's semantics; default sgd)")(
+      "lr", po::value(&o.lr), "learning rate (default 1e-3)")(
+      "weight-decay", po::value(&o.optimizer.weightDecay), "L2 penalty (decoupled for adamw; default 0)")(
+      "momentum", po::value(&o.optimizer.momentum), "momentum for --optimizer momentum (default 0.9)")(
+      "weights", po::value(&o.weights), "initial params from a .safetensors file (default: each param's initializer)")(
+      "save", po::value(&o.save), "write the trained params to a .safetensors file (dnnc run --weights reads it)")(
+      "device", po::value(&o.device), "auto, cpu, cuda, ref or cuda-sim, as for dnnc run")(
+      "seed", po::value(&o.seed), "seed for the initializers (default 0)")(
+      "threads", po::value(&threads), "CPU threads, 1 to 1024 (default: DNNC_NUM_THREADS, else one per core)")(
+      "log-every", po::value(&o.logEvery), "log every K steps (default 1)")("json", "log JSON lines");
+  desc.add(passOptions(flags));
+  po::variables_map vm;
+  const char *usage = "usage: dnnc train FILE --data NAME=X.npy... [--batch N] (--epochs E | --steps S) "
+                      "[--optimizer sgd|momentum|adam|adamw] [--lr 1e-3] [--weights INIT] [--save OUT] [--device ...]\n";
+  if (int rc = parseOptions(argc, argv, desc, usage, true, c, vm); rc >= 0)
+    return rc;
+  o.json = vm.count("json") > 0;
+  const std::map<std::string, ir::Optimizer::Kind> kinds{{"sgd", ir::Optimizer::Kind::Sgd},
+                                                         {"momentum", ir::Optimizer::Kind::Momentum},
+                                                         {"adam", ir::Optimizer::Kind::Adam},
+                                                         {"adamw", ir::Optimizer::Kind::AdamW}};
+  std::string err;
+  if (!kinds.count(optimizer))
+    err = fmt::format("unknown optimizer '{}' (optimizers: sgd, momentum, adam, adamw)", optimizer);
+  else if (o.batch < 1 || o.epochs < 1 || o.steps < 0 || o.logEvery < 1)
+    err = "--batch, --epochs and --log-every take positive counts, --steps a count";
+  else if (!std::isfinite(o.lr) || o.lr <= 0 || !std::isfinite(o.optimizer.weightDecay) || o.optimizer.weightDecay < 0)
+    err = "--lr takes a positive number, --weight-decay a non-negative one";
+  else if (data.empty())
+    err = "no --data: give NAME=FILE.npy for each input of the model";
+  else if (o.device != "auto" && o.device != "ref" && !backend::findTarget(o.device))
+    err = fmt::format("unknown device '{}' (devices: auto, cpu, cuda, ref, cuda-sim)", o.device);
+  if (!err.empty()) {
+    std::cerr << "dnnc: error: " << err << "\n";
+    return kUsage;
+  }
+  o.optimizer.kind = kinds.at(optimizer);
+  if (!readPassOptions(vm, flags, o.compile.passes) || !readThreads(vm, threads, threadCount) ||
+      !readNamedFiles(data, "--data", o.data))
+    return kUsage;
+  if (threadCount > 0)
+    rt::ThreadPool::setGlobalThreads(static_cast<unsigned>(threadCount));
+  Program p;
+  DiagnosticEngine diags(p.sources());
+  if (!loadProgram(p, c, diags))
+    return kUserError;
+  return trainModel(p, o);
 }
 
 int cmdBuild(int argc, char **argv) {
@@ -553,6 +639,8 @@ int main(int argc, char **argv) {
       return cmdRun(argc - 1, argv + 1);
     if (cmd == "build")
       return cmdBuild(argc - 1, argv + 1);
+    if (cmd == "train")
+      return cmdTrain(argc - 1, argv + 1);
     std::cerr << "dnnc: error: unknown command '" << cmd << "'\n" << kUsageText;
     return kUsage;
   } catch (const std::exception &e) {

@@ -1,0 +1,421 @@
+// Gradient rules (see GradRules.h). Conventions follow PyTorch's autograd where a choice
+// exists: ties of maximum/minimum and of max/min reductions share the gradient equally,
+// relu'(0) = 0, floor/ceil/round/sign pass zero, the gradient of a cast is cast back.
+#include "ir/graph/GradRules.h"
+
+#include "ir/graph/OpRegistry.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <unordered_set>
+
+namespace dnnc::ir {
+
+namespace {
+using sym::ExprRef;
+
+ExprRef cst(int64_t v) { return sym::constant(v); }
+
+// The small vocabulary the rules are written in.
+struct B {
+  GradContext &c;
+  DType dt;
+  Value *op(OpKind k, std::vector<Value *> xs, std::map<std::string, Attr> attrs = {}) {
+    return c.emit(k, std::move(xs), std::move(attrs));
+  }
+  Value *k(double v) { return c.constant(v, dt); }
+  Value *add(Value *a, Value *b) { return op(OpKind::Add, {a, b}); }
+  Value *sub(Value *a, Value *b) { return op(OpKind::Sub, {a, b}); }
+  Value *mul(Value *a, Value *b) { return op(OpKind::Mul, {a, b}); }
+  Value *div(Value *a, Value *b) { return op(OpKind::Div, {a, b}); }
+  Value *neg(Value *a) { return op(OpKind::Neg, {a}); }
+  Value *where(Value *cond, Value *a, Value *b) { return op(OpKind::Where, {cond, a, b}); }
+  Value *cast(Value *a, DType to) { return a->type.dtype == to ? a : op(OpKind::Cast, {a}, {{"dtype", to}}); }
+  Value *reshape(Value *a, const DimList &dims) { return a->type.dims == dims ? a : op(OpKind::Reshape, {a}, {{"shape", dims}}); }
+  Value *sum(Value *a, const std::vector<size_t> &axes, bool keep) {
+    if (axes.empty())
+      return a;
+    DimList list;
+    for (size_t ax : axes)
+      list.push_back(cst(static_cast<int64_t>(ax)));
+    return op(OpKind::Sum, {a}, {{"axis", list}, {"keepdims", keep}});
+  }
+  // The last two axes swapped.
+  Value *transposeLast(Value *a) {
+    size_t r = a->type.rank();
+    DimList perm;
+    for (size_t i = 0; i < r; ++i)
+      perm.push_back(cst(static_cast<int64_t>(i + 2 < r ? i : (i + 2 == r ? r - 1 : r - 2))));
+    return op(OpKind::Transpose, {a}, {{"perm", perm}});
+  }
+  Value *zeros(const TensorType &t) { return op(OpKind::Zeros, {}, {{"shape", t.dims}, {"dtype", t.dtype}}); }
+  // A slice with static bounds, one (start, stop) or point per axis.
+  Value *slice(Value *a, DimList starts, DimList stops, DimList points) {
+    DimList steps(starts.size(), cst(1));
+    return op(OpKind::Index, {a}, IndexAttrs::make(std::move(starts), std::move(stops), std::move(steps), std::move(points)));
+  }
+
+  // The NumPy-broadcast gradient `g` summed back to the shape `t` of the operand it flows
+  // to: over the leading axes t lacks and over t's literal-1 axes that were broadcast.
+  Value *sumTo(Value *g, const TensorType &t) {
+    size_t lead = g->type.rank() - t.rank();
+    std::vector<size_t> leading, ones;
+    for (size_t i = 0; i < lead; ++i)
+      leading.push_back(i);
+    for (size_t i = 0; i < t.rank(); ++i)
+      if (t.dims[i]->asConst() == 1 && g->type.dims[lead + i]->asConst() != 1)
+        ones.push_back(i);
+    return cast(sum(sum(g, leading, false), ones, true), t.dtype);
+  }
+};
+
+// The reduced axes of a reduction (all without an axis attribute; normalized by sema).
+std::vector<size_t> reducedAxes(const Op &op) {
+  std::vector<size_t> axes;
+  size_t rank = op.operands[0]->type.rank();
+  if (!op.has("axis")) {
+    for (size_t i = 0; i < rank; ++i)
+      axes.push_back(i);
+    return axes;
+  }
+  for (ExprRef a : op.get<DimList>("axis"))
+    axes.push_back(static_cast<size_t>(*a->asConst()));
+  return axes;
+}
+
+// A reduction's result-shaped `v` broadcast back over the reduced axes of x.
+Value *expand(B &b, const Op &op, Value *v) {
+  const TensorType &x = op.operands[0]->type;
+  std::vector<size_t> axes = reducedAxes(op);
+  DimList kept = x.dims;
+  for (size_t a : axes)
+    kept[a] = cst(1);
+  Value *k = b.reshape(v, kept);
+  return k->type.dims == x.dims ? k : b.op(OpKind::BroadcastTo, {k}, {{"shape", x.dims}});
+}
+
+bool isFloatValue(const Value *v) { return isFloat(v->type.dtype); }
+} // namespace
+
+std::vector<Value *> unaryGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads) {
+  Value *g = grads[0], *x = op.operands[0], *r = op.results[0];
+  B b{c, r->type.dtype};
+  if (!g || !isFloatValue(x))
+    return {nullptr};
+  const double kSqrt1_2 = 0.70710678118654752440, kInvSqrt2Pi = 0.39894228040143267794, k2InvSqrtPi = 1.12837916709551257390;
+  switch (op.kind) {
+  case OpKind::Neg: return {b.neg(g)};
+  case OpKind::Abs: return {b.mul(g, b.op(OpKind::Sign, {x}))};
+  case OpKind::Exp: return {b.mul(g, r)};
+  case OpKind::Log: return {b.div(g, x)};
+  case OpKind::Sqrt: return {b.div(b.mul(g, b.k(0.5)), r)};
+  case OpKind::Rsqrt: return {b.mul(b.mul(g, b.k(-0.5)), b.mul(r, b.mul(r, r)))};
+  case OpKind::Tanh: return {b.mul(g, b.sub(b.k(1), b.mul(r, r)))};
+  case OpKind::Sigmoid: return {b.mul(g, b.mul(r, b.sub(b.k(1), r)))};
+  case OpKind::Relu: return {b.where(b.op(OpKind::Gt, {x, b.k(0)}), g, b.k(0))};
+  case OpKind::Gelu: { // d/dx x·Φ(x) = Φ(x) + x·φ(x)
+    Value *cdf = b.mul(b.k(0.5), b.add(b.k(1), b.op(OpKind::Erf, {b.mul(x, b.k(kSqrt1_2))})));
+    Value *pdf = b.mul(b.op(OpKind::Exp, {b.mul(b.k(-0.5), b.mul(x, x))}), b.k(kInvSqrt2Pi));
+    return {b.mul(g, b.add(cdf, b.mul(x, pdf)))};
+  }
+  case OpKind::Silu: {
+    Value *s = b.op(OpKind::Sigmoid, {x});
+    return {b.mul(g, b.mul(s, b.add(b.k(1), b.mul(x, b.sub(b.k(1), s)))))};
+  }
+  case OpKind::Erf: return {b.mul(g, b.mul(b.k(k2InvSqrtPi), b.op(OpKind::Exp, {b.neg(b.mul(x, x))})))};
+  case OpKind::Sin: return {b.mul(g, b.op(OpKind::Cos, {x}))};
+  case OpKind::Cos: return {b.neg(b.mul(g, b.op(OpKind::Sin, {x})))};
+  case OpKind::Cast: return {b.cast(g, x->type.dtype)};
+  default: return {nullptr}; // floor, ceil, round, sign: zero almost everywhere
+  }
+}
+
+std::vector<Value *> binaryGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads) {
+  Value *g = grads[0], *x = op.operands[0], *y = op.operands[1], *r = op.results[0];
+  if (!g || !isFloatValue(r))
+    return {nullptr, nullptr};
+  B b{c, r->type.dtype};
+  Value *gx = nullptr, *gy = nullptr;
+  bool wx = c.wants(x), wy = c.wants(y);
+  switch (op.kind) {
+  case OpKind::Add: gx = g, gy = g; break;
+  case OpKind::Sub: gx = g, gy = wy ? b.neg(g) : nullptr; break;
+  case OpKind::Mul: gx = wx ? b.mul(g, y) : nullptr, gy = wy ? b.mul(g, x) : nullptr; break;
+  case OpKind::Div: gx = wx ? b.div(g, y) : nullptr, gy = wy ? b.neg(b.div(b.mul(g, r), y)) : nullptr; break;
+  case OpKind::Mod: // a - floor(a / b) * b
+    gx = g, gy = wy ? b.neg(b.mul(g, b.op(OpKind::Floor, {b.div(x, y)}))) : nullptr;
+    break;
+  case OpKind::Pow:
+    gx = wx ? b.mul(g, b.mul(y, b.op(OpKind::Pow, {x, b.sub(y, b.k(1))}))) : nullptr;
+    // x^y·log x, taken as 0 where x = 0 (PyTorch's choice: the limit for y > 0)
+    gy = wy ? b.where(b.op(OpKind::Eq, {x, b.k(0)}), b.k(0), b.mul(g, b.mul(r, b.op(OpKind::Log, {x})))) : nullptr;
+    break;
+  case OpKind::Maximum:
+  case OpKind::Minimum: {
+    OpKind wins = op.kind == OpKind::Maximum ? OpKind::Gt : OpKind::Lt;
+    Value *half = b.mul(g, b.k(0.5)), *zero = b.k(0);
+    Value *tie = b.op(OpKind::Eq, {x, y});
+    gx = wx ? b.where(b.op(wins, {x, y}), g, b.where(tie, half, zero)) : nullptr;
+    gy = wy ? b.where(b.op(wins, {y, x}), g, b.where(tie, half, zero)) : nullptr;
+    break;
+  }
+  default: return {nullptr, nullptr};
+  }
+  return {gx && wx ? b.sumTo(gx, x->type) : nullptr, gy && wy ? b.sumTo(gy, y->type) : nullptr};
+}
+
+std::vector<Value *> selectGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads) {
+  Value *g = grads[0], *r = op.results[0];
+  std::vector<Value *> out(op.operands.size(), nullptr);
+  if (!g || !isFloatValue(r))
+    return out;
+  B b{c, r->type.dtype};
+  Value *zero = b.k(0);
+  auto pass = [&](size_t i, Value *mask) {
+    if (c.wants(op.operands[i]))
+      out[i] = b.sumTo(b.where(mask, g, zero), op.operands[i]->type);
+  };
+  if (op.kind == OpKind::Where) {
+    Value *cond = op.operands[0];
+    pass(1, cond);
+    if (c.wants(op.operands[2]))
+      out[2] = b.sumTo(b.where(cond, zero, g), op.operands[2]->type);
+    return out;
+  }
+  // clip(x, lo, hi) = min(max(x, lo), hi): x's gradient inside [lo, hi], lo's below it
+  // (while lo <= hi), hi's where max(x, lo) exceeds it.
+  Value *x = op.operands[0], *lo = op.operands[1], *hi = op.operands[2];
+  auto both = [&](Value *p, Value *q) { return b.op(OpKind::And, {p, q}); };
+  pass(0, both(b.op(OpKind::Ge, {x, lo}), b.op(OpKind::Le, {x, hi})));
+  pass(1, both(b.op(OpKind::Lt, {x, lo}), b.op(OpKind::Le, {lo, hi})));
+  pass(2, b.op(OpKind::Gt, {b.op(OpKind::Maximum, {x, lo}), hi}));
+  return out;
+}
+
+std::vector<Value *> reduceGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads) {
+  Value *g = grads[0], *x = op.operands[0], *r = op.results[0];
+  if (!g || !isFloatValue(r))
+    return {nullptr};
+  B b{c, r->type.dtype};
+  switch (op.kind) {
+  case OpKind::Sum: return {expand(b, op, g)};
+  case OpKind::Mean: {
+    ExprRef n = cst(1);
+    for (size_t a : reducedAxes(op))
+      n = sym::mul(n, x->type.dims[a]);
+    return {b.div(expand(b, op, g), c.dimValue(n, b.dt))};
+  }
+  case OpKind::Max:
+  case OpKind::Min: { // shared equally among the elements equal to the extreme
+    Value *mask = b.cast(b.op(OpKind::Eq, {x, expand(b, op, r)}), b.dt);
+    std::map<std::string, Attr> attrs = op.attrs;
+    Value *count = b.op(OpKind::Sum, {mask}, attrs);
+    return {b.mul(expand(b, op, b.div(g, count)), mask)};
+  }
+  case OpKind::Logsumexp: return {b.mul(expand(b, op, g), b.op(OpKind::Exp, {b.sub(x, expand(b, op, r))}))};
+  default: return {nullptr};
+  }
+}
+
+std::vector<Value *> softmaxGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads) {
+  Value *g = grads[0], *r = op.results[0];
+  if (!g)
+    return {nullptr};
+  B b{c, r->type.dtype};
+  std::vector<size_t> axis{static_cast<size_t>(*op.get<ExprRef>("axis")->asConst())};
+  if (op.kind == OpKind::Softmax) // r·(g − Σ g·r)
+    return {b.mul(r, b.sub(g, b.sum(b.mul(g, r), axis, true)))};
+  return {b.sub(g, b.mul(b.op(OpKind::Exp, {r}), b.sum(g, axis, true)))}; // log_softmax: g − softmax·Σg
+}
+
+std::vector<Value *> matmulGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads) {
+  Value *g = grads[0], *x = op.operands[0], *y = op.operands[1], *r = op.results[0];
+  if (!g || !isFloatValue(r))
+    return {nullptr, nullptr};
+  B b{c, r->type.dtype};
+  // Vectors become matrices ([K] as [1, K] on the left, [K, 1] on the right) so both
+  // gradients are matmuls; each is summed over broadcast batch axes and reshaped back.
+  bool vx = x->type.rank() == 1, vy = y->type.rank() == 1;
+  auto withAxis = [&](Value *v, size_t at) {
+    DimList d = v->type.dims;
+    d.insert(d.begin() + static_cast<long>(at), cst(1));
+    return b.reshape(v, d);
+  };
+  Value *x2 = vx ? withAxis(x, 0) : x, *y2 = vy ? withAxis(y, 1) : y;
+  Value *g2 = g;
+  if (vx)
+    g2 = withAxis(g2, g2->type.rank() - (vy ? 0 : 1));
+  if (vy)
+    g2 = withAxis(g2, g2->type.rank());
+  Value *gx = nullptr, *gy = nullptr;
+  if (c.wants(x))
+    gx = b.reshape(b.sumTo(b.op(OpKind::Matmul, {g2, b.transposeLast(y2)}), x2->type), x->type.dims);
+  if (c.wants(y))
+    gy = b.reshape(b.sumTo(b.op(OpKind::Matmul, {b.transposeLast(x2), g2}), y2->type), y->type.dims);
+  return {gx, gy};
+}
+
+std::vector<Value *> movementGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads) {
+  Value *g = grads[0], *x = op.operands[0], *r = op.results[0];
+  if (!g || !isFloatValue(r))
+    return {nullptr};
+  B b{c, r->type.dtype};
+  switch (op.kind) {
+  case OpKind::Reshape:
+  case OpKind::Flatten:
+  case OpKind::Squeeze:
+  case OpKind::Unsqueeze: return {b.reshape(g, x->type.dims)};
+  case OpKind::BroadcastTo: return {b.sumTo(g, x->type)};
+  case OpKind::Transpose: {
+    if (!op.has("perm")) // reversed axes: reversing again undoes it
+      return {b.op(OpKind::Transpose, {g})};
+    const DimList &perm = op.get<DimList>("perm");
+    DimList inverse(perm.size());
+    for (size_t i = 0; i < perm.size(); ++i)
+      inverse[static_cast<size_t>(*perm[i]->asConst())] = cst(static_cast<int64_t>(i));
+    return {b.op(OpKind::Transpose, {g}, {{"perm", inverse}})};
+  }
+  case OpKind::Pad: { // the interior of g
+    const DimList &pads = op.get<DimList>("pads");
+    DimList starts, stops, points(x->type.rank(), cst(0));
+    for (size_t i = 0; i < x->type.rank(); ++i) {
+      ExprRef before = 2 * i < pads.size() ? pads[2 * i] : cst(0);
+      starts.push_back(before), stops.push_back(sym::add(before, x->type.dims[i]));
+    }
+    return {b.slice(g, starts, stops, points)};
+  }
+  default: return {nullptr};
+  }
+}
+
+// Ops of several tensors along an axis: concat and stack (gradients are slices of g) and
+// split (the gradient is the concat of its results' gradients, zeros where none).
+std::vector<Value *> partsGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads) {
+  DType dt = op.results[0]->type.dtype;
+  B b{c, dt};
+  size_t axis = static_cast<size_t>(*op.get<ExprRef>("axis")->asConst());
+  if (op.kind == OpKind::Split) {
+    if (!isFloat(dt) || std::all_of(grads.begin(), grads.end(), [](Value *g) { return !g; }))
+      return {nullptr};
+    std::vector<Value *> parts;
+    for (size_t i = 0; i < grads.size(); ++i)
+      parts.push_back(grads[i] ? grads[i] : b.zeros(op.results[i]->type));
+    return {b.op(OpKind::Concat, parts, {{"axis", cst(static_cast<int64_t>(axis))}})};
+  }
+  std::vector<Value *> out(op.operands.size(), nullptr);
+  Value *g = grads[0];
+  if (!g || !isFloat(dt))
+    return out;
+  const DimList &whole = g->type.dims;
+  ExprRef offset = cst(0);
+  for (size_t i = 0; i < op.operands.size(); ++i) {
+    DimList starts(whole.size(), cst(0)), stops = whole, points(whole.size(), cst(0));
+    if (op.kind == OpKind::Concat) {
+      ExprRef len = op.operands[i]->type.dims[axis];
+      starts[axis] = offset, stops[axis] = sym::add(offset, len);
+      offset = sym::add(offset, len);
+    } else { // stack: the point i of the new axis
+      starts[axis] = cst(static_cast<int64_t>(i)), stops[axis] = cst(static_cast<int64_t>(i + 1)), points[axis] = cst(1);
+    }
+    if (c.wants(op.operands[i]))
+      out[i] = b.slice(g, starts, stops, points);
+  }
+  return out;
+}
+
+// take(x, idx, axis) / embedding(table, ids): g added back at the indices (index_add into
+// zeros, repeated indices summing); index_add(x, idx, src): g to x, take(g, idx) to src.
+std::vector<Value *> gatherGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads) {
+  Value *g = grads[0], *x = op.operands[0], *idx = op.operands[1];
+  std::vector<Value *> out(op.operands.size(), nullptr);
+  if (!g || !isFloatValue(x))
+    return out;
+  B b{c, x->type.dtype};
+  ExprRef axis = op.kind == OpKind::Embedding ? cst(0) : op.get<ExprRef>("axis");
+  if (op.kind == OpKind::IndexAdd) {
+    out[0] = c.wants(x) ? g : nullptr;
+    if (c.wants(op.operands[2]))
+      out[2] = b.op(OpKind::Take, {g, idx}, {{"axis", axis}});
+    return out;
+  }
+  out[0] = b.op(OpKind::IndexAdd, {b.zeros(x->type), idx, g}, {{"axis", axis}});
+  return out;
+}
+
+// x[static bounds, step 1]: g padded back to x's shape with zeros (a point index first gets
+// its axis back).
+std::vector<Value *> indexGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads) {
+  Value *g = grads[0], *x = op.operands[0];
+  std::vector<Value *> out(op.operands.size(), nullptr);
+  if (!g || !isFloatValue(x))
+    return out;
+  B b{c, x->type.dtype};
+  IndexAttrs ix = IndexAttrs::of(op);
+  DimList kept, pads;
+  const DimList &dims = x->type.dims;
+  size_t gAxis = 0;
+  for (size_t a = 0; a < dims.size(); ++a) {
+    ExprRef zero = cst(0), start = sym::max(zero, sym::min(ix.starts[a], dims[a]));
+    ExprRef len = ix.isPoint(a) ? cst(1) : g->type.dims[gAxis++];
+    kept.push_back(len);
+    pads.push_back(start), pads.push_back(sym::sub(sym::sub(dims[a], start), len));
+  }
+  out[0] = b.op(OpKind::Pad, {b.reshape(g, kept)}, {{"pads", pads}, {"value", 0.0}});
+  return out;
+}
+
+std::optional<std::string> gradUnsupported(const Op &op) {
+  if (op.results.empty() || std::none_of(op.results.begin(), op.results.end(), isFloatValue))
+    return std::nullopt;
+  if (!op.regions.empty())
+    return fmt::format("gradients through '{}' are not supported yet", opInfo(op.kind).spelling);
+  if (op.kind == OpKind::Index) {
+    IndexAttrs ix = IndexAttrs::of(op);
+    for (size_t a = 0; a < ix.starts.size(); ++a)
+      if (!ix.starts[a] || !ix.stops[a] || ix.step(a) != 1)
+        return std::string("gradients through a slice with a step or run-time bounds are not supported yet");
+    return std::nullopt;
+  }
+  if (opInfo(op.kind).grad || opInfo(op.kind).placement == Placement::Structural || opInfo(op.kind).has(OpFlag::Fill) ||
+      op.kind == OpKind::DimValue)
+    return std::nullopt;
+  return fmt::format("'{}' has no gradient yet", opInfo(op.kind).spelling);
+}
+
+std::vector<Op *> gradPath(const Region &region, const Value *target, const std::vector<const Value *> &sources,
+                           std::vector<bool> &reached) {
+  // Forward: values that depend on a source through float values; backward: ops the
+  // target depends on. The path is both.
+  std::unordered_set<const Value *> dependent(sources.begin(), sources.end());
+  std::vector<Op *> forward;
+  for (Op *op : region.ops) {
+    bool hit = std::any_of(op->operands.begin(), op->operands.end(), [&](const Value *v) { return dependent.count(v) && isFloatValue(v); });
+    if (!hit)
+      continue;
+    forward.push_back(op);
+    for (const Value *r : op->results)
+      if (isFloatValue(r))
+        dependent.insert(r);
+  }
+  std::unordered_set<const Value *> needed{target};
+  std::vector<Op *> path;
+  for (size_t i = forward.size(); i-- > 0;) {
+    Op *op = forward[i];
+    if (std::none_of(op->results.begin(), op->results.end(), [&](const Value *v) { return needed.count(v); }))
+      continue;
+    path.push_back(op);
+    for (const Value *v : op->operands)
+      if (dependent.count(v) && isFloatValue(v))
+        needed.insert(v);
+  }
+  std::reverse(path.begin(), path.end());
+  reached.clear();
+  for (const Value *s : sources)
+    reached.push_back(needed.count(s) != 0);
+  return path;
+}
+
+} // namespace dnnc::ir

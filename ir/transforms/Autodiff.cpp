@@ -1,0 +1,98 @@
+// The differentiate pass (see Autodiff.h).
+#include "ir/transforms/Autodiff.h"
+
+#include "base/Error.h"
+#include "ir/graph/GradRules.h"
+#include "ir/graph/OpRegistry.h"
+#include "ir/graph/Walk.h"
+#include "ir/transforms/GraphBuilder.h"
+#include "ir/transforms/MemoryPlan.h"
+#include "ir/transforms/RankDimPropagation.h"
+
+#include <fmt/format.h>
+
+#include <unordered_map>
+#include <unordered_set>
+
+namespace dnnc::ir {
+namespace {
+
+// Replaces `grad` (in `region` at position `at`) by its backward ops; returns how many ops
+// now stand where it stood.
+size_t expand(Graph &g, sym::Analyzer &an, Region &region, size_t at) {
+  Op &grad = *region.ops[at];
+  Value *y = grad.operands[0];
+  std::vector<const Value *> xs(grad.operands.begin() + 1, grad.operands.end());
+  std::vector<bool> reached;
+  std::vector<Op *> path = gradPath(region, y, xs, reached);
+  // The values whose gradients are needed: the xs and what the path computes from them
+  // (not constants, params or inputs off the path, which a rule then skips).
+  std::unordered_set<const Value *> wanted(xs.begin(), xs.end());
+  for (const Op *op : path)
+    wanted.insert(op->results.begin(), op->results.end());
+  GraphBuilder bw(g, an, grad.loc);
+  bw.wanted = wanted;
+  std::unordered_map<const Value *, Value *> adjoint;
+  adjoint[y] = bw.constant(1.0, y->type.dtype);
+  for (size_t i = path.size(); i-- > 0;) {
+    const Op &op = *path[i];
+    std::vector<Value *> resultGrads;
+    bool any = false;
+    for (const Value *r : op.results) {
+      auto it = adjoint.find(r);
+      resultGrads.push_back(it == adjoint.end() ? nullptr : it->second);
+      any = any || it != adjoint.end();
+    }
+    if (!any)
+      continue;
+    GradRule rule = opInfo(op.kind).grad;
+    if (!rule)
+      throw InternalError(fmt::format("'{}' reached the differentiate pass without a gradient rule", opInfo(op.kind).spelling));
+    std::vector<Value *> grads = rule(bw, op, resultGrads);
+    for (size_t k = 0; k < op.operands.size() && k < grads.size(); ++k) {
+      const Value *v = op.operands[k];
+      if (!grads[k] || !wanted.count(v))
+        continue;
+      auto [it, fresh] = adjoint.emplace(v, grads[k]);
+      if (!fresh)
+        it->second = bw.emit(OpKind::Add, {it->second, grads[k]}, {});
+    }
+  }
+  // grad's results become the gradients (zeros for an x that y does not reach).
+  std::unordered_map<const Value *, Value *> replaced;
+  for (size_t k = 0; k < xs.size(); ++k) {
+    Value *result = grad.results[k];
+    auto it = adjoint.find(xs[k]);
+    Value *value = it != adjoint.end() ? it->second
+                                       : bw.emit(OpKind::Zeros, {}, {{"shape", xs[k]->type.dims}, {"dtype", xs[k]->type.dtype}});
+    if (value->type.dtype != result->type.dtype)
+      value = bw.emit(OpKind::Cast, {value}, {{"dtype", result->type.dtype}});
+    if (value->name.empty())
+      value->name = result->name;
+    replaced[result] = value;
+  }
+  walkRegions(g.body, [&](Region &r) {
+    for (Op *op : r.ops)
+      for (Value *&v : op->operands)
+        if (auto it = replaced.find(v); it != replaced.end())
+          v = it->second;
+    for (Value *&v : r.yields)
+      if (auto it = replaced.find(v); it != replaced.end())
+        v = it->second;
+  });
+  region.ops.erase(region.ops.begin() + static_cast<long>(at));
+  region.ops.insert(region.ops.begin() + static_cast<long>(at), bw.built.begin(), bw.built.end());
+  return bw.built.size();
+}
+} // namespace
+
+void differentiate(Graph &g) {
+  sym::Analyzer an = analyzerFor(g);
+  walkRegions(g.body, [&](Region &r) {
+    for (size_t i = 0; i < r.ops.size(); ++i)
+      if (r.ops[i]->kind == OpKind::Grad)
+        i += expand(g, an, r, i) - 1;
+  });
+}
+
+} // namespace dnnc::ir

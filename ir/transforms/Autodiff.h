@@ -1,0 +1,19 @@
+// Reverse-mode automatic differentiation (the `differentiate` pass).
+//
+// Contract: every `grad` op (sema's grad(y, x...), y a float scalar) is replaced by the
+// backward ops that compute dy/dx for each x, built from the registry's gradient rules
+// (ir/graph/GradRules.h) over the forward ops on a path from the xs to y in grad's region,
+// in reverse order, gradients of a value used twice summed. The backward ops are ordinary
+// graph IR, typed by the shape rules (symbolic dims), placed where the grad op was; the
+// forward values they read stay alive until then. An x that y does not reach gets zeros
+// (sema allowed it: allow_unused). Requires: sema's checks (gradUnsupported is nullopt on
+// every path op). Guarantees: no `grad` op remains.
+#pragma once
+
+#include "ir/graph/Graph.h"
+
+namespace dnnc::ir {
+
+void differentiate(Graph &g);
+
+} // namespace dnnc::ir

@@ -1,0 +1,35 @@
+// Builds new ops into a graph the way sema does: each op typed by its registry rule as it
+// is made (scalar constants and dim values typed directly). The autodiff pass and the
+// training step build with it; it is the GradContext the gradient rules see.
+#pragma once
+
+#include "ir/graph/GradRules.h"
+#include "ir/sym/Analyzer.h"
+
+#include <unordered_set>
+
+namespace dnnc::ir {
+
+class GraphBuilder final : public GradContext {
+public:
+  GraphBuilder(Graph &g, const sym::Analyzer &an, SourceRange loc) : g_(g), an_(an), loc_(loc) {}
+
+  // A new op with `kind`'s result count (split: one per part), typed by its rule; an op
+  // that does not type is an InternalError (builders make only well-typed ops).
+  Value *emit(OpKind kind, std::vector<Value *> operands, std::map<std::string, Attr> attrs = {}) override;
+  Value *constant(double value, DType dt) override;
+  Value *dimValue(sym::ExprRef d, DType dt) override;
+  bool wants(const Value *v) const override { return wanted.count(v) != 0; }
+
+  std::unordered_set<const Value *> wanted; // for gradient rules: the values whose gradients are needed
+  std::vector<Op *> built;                  // every op made, in order
+
+private:
+  Value *scalar(OpKind kind, std::map<std::string, Attr> attrs, DType dt);
+
+  Graph &g_;
+  sym::Analyzer an_;
+  SourceRange loc_;
+};
+
+} // namespace dnnc::ir

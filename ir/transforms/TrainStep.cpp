@@ -1,0 +1,102 @@
+// See TrainStep.h.
+#include "ir/transforms/TrainStep.h"
+
+#include "base/Error.h"
+#include "ir/graph/OpRegistry.h"
+#include "ir/transforms/GraphBuilder.h"
+#include "ir/transforms/MemoryPlan.h"
+
+#include <fmt/format.h>
+
+namespace dnnc::ir {
+
+TrainStep makeTrainStep(Graph &g, const Optimizer &opt) {
+  Region &body = g.body;
+  if (body.yields.empty() || body.yields[0]->type.rank() != 0 || !isFloat(body.yields[0]->type.dtype))
+    throw DataError(fmt::format("model '{}' cannot be trained: its first output is the loss and must be a float scalar, not {}",
+                                g.name, body.yields.empty() ? "nothing" : body.yields[0]->type.str()));
+  TrainStep step;
+  step.modelInputs = body.args.size();
+  step.metrics = body.yields.size() - 1;
+  std::vector<Value *> params;
+  for (Op *op : body.ops)
+    if (op->kind == OpKind::Param && isFloat(op->results[0]->type.dtype)) {
+      params.push_back(op->results[0]);
+      step.params.push_back(op->get<std::string>("name"));
+    }
+  if (params.empty())
+    throw DataError(fmt::format("model '{}' has no float param to train", g.name));
+  Value *loss = body.yields[0];
+  SourceRange loc = loss->loc;
+  auto input = [&](const std::string &name, TensorType t) {
+    Value *v = g.newValue(std::move(t), name, loc);
+    v->owner = &body;
+    body.args.push_back(v);
+    return v;
+  };
+  bool adam = opt.kind == Optimizer::Kind::Adam || opt.kind == Optimizer::Kind::AdamW;
+  step.scalars = adam ? std::vector<std::string>{"lr", "step_size", "bc2_sqrt"} : std::vector<std::string>{"lr"};
+  std::vector<Value *> scalars;
+  for (const std::string &s : step.scalars)
+    scalars.push_back(input(s, {DType::F32, {}}));
+  step.statesPerParam = adam ? 2 : opt.kind == Optimizer::Kind::Momentum ? 1 : 0;
+  std::vector<std::vector<Value *>> states;
+  for (size_t i = 0; i < params.size(); ++i) {
+    states.emplace_back();
+    for (size_t k = 0; k < step.statesPerParam; ++k)
+      states.back().push_back(input(fmt::format("{}.{}", step.params[i], adam ? (k ? "exp_avg_sq" : "exp_avg") : "momentum_buffer"),
+                                    params[i]->type));
+  }
+  // d loss / d params: a grad op for the differentiate pass.
+  Op *grad = g.newOp(OpKind::Grad, loc);
+  grad->shapeClass = opInfo(OpKind::Grad).shapeClass;
+  grad->operands.push_back(loss);
+  for (Value *p : params) {
+    grad->operands.push_back(p);
+    Value *r = g.newValue(p->type, "", loc);
+    r->def = grad;
+    grad->results.push_back(r);
+  }
+  body.ops.push_back(grad);
+  GraphBuilder b(g, analyzerFor(g), loc);
+  std::vector<Value *> newParams, newStates;
+  for (size_t i = 0; i < params.size(); ++i) {
+    Value *p = params[i], *gr = grad->results[i];
+    DType dt = p->type.dtype;
+    auto k = [&](double v) { return b.constant(v, dt); };
+    auto scalar = [&](size_t j) { return dt == DType::F32 ? scalars[j] : b.emit(OpKind::Cast, {scalars[j]}, {{"dtype", dt}}); };
+    auto mul = [&](Value *x, Value *y) { return b.emit(OpKind::Mul, {x, y}); };
+    auto add = [&](Value *x, Value *y) { return b.emit(OpKind::Add, {x, y}); };
+    auto sub = [&](Value *x, Value *y) { return b.emit(OpKind::Sub, {x, y}); };
+    Value *lr = scalar(0);
+    if (opt.weightDecay != 0 && opt.kind != Optimizer::Kind::AdamW) // L2 in the gradient (torch's weight_decay)
+      gr = add(gr, mul(p, k(opt.weightDecay)));
+    Value *updated = nullptr;
+    if (!adam) {
+      Value *direction = gr;
+      if (opt.kind == Optimizer::Kind::Momentum) { // buf = μ·buf + g (torch: the first step's buf is g)
+        direction = add(mul(states[i][0], k(opt.momentum)), gr);
+        newStates.push_back(direction);
+      }
+      updated = sub(p, mul(direction, lr));
+    } else {
+      Value *base = p;
+      if (opt.kind == Optimizer::Kind::AdamW && opt.weightDecay != 0) // decoupled: p·(1 − lr·λ) first
+        base = mul(p, sub(k(1), mul(lr, k(opt.weightDecay))));
+      Value *m = add(states[i][0], mul(sub(gr, states[i][0]), k(1 - opt.beta1))); // torch's lerp
+      Value *v = add(mul(states[i][1], k(opt.beta2)), mul(mul(gr, gr), k(1 - opt.beta2)));
+      Value *denom = add(b.emit(OpKind::Div, {b.emit(OpKind::Sqrt, {v}), scalar(2)}), k(opt.eps));
+      updated = sub(base, mul(b.emit(OpKind::Div, {m, denom}), scalar(1)));
+      newStates.push_back(m), newStates.push_back(v);
+    }
+    if (updated->name.empty())
+      updated->name = step.params[i];
+    newParams.push_back(updated);
+  }
+  body.ops.insert(body.ops.end(), b.built.begin(), b.built.end());
+  body.yields.insert(body.yields.end(), newParams.begin(), newParams.end());
+  body.yields.insert(body.yields.end(), newStates.begin(), newStates.end());
+  return step;
+}
+
+} // namespace dnnc::ir

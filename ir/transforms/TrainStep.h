@@ -1,0 +1,36 @@
+// One training step made from a model (what `dnnc train` compiles).
+//
+// Contract: the model's first output is the loss (a float scalar), the others are
+// metrics. Every float param is trained: a `grad` op takes the loss's gradient with
+// respect to all of them, and the optimizer's update (PyTorch's semantics) follows as
+// ordinary ops, so the step is one graph that fuses, plans and compiles like any model.
+// The step's inputs are the model's, then the optimizer's scalars (`inputs` names them),
+// then its state tensors, param by param; its outputs are the loss, the metrics, the
+// updated params (in `params` order) and the updated states (same order as the inputs).
+// The params stay params: the caller passes the current values with each step.
+#pragma once
+
+#include "ir/graph/Graph.h"
+
+#include <string>
+#include <vector>
+
+namespace dnnc::ir {
+
+struct Optimizer {
+  enum class Kind { Sgd, Momentum, Adam, AdamW } kind = Kind::Sgd;
+  double weightDecay = 0, momentum = 0.9, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+};
+
+struct TrainStep {
+  size_t modelInputs = 0, metrics = 0;
+  std::vector<std::string> scalars; // the optimizer's scalar inputs: lr, and for Adam step_size = lr / (1 - β1^t), bc2_sqrt = sqrt(1 - β2^t)
+  std::vector<std::string> params;  // the trained params
+  size_t statesPerParam = 0;        // 0 (SGD), 1 (momentum), 2 (Adam: m, v)
+};
+
+// Rewrites `g` into its training step; DataError when the first output is not a float
+// scalar or the model has no float param.
+TrainStep makeTrainStep(Graph &g, const Optimizer &opt);
+
+} // namespace dnnc::ir

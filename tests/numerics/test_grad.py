@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""grad(y, x) checked against central finite differences in float64 NumPy.
+
+Each case is one op (or a small composition) in a model that takes its operands as inputs,
+forms loss = sum(op(...) * r) with a random r (so every element of the op's result counts
+with its own weight) and returns grad(loss, [operands]). The NumPy twin of the op gives
+the finite differences. Every case runs at three bindings of its dims (size 1, odd, even)
+on the reference interpreter, the CPU and the simulated GPU.
+"""
+import argparse
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+erf = np.vectorize(math.erf)
+
+
+def sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def softmax(x, axis):
+    e = np.exp(x - x.max(axis, keepdims=True))
+    return e / e.sum(axis, keepdims=True)
+
+
+def index_add(x, idx, src):
+    out = x.copy()
+    np.add.at(out, (slice(None), idx), src)
+    return out
+
+
+def logsumexp(x, axis):
+    m = x.max(axis, keepdims=True)
+    return (m + np.log(np.exp(x - m).sum(axis, keepdims=True))).squeeze(axis)
+
+
+# name: (expression over a, b, c; NumPy twin; operand shapes; result shape; value kind)
+# Shapes use the dims M and N. Kinds: "any" (away from 0), "pos" (positive), "distinct".
+MN, N_, M_ = "M, N", "N", "M"
+CASES = {
+    "neg": ("neg(a)", lambda a: -a, [MN], MN, "any"),
+    "abs": ("abs(a)", np.abs, [MN], MN, "any"),
+    "exp": ("exp(a)", np.exp, [MN], MN, "any"),
+    "log": ("log(a)", np.log, [MN], MN, "pos"),
+    "sqrt": ("sqrt(a)", np.sqrt, [MN], MN, "pos"),
+    "rsqrt": ("rsqrt(a)", lambda a: 1 / np.sqrt(a), [MN], MN, "pos"),
+    "tanh": ("tanh(a)", np.tanh, [MN], MN, "any"),
+    "sigmoid": ("sigmoid(a)", sigmoid, [MN], MN, "any"),
+    "relu": ("relu(a)", lambda a: np.maximum(a, 0), [MN], MN, "any"),
+    "gelu": ("gelu(a)", lambda a: 0.5 * a * (1 + erf(a / math.sqrt(2))), [MN], MN, "any"),
+    "silu": ("silu(a)", lambda a: a * sigmoid(a), [MN], MN, "any"),
+    "erf": ("erf(a)", erf, [MN], MN, "any"),
+    "sin": ("sin(a)", np.sin, [MN], MN, "any"),
+    "cos": ("cos(a)", np.cos, [MN], MN, "any"),
+    "floor": ("floor(a) + a", lambda a: np.floor(a) + a, [MN], MN, "any"),
+    "cast": ("cast(cast(a, f16), f32)", lambda a: a, [MN], MN, "any"),
+    "add_broadcast": ("a + b", np.add, [MN, N_], MN, "any"),
+    "sub_broadcast": ("a - b", np.subtract, ["M, 1", MN], MN, "any"),
+    "mul_broadcast": ("a * b", np.multiply, [MN, N_], MN, "any"),
+    "div": ("a / b", np.divide, [MN, "1, N"], MN, "pos"),
+    "pow": ("pow(a, b)", np.power, [MN, MN], MN, "pos"),
+    "maximum": ("maximum(a, b)", np.maximum, [MN, MN], MN, "distinct"),
+    "minimum": ("minimum(a, b)", np.minimum, [MN, N_], MN, "distinct"),
+    "where": ("where(a > 0.0, a * 2.0, b)", lambda a, b: np.where(a > 0, a * 2, b), [MN, N_], MN, "any"),
+    "clip": ("clip(a, b, c)", lambda a, b, c: np.minimum(np.maximum(a, b), c), [MN, N_, N_], MN, "distinct"),
+    "sum_axis": ("sum(a, 1)", lambda a: a.sum(1), [MN], M_, "any"),
+    "sum_keepdims": ("sum(a, 0, keepdims = true)", lambda a: a.sum(0, keepdims=True), [MN], "1, N", "any"),
+    "mean": ("mean(a, 1)", lambda a: a.mean(1), [MN], M_, "any"),
+    "max": ("max(a, 1)", lambda a: a.max(1), [MN], M_, "distinct"),
+    "min_keepdims": ("min(a, 0, keepdims = true)", lambda a: a.min(0, keepdims=True), [MN], "1, N", "distinct"),
+    "logsumexp": ("logsumexp(a, 1)", lambda a: logsumexp(a, 1), [MN], M_, "any"),
+    "softmax": ("softmax(a, -1)", lambda a: softmax(a, -1), [MN], MN, "any"),
+    "log_softmax": ("log_softmax(a, 0)", lambda a: np.log(softmax(a, 0)), [MN], MN, "any"),
+    "matmul": ("a @ b", np.matmul, [MN, "N, 3"], "M, 3", "any"),
+    "matmul_batched": ("a @ b", np.matmul, ["2, M, N", "N, M"], "2, M, M", "any"),
+    "matmul_vector": ("a @ b", np.matmul, [N_, "N, M"], M_, "any"),
+    "matvec": ("a @ b", np.matmul, [MN, N_], M_, "any"),
+    "reshape": ("reshape(a, [N, M])", lambda a: a.reshape(a.shape[1], a.shape[0]), [MN], "N, M", "any"),
+    "transpose": ("transpose(a, [1, 0])", lambda a: a.T, [MN], "N, M", "any"),
+    "broadcast_to": ("broadcast_to(a, [M, N])", lambda a: np.broadcast_to(a, (R["M"], a.shape[0])), [N_], MN, "any"),
+    "unsqueeze": ("unsqueeze(a, 1)", lambda a: a[:, None], [MN], "M, 1, N", "any"),
+    "squeeze": ("squeeze(a, 1)", lambda a: a[:, 0], ["M, 1, N"], MN, "any"),
+    "flatten": ("flatten(a)", lambda a: a.reshape(-1), ["M, N, 2"], "2*M*N", "any"),
+    "concat": ("concat([a, b], 1)", lambda a, b: np.concatenate([a, b], 1), [MN, "M, 2"], "M, N + 2", "any"),
+    "stack": ("stack([a, b], 0)", lambda a, b: np.stack([a, b]), [MN, MN], "2, M, N", "any"),
+    "split": ("split(a, [1, N], 1)[1]", lambda a: a[:, 1:], ["M, N + 1"], MN, "any"),
+    "pad": ("pad(a, [1, 2])", lambda a: np.pad(a, ((1, 2), (0, 0))), [MN], "M + 3, N", "any"),
+    "slice": ("a[1:, -2]", lambda a: a[1:, -2], ["M + 1, N + 2"], M_, "any"),
+    # Gathers: repeated indices sum their gradients (scatter-add through index_add).
+    "take": ("take(a, arange(N) / 2, 1)", lambda a: a[:, np.arange(a.shape[1]) // 2], [MN], MN, "any"),
+    "embedding": ("embedding(a, arange(M + 2) % N)", lambda a: a[np.arange(R["M"] + 2) % a.shape[0]], ["N, 3"], "M + 2, 3", "any"),
+    "index_add": ("index_add(a, arange(N + 1) % N, b, 1)", lambda a, b: index_add(a, np.arange(a.shape[1] + 1) % a.shape[1], b),
+                  [MN, "M, N + 1"], MN, "any"),
+    "reuse": ("a * a + exp(a) * a", lambda a: a * a + np.exp(a) * a, [MN], MN, "any"),
+    # Compositions: an MLP's log-probabilities, a layer norm, an attention head.
+    "mlp": ("log_softmax(relu(a @ b) @ c, -1)", lambda a, b, c: np.log(softmax(np.maximum(a @ b, 0) @ c, -1)),
+            [MN, "N, 6", "6, 3"], "M, 3", "any"),
+    "layer_norm": ("(a - mean(a, -1, keepdims = true)) * rsqrt(mean((a - mean(a, -1, keepdims = true)) ** 2.0, -1, "
+                   "keepdims = true) + 0.1) * b", lambda a, b: (a - a.mean(-1, keepdims=True)) /
+                   np.sqrt(((a - a.mean(-1, keepdims=True)) ** 2).mean(-1, keepdims=True) + 0.1) * b, [MN, N_], MN, "any"),
+    "attention": ("softmax(a @ transpose(b) * 0.5, -1) @ c", lambda a, b, c: softmax(a @ b.T * 0.5, -1) @ c,
+                  [MN, MN, MN], MN, "any"),
+}
+SHAPES = [{"M": 1, "N": 1}, {"M": 3, "N": 5}, {"M": 4, "N": 8}]
+R = {}  # the binding a NumPy twin may read (broadcast_to's target)
+
+
+def shape_of(text, binding):
+    return tuple(int(eval(d, {}, dict(binding))) for d in text.split(",")) if text else ()
+
+
+def values(rng, shape, kind, j):
+    """Operand j's values: no two within 0.01 of each other or of a kink, across operands too."""
+    x = rng.uniform(0.2, 1.5, shape) * np.where(rng.random(shape) < 0.5, -1, 1)
+    if kind == "pos":
+        return np.abs(x)
+    if kind == "distinct":  # ties and kinks of max/min/clip stay out of the differences' reach
+        return (rng.permutation(np.prod(shape, dtype=int)).reshape(shape) - np.prod(shape) / 2) * 0.25 + 0.1 + 0.037 * j
+    return x
+
+
+def finite_differences(loss, args, h=1e-6):
+    grads = []
+    for i, a in enumerate(args):
+        g = np.zeros_like(a)
+        for k in np.ndindex(a.shape):
+            plus = [x.copy() for x in args]
+            minus = [x.copy() for x in args]
+            plus[i][k] += h
+            minus[i][k] -= h
+            g[k] = (loss(*plus) - loss(*minus)) / (2 * h)
+        grads.append(g)
+    return grads
+
+
+class Gradients(unittest.TestCase):
+    exe = None
+
+    def check(self, name):
+        expr, twin, shapes, out, kind = CASES[name]
+        names = "abc"[:len(shapes)]
+        params = ", ".join(f"{n}: f32[{s}]" for n, s in zip(names, shapes))
+        result = ", ".join(f"f32[{s}]" for s in shapes)
+        source = (f"dim M;\ndim N;\nmodel main({params}, r: f32[{out}]) -> (f32[], {result}) {{\n"
+                  f"  let y = {expr};\n  let loss = sum(y * r);\n"
+                  f"  let g = grad(loss, [{', '.join(names)}]);\n  return (loss, {', '.join(f'g[{i}]' for i in range(len(shapes)))});\n}}\n")
+        rng = np.random.default_rng(len(name))
+        with tempfile.TemporaryDirectory() as d:
+            model = os.path.join(d, "m.dnn")
+            with open(model, "w") as f:
+                f.write(source)
+            for binding in SHAPES:
+                R.update(binding)
+                args = [values(rng, shape_of(s, binding), kind, j) for j, s in enumerate(shapes)]
+                r = rng.uniform(-1, 1, shape_of(out, binding))
+                loss = lambda *xs: float((twin(*xs) * r).sum())
+                want = finite_differences(loss, args)
+                inputs = []
+                for n, v in list(zip(names, args)) + [("r", r)]:
+                    np.save(os.path.join(d, n + ".npy"), v.astype(np.float32))
+                    inputs += ["--input", f"{n}={d}/{n}.npy"]
+                for device in ("ref", "cpu", "cuda-sim"):
+                    with self.subTest(case=name, binding=binding, device=device):
+                        out_dir = os.path.join(d, "out-" + device)
+                        p = subprocess.run([self.exe, "run", model, *inputs, "--device", device, "--out", out_dir],
+                                           capture_output=True, text=True, timeout=120)
+                        self.assertEqual(p.returncode, 0, source + p.stderr)
+                        for i, w in enumerate(want):
+                            got = np.load(os.path.join(out_dir, f"out{i + 1}.npy")).astype(np.float64)
+                            np.testing.assert_allclose(got, w, rtol=2e-3, atol=2e-3, err_msg=f"d loss / d {names[i]}\n{source}")
+
+
+for case in CASES:
+    setattr(Gradients, f"test_{case}", lambda self, case=case: self.check(case))
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dnnc", required=True)
+    a, rest = ap.parse_known_args()
+    Gradients.exe = a.dnnc
+    unittest.main(argv=[sys.argv[0]] + rest)

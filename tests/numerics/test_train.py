@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""`dnnc train` against a NumPy re-implementation of the same training: a small MLP
+classifier, 10 samples in batches of 4 (the last batch of each epoch has 2: B changes
+without a recompile), two epochs, each optimizer with PyTorch's formulas (SGD with
+weight decay, momentum, Adam, AdamW). The losses dnnc logs (--json) and the params it saves
+(--save) must match NumPy's float64 trajectory (rtol 1e-4, atol 1e-5), on ref, cpu and
+cuda-sim. Also: the errors of a model that cannot be trained and of bad data.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dnnc_test_util import read_safetensors, write_safetensors  # noqa: E402
+
+MODEL = """dim B;
+param w1: f32[6, 8];
+param b1: f32[8];
+param w2: f32[8, 3];
+model main(x: f32[B, 6], y: f32[B, 3]) -> (f32[], f32[]) {
+  let logits = relu(x @ w1 + b1) @ w2;
+  let loss = -mean(sum(log_softmax(logits, -1) * y, axis = 1));
+  let accuracy = mean(cast(argmax(logits, -1) == argmax(y, -1), f32));
+  return (loss, accuracy);
+}
+"""
+
+
+def loss_and_grads(p, x, y):
+    """The MLP's mean cross-entropy and its gradients, by hand in float64."""
+    h_pre = x @ p["w1"] + p["b1"]
+    h = np.maximum(h_pre, 0)
+    z = h @ p["w2"]
+    z = z - z.max(1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(1, keepdims=True))
+    n = x.shape[0]
+    loss = -(logp * y).sum(1).mean()
+    dz = (np.exp(logp) * y.sum(1, keepdims=True) - y) / n
+    dh = dz @ p["w2"].T * (h_pre > 0)
+    return loss, {"w1": x.T @ dh, "b1": dh.sum(0), "w2": h.T @ dz}
+
+
+def numpy_training(params, x, y, optimizer, lr, wd, batch, epochs, momentum=0.9, b1=0.9, b2=0.999, eps=1e-8):
+    p = {k: v.astype(np.float64) for k, v in params.items()}
+    state = {k: [np.zeros_like(v), np.zeros_like(v)] for k, v in p.items()}
+    losses, t = [], 0
+    for _ in range(epochs):
+        for s in range(0, len(x), batch):
+            t += 1
+            loss, g = loss_and_grads(p, x[s:s + batch].astype(np.float64), y[s:s + batch].astype(np.float64))
+            losses.append(loss)
+            for k in p:
+                grad = g[k] + wd * p[k] if optimizer != "adamw" else g[k]
+                m, v = state[k]
+                if optimizer == "sgd":
+                    p[k] = p[k] - lr * grad
+                elif optimizer == "momentum":
+                    state[k][0] = momentum * m + grad
+                    p[k] = p[k] - lr * state[k][0]
+                else:
+                    if optimizer == "adamw":
+                        p[k] = p[k] * (1 - lr * wd)
+                    m = m + (grad - m) * (1 - b1)
+                    v = b2 * v + (1 - b2) * grad * grad
+                    state[k] = [m, v]
+                    p[k] = p[k] - lr / (1 - b1 ** t) * m / (np.sqrt(v) / np.sqrt(1 - b2 ** t) + eps)
+    return losses, p
+
+
+class Train(unittest.TestCase):
+    exe = None
+
+    def setUp(self):
+        rng = np.random.default_rng(3)
+        self.x = rng.standard_normal((10, 6)).astype(np.float32)
+        self.y = np.eye(3, dtype=np.float32)[rng.integers(0, 3, 10)]
+        self.params = {"w1": (rng.standard_normal((6, 8)) * 0.5).astype(np.float32),
+                       "b1": (rng.standard_normal(8) * 0.1).astype(np.float32),
+                       "w2": (rng.standard_normal((8, 3)) * 0.5).astype(np.float32)}
+        self.dir = tempfile.TemporaryDirectory()
+        d = self.dir.name
+        with open(os.path.join(d, "m.dnn"), "w") as f:
+            f.write(MODEL)
+        np.save(os.path.join(d, "x.npy"), self.x)
+        np.save(os.path.join(d, "y.npy"), self.y)
+        write_safetensors(os.path.join(d, "init.safetensors"), self.params)
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def dnnc_train(self, *args, model="m.dnn"):
+        d = self.dir.name
+        return subprocess.run([self.exe, "train", os.path.join(d, model), "--data", f"x={d}/x.npy", "--data", f"y={d}/y.npy",
+                               *args], capture_output=True, text=True, timeout=300)
+
+    def check(self, optimizer, lr, wd=0.0):
+        want_losses, want = numpy_training(self.params, self.x, self.y, optimizer, lr, wd, batch=4, epochs=2)
+        for device in ("ref", "cpu", "cuda-sim"):
+            with self.subTest(optimizer=optimizer, device=device):
+                out = os.path.join(self.dir.name, f"{optimizer}-{device}.safetensors")
+                p = self.dnnc_train("--batch", "4", "--epochs", "2", "--optimizer", optimizer, "--lr", str(lr),
+                                    "--weight-decay", str(wd), "--weights", os.path.join(self.dir.name, "init.safetensors"),
+                                    "--save", out, "--json", "--device", device)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                logs = [json.loads(line) for line in p.stdout.splitlines()]
+                self.assertEqual([e["step"] for e in logs], list(range(1, 7)))
+                np.testing.assert_allclose([e["loss"] for e in logs], want_losses, rtol=1e-4, atol=1e-5)
+                self.assertTrue(all(0 <= e["accuracy"] <= 1 for e in logs))
+                got = read_safetensors(out)
+                for k in want:
+                    np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5, err_msg=k)
+
+    def test_sgd_weight_decay(self):
+        self.check("sgd", 0.5, wd=0.01)
+
+    def test_momentum(self):
+        self.check("momentum", 0.1)
+
+    def test_adam(self):
+        self.check("adam", 0.01, wd=0.001)
+
+    def test_adamw(self):
+        self.check("adamw", 0.01, wd=0.1)
+
+    def test_log_lines(self):
+        p = self.dnnc_train("--steps", "3", "--batch", "4", "--device", "cpu", "--log-every", "2")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        lines = p.stdout.splitlines()
+        self.assertEqual(len(lines), 2, p.stdout)  # steps 2 and 3 (the last is always logged)
+        self.assertRegex(lines[0], r"^step 2/3  loss [0-9.e+-]+  [0-9.]+ ms/step$")
+
+    def test_errors(self):
+        d = self.dir.name
+        with open(os.path.join(d, "bad.dnn"), "w") as f:
+            f.write("dim B;\nparam w: f32[6, 3];\nmodel main(x: f32[B, 6], y: f32[B, 3]) -> f32[B, 3] {\n  return x @ w - y;\n}\n")
+        cases = [
+            (self.dnnc_train("--steps", "1", model="bad.dnn"),
+             "its first output is the loss and must be a float scalar, not f32[B, 3]"),
+            (subprocess.run([self.exe, "train", os.path.join(d, "m.dnn"), "--data", f"x={d}/x.npy"], capture_output=True,
+                            text=True), "no --data for input 'y' of model 'main'"),
+            (self.dnnc_train("--optimizer", "lbfgs"), "unknown optimizer 'lbfgs'"),
+        ]
+        np.save(os.path.join(d, "y.npy"), self.y[:7])
+        cases.append((self.dnnc_train(), "--data y has 7 samples, but x has 10"))
+        for p, message in cases:
+            with self.subTest(message=message):
+                self.assertNotEqual(p.returncode, 0)
+                self.assertIn(message, p.stderr)
+                self.assertTrue(p.stderr.startswith("dnnc: error: "), p.stderr)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dnnc", required=True)
+    a, rest = ap.parse_known_args()
+    Train.exe = a.dnnc
+    unittest.main(argv=[sys.argv[0]] + rest)
