@@ -135,3 +135,13 @@ def run_tests(classes, verbosity=2):
     for cls in classes if isinstance(classes, list) else [classes]:
         cls.dnnc = runner
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=verbosity)
+
+
+def run_with_exe(cls):
+    """The command line of tests that run every device themselves: --dnnc only; the path
+    goes to `cls.exe`."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dnnc", required=True)
+    a, rest = ap.parse_known_args()
+    cls.exe = a.dnnc
+    unittest.main(argv=[sys.argv[0]] + rest)

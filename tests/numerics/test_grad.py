@@ -7,7 +7,6 @@ with its own weight) and returns grad(loss, [operands]). The NumPy twin of the o
 the finite differences. Every case runs at three bindings of its dims (size 1, odd, even)
 on the reference interpreter, the CPU and the simulated GPU.
 """
-import argparse
 import math
 import os
 import subprocess
@@ -16,6 +15,9 @@ import tempfile
 import unittest
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dnnc_test_util import run_with_exe  # noqa: E402
 
 erf = np.vectorize(math.erf)
 
@@ -181,8 +183,4 @@ for case in CASES:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dnnc", required=True)
-    a, rest = ap.parse_known_args()
-    Gradients.exe = a.dnnc
-    unittest.main(argv=[sys.argv[0]] + rest)
+    run_with_exe(Gradients)

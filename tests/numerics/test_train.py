@@ -6,7 +6,6 @@ weight decay, momentum, Adam, AdamW). The losses dnnc logs (--json) and the para
 (--save) must match NumPy's float64 trajectory (rtol 1e-4, atol 1e-5), on ref, cpu and
 cuda-sim. Also: the errors of a model that cannot be trained and of bad data.
 """
-import argparse
 import json
 import os
 import subprocess
@@ -17,7 +16,7 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dnnc_test_util import read_safetensors, write_safetensors  # noqa: E402
+from dnnc_test_util import read_safetensors, run_with_exe, write_safetensors  # noqa: E402
 
 MODEL = """dim B;
 param w1: f32[6, 8];
@@ -28,6 +27,27 @@ model main(x: f32[B, 6], y: f32[B, 3]) -> (f32[], f32[]) {
   let loss = -mean(sum(log_softmax(logits, -1) * y, axis = 1));
   let accuracy = mean(cast(argmax(logits, -1) == argmax(y, -1), f32));
   return (loss, accuracy);
+}
+"""
+
+
+LM = """import nn;
+dim B;
+dim T in 1..64;
+param wte:  f32[50, 16] = normal(0.0, 0.1);
+param wpe:  f32[64, 16] = normal(0.0, 0.1);
+param ln_g: f32[2, 16] = ones();
+param ln_b: f32[2, 16] = zeros();
+param wqkv: f32[16, 48];
+param wo:   f32[16, 16];
+param w1:   f32[16, 64];
+param w2:   f32[64, 16];
+model main(tokens: i32[B, T], targets: i32[B, T]) -> f32[] {
+  var x = embedding(wte, tokens) + wpe[0:T];
+  let h = nn.layer_norm(x, ln_g[0], ln_b[0]);
+  x = x + nn.causal_attention(h, wqkv, wo, heads = 2);
+  x = x + nn.mlp(nn.layer_norm(x, ln_g[1], ln_b[1]), w1, w2);
+  return -mean(sum(log_softmax(x @ transpose(wte), -1) * one_hot(targets, 50), axis = -1));
 }
 """
 
@@ -128,6 +148,30 @@ class Train(unittest.TestCase):
     def test_adamw(self):
         self.check("adamw", 0.01, wd=0.1)
 
+    def test_transformer_devices_agree(self):
+        """A one-block causal transformer LM (embedding, layer norm, attention with the
+        causal mask, GELU MLP, tied output) trains with Adam: the loss falls and every device
+        logs the reference interpreter's losses (the gradients themselves are checked against
+        finite differences op by op in test_grad.py)."""
+        d = self.dir.name
+        with open(os.path.join(d, "lm.dnn"), "w") as f:
+            f.write(LM)
+        seq = (np.arange(20 * 13) * 7) % 50
+        t = np.stack([seq[i:i + 13] for i in range(20)]).astype(np.int32)
+        np.save(os.path.join(d, "tok.npy"), t[:, :12])
+        np.save(os.path.join(d, "tgt.npy"), t[:, 1:])
+        losses = {}
+        for device in ("ref", "cpu", "cuda-sim"):
+            p = subprocess.run([self.exe, "train", os.path.join(d, "lm.dnn"), "--data", f"tokens={d}/tok.npy", "--data",
+                                f"targets={d}/tgt.npy", "--batch", "8", "--epochs", "4", "--optimizer", "adam", "--lr", "0.03",
+                                "--json", "--device", device], capture_output=True, text=True, timeout=300)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            losses[device] = [json.loads(line)["loss"] for line in p.stdout.splitlines()]
+        self.assertEqual(len(losses["ref"]), 12)  # 3 batches (8, 8, 4) per epoch
+        self.assertLess(losses["ref"][-1], 0.8 * losses["ref"][0])
+        for device in ("cpu", "cuda-sim"):
+            np.testing.assert_allclose(losses[device], losses["ref"], rtol=1e-3, err_msg=device)
+
     def test_log_lines(self):
         p = self.dnnc_train("--steps", "3", "--batch", "4", "--device", "cpu", "--log-every", "2")
         self.assertEqual(p.returncode, 0, p.stderr)
@@ -156,8 +200,4 @@ class Train(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dnnc", required=True)
-    a, rest = ap.parse_known_args()
-    Train.exe = a.dnnc
-    unittest.main(argv=[sys.argv[0]] + rest)
+    run_with_exe(Train)
