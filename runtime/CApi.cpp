@@ -130,6 +130,7 @@ int dnnc_run(dnnc_model *m, const dnnc_tensor *inputs, size_t numInputs, dnnc_te
       given.push_back(&t);
     rt::Binding b = ir::bindInputs(m->exe->graph(), given, {});
     auto params = rt::loadWeights(g, m->weightsPath, b, m->seed);
+    m->exe->paramsChanged(); // loaded afresh: their memory may be a freed param's
     std::vector<rt::Tensor> out = m->exe->run(in, params);
     for (const rt::Tensor &t : out)
       if (t.shape.size() > DNNC_MAX_RANK)

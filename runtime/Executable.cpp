@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <optional>
 #include <unordered_map>
@@ -20,7 +21,14 @@ namespace dnnc::rt {
 Executable::Executable(const ir::Graph &graph, std::map<const ir::Op *, size_t> kernelOf, std::vector<KernelInfo> kernels,
                        std::unique_ptr<Device> device, std::shared_ptr<const ir::Graph> owned)
     : owned_(std::move(owned)), graph_(&graph), kernelOf_(std::move(kernelOf)), kernels_(std::move(kernels)),
-      device_(std::move(device)) {}
+      device_(std::move(device)) {
+  ir::walk(graph.body, [&](const ir::Op &op) {
+    opIndex_.emplace(&op, ops_.size());
+    auto k = kernelOf_.find(&op);
+    ops_.push_back(OpEntry{&op, k == kernelOf_.end() ? -1 : static_cast<int64_t>(k->second), isParamView(op),
+                           ir::readsIndices(op)});
+  });
+}
 
 namespace {
 // `e` under the binding a launch of `what` sees: every dim it names is bound by then, so
@@ -52,6 +60,44 @@ void growArena(std::vector<uint8_t> &arena, size_t bytes) {
   } catch (const std::bad_alloc &) {
     throw DataError(fmt::format("out of memory: {} bytes for the planned intermediates could not be allocated", bytes));
   }
+}
+
+std::vector<int64_t> shapeOf(const ir::TensorType &t, const std::function<int64_t(sym::ExprRef)> &eval) {
+  std::vector<int64_t> shape;
+  for (sym::ExprRef d : t.dims)
+    shape.push_back(eval(d));
+  return shape;
+}
+
+// Whether every dim `e` names is bound in `b`.
+bool namesOnly(sym::ExprRef e, const ir::Binding &b) {
+  for (const std::string &n : sym::freeVars(e))
+    if (!b.count(n))
+      return false;
+  return true;
+}
+
+// Whether everything an op's checks and launch evaluate (the dims of its values and of a
+// fused group's members, static index points) names only dims bound in `b`.
+bool dimsBound(const ir::Op &op, const ir::Binding &b) {
+  bool bound = true;
+  auto type = [&](const ir::Value *v) {
+    for (sym::ExprRef d : v->type.dims)
+      bound = bound && namesOnly(d, b);
+  };
+  auto visit = [&](const ir::Op &o) {
+    for (const ir::Value *v : o.operands)
+      type(v);
+    for (const ir::Value *v : o.results)
+      type(v);
+    if (o.kind == ir::OpKind::Index)
+      for (sym::ExprRef start : ir::IndexAttrs::of(o).starts)
+        bound = bound && (!start || namesOnly(start, b));
+  };
+  visit(op);
+  if (op.kind == ir::OpKind::Fused)
+    ir::walk(*op.regions[0], visit);
+  return bound;
 }
 
 // Data-dependent indices must lie inside their buffers: kernels trust them.
@@ -86,9 +132,7 @@ void checkIndices(const ir::Op &op, const std::vector<const Tensor *> &in, const
       const ir::TensorType &x = member.operands[0]->type;
       for (size_t a = 0; a < ix.starts.size(); ++a)
         if (ix.isPoint(a)) {
-          std::vector<int64_t> shape;
-          for (sym::ExprRef d : x.dims)
-            shape.push_back(eval(d));
+          std::vector<int64_t> shape = shapeOf(x, eval);
           ix.resolvePoint(a, x.dims[a], eval(ix.starts[a]), shape[a], shapeText(x.dtype, shape));
         }
     });
@@ -134,79 +178,197 @@ std::vector<Device::Range> Executable::arenas() const {
   return {{arena_.data(), arena_.size()}, {lateArena_.data(), lateArena_.size()}};
 }
 
-bool Executable::runOp(const ir::Op &op, const std::vector<const Tensor *> &in, std::vector<Tensor> &out,
-                       const ir::Binding &b) {
-  auto it = kernelOf_.find(&op);
-  bool view = isParamView(op);
-  if (it == kernelOf_.end() && !view)
-    return false;
-  std::string name = view ? "param view" : kernels_[it->second].name;
-  auto eval = [&](sym::ExprRef e) { return evaluateAtLaunch(name, e, b); };
-  if (ir::readsIndices(op)) // the host checks them (and a view's offset comes from them)
-    device_->hostReads({in.begin() + 1, in.end()}, false);
-  checkIndices(op, in, eval);
-  if (view) {
-    ir::IndexAttrs ix = ir::IndexAttrs::of(op);
-    const Tensor &x = *in[0];
-    int64_t offset = 0, stride = 1;
-    size_t operand = in.size();
-    for (size_t a = x.shape.size(); a-- > 0;) {
-      if (ix.isPoint(a)) {
-        int64_t p = ix.starts[a] ? eval(ix.starts[a]) : in[--operand]->getInt(0);
-        offset += (p < 0 ? p + x.shape[a] : p) * stride; // checked above
+namespace {
+const std::string kParamView = "param view";
+
+// Where a param view points: the element offset of its static points, and the run-time
+// points to add (checked by checkIndices before).
+void viewGeometry(const ir::Op &op, const std::vector<int64_t> &xShape, const std::function<int64_t(sym::ExprRef)> &eval,
+                  OpPlan &p) {
+  ir::IndexAttrs ix = ir::IndexAttrs::of(op);
+  p.viewOffset = 0;
+  p.viewPoints.clear();
+  int64_t stride = 1;
+  size_t operand = op.operands.size();
+  for (size_t a = xShape.size(); a-- > 0;) {
+    if (ix.isPoint(a)) {
+      if (ix.starts[a]) {
+        int64_t v = eval(ix.starts[a]);
+        p.viewOffset += (v < 0 ? v + xShape[a] : v) * stride;
+      } else {
+        p.viewPoints.push_back({--operand, xShape[a], stride});
       }
-      stride *= x.shape[a];
     }
-    std::vector<int64_t> shape;
-    for (sym::ExprRef d : op.results[0]->type.dims)
-      shape.push_back(eval(d));
-    out.push_back(Tensor::view(x.dtype, std::move(shape),
-                               const_cast<uint8_t *>(x.data()) + offset * static_cast<int64_t>(dtypeBytes(x.dtype))));
+    stride *= xShape[a];
+  }
+}
+
+int64_t viewOffset(const OpPlan &p, const std::vector<const Tensor *> &in) {
+  int64_t offset = p.viewOffset;
+  for (const OpPlan::Point &point : p.viewPoints) {
+    int64_t v = in[point.operand]->getInt(0);
+    offset += (v < 0 ? v + point.dim : v) * point.stride;
+  }
+  return offset;
+}
+
+// `r` at `offset` in an arena of `limit` bytes: the plan must keep it inside.
+int64_t placed(const std::string &kernel, const ir::Value &r, int64_t offset, int64_t size, int64_t limit) {
+  if (offset < 0 || offset + size > limit)
+    throw InternalError(fmt::format("{}: the plan puts {} at [{}, {}) outside the {}-byte arena", kernel, r.type.str(),
+                                    offset, offset + size, limit));
+  return offset;
+}
+} // namespace
+
+void Executable::planOp(size_t index, OpPlan &p) const {
+  const OpEntry &e = ops_[index];
+  const ir::Op &op = *e.op;
+  const ir::Binding &b = plan_->binding;
+  p.state = OpPlan::State::Dynamic;
+  if (op.kind == ir::OpKind::For) {
+    if (op.has("lo") && namesOnly(op.get<sym::ExprRef>("lo"), b) && namesOnly(op.get<sym::ExprRef>("hi"), b)) {
+      p.lo = *sym::evaluate(op.get<sym::ExprRef>("lo"), b);
+      p.hi = *sym::evaluate(op.get<sym::ExprRef>("hi"), b);
+      p.state = OpPlan::State::Planned;
+    }
+    return;
+  }
+  if (!dimsBound(op, b))
+    return;
+  const std::string &name = e.view ? kParamView : e.kernel >= 0 ? kernels_[e.kernel].name : ir::opInfo(op.kind).spelling;
+  auto eval = [&](sym::ExprRef x) { return evaluateAtLaunch(name, x, b); };
+  if (e.view) {
+    viewGeometry(op, shapeOf(op.operands[0]->type, eval), eval, p);
+    p.shapes = {shapeOf(op.results[0]->type, eval)};
+  } else if (e.kernel >= 0) {
+    const KernelInfo &info = kernels_[e.kernel];
+    for (const std::string &n : info.dims)
+      if (!b.count(n))
+        return;
+    for (sym::ExprRef x : {info.parallelExtent, info.gridX, info.gridY})
+      if (x && !namesOnly(x, b))
+        return;
+    std::vector<std::vector<int64_t>> shapes;
+    std::vector<int64_t> offsets;
+    for (const ir::Value *r : op.results) {
+      if (arenaPlan_.late.count(r)) // the late arena is sized at a sync point of each run
+        return;
+      shapes.push_back(shapeOf(r->type, eval));
+      auto planned = arenaPlan_.offsets.find(r);
+      offsets.push_back(planned == arenaPlan_.offsets.end()
+                            ? -1
+                            : placed(name, *r, eval(planned->second), eval(r->type.bytes()),
+                                     static_cast<int64_t>(plan_->arenaBytes)));
+    }
+    p.launch = launchFor(info, b);
+    p.shapes = std::move(shapes);
+    p.offsets = std::move(offsets);
+    if (profiling_)
+      if (sym::ExprRef f = ir::flopCount(op))
+        p.flops = static_cast<double>(eval(f));
+  }
+  p.state = OpPlan::State::Planned; // a host op: its checks only
+}
+
+void Executable::launch(size_t index, const std::vector<const Tensor *> &in, std::vector<Tensor> &out, const Launch &l,
+                        double flops) {
+  size_t kernel = static_cast<size_t>(ops_[index].kernel);
+  const KernelInfo &info = kernels_[kernel];
+  ++launched_;
+  if (!profiling_)
+    return device_->launch(kernel, info, in, out, l);
+  auto start = std::chrono::steady_clock::now();
+  device_->launch(kernel, info, in, out, l);
+  double bytes = 0;
+  for (const Tensor *t : in)
+    bytes += static_cast<double>(t->byteSize());
+  for (const Tensor &t : out)
+    bytes += static_cast<double>(t.byteSize());
+  record(index, info.name, start, flops, bytes);
+  times_[index].kernel = true;
+}
+
+void Executable::record(size_t index, const std::string &name, std::chrono::steady_clock::time_point start, double flops,
+                        double bytes) {
+  OpTime &t = times_[index];
+  t.op = ops_[index].op;
+  t.name = name;
+  ++t.calls;
+  t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  t.flops += flops;
+  t.bytes += bytes;
+}
+
+bool Executable::runOp(size_t index, OpPlan &p, const std::vector<const Tensor *> &in, std::vector<Tensor> &out,
+                       const ir::Binding &b) {
+  const OpEntry &e = ops_[index];
+  const ir::Op &op = *e.op;
+  if (e.kernel < 0 && !e.view)
+    return false;
+  const std::string &name = e.view ? kParamView : kernels_[e.kernel].name;
+  auto eval = [&](sym::ExprRef x) { return evaluateAtLaunch(name, x, b); };
+  if (e.readsIndices) // the host checks them (and a view's offset comes from them)
+    device_->hostReads({in.begin() + 1, in.end()}, false);
+  if (e.readsIndices || !p.checked) // static points: once per binding
+    checkIndices(op, in, eval);
+  bool planned = p.state == OpPlan::State::Planned;
+  if (e.view) {
+    const Tensor &x = *in[0];
+    OpPlan now; // unplanned: what this run evaluates itself
+    if (!planned) {
+      viewGeometry(op, x.shape, eval, now);
+      now.shapes = {shapeOf(op.results[0]->type, eval)};
+    }
+    const OpPlan &v = planned ? p : now;
+    out.push_back(Tensor::view(x.dtype, v.shapes[0],
+                               const_cast<uint8_t *>(x.data()) + viewOffset(v, in) * static_cast<int64_t>(dtypeBytes(x.dtype))));
     return true;
   }
-  const KernelInfo &info = kernels_[it->second];
+  if (planned) {
+    for (size_t k = 0; k < op.results.size(); ++k) {
+      DType dtype = op.results[k]->type.dtype;
+      out.push_back(p.offsets[k] < 0 ? Tensor::zeros(dtype, p.shapes[k]) : Tensor::view(dtype, p.shapes[k], arena_.data() + p.offsets[k]));
+    }
+    launch(index, in, out, p.launch, p.flops);
+    return true;
+  }
   for (const ir::Value *r : op.results) {
-    std::vector<int64_t> shape;
-    for (sym::ExprRef d : r->type.dims)
-      shape.push_back(eval(d));
-    auto planned = plan_.offsets.find(r);
-    if (planned == plan_.offsets.end()) {
+    std::vector<int64_t> shape = shapeOf(r->type, eval);
+    auto planned = arenaPlan_.offsets.find(r);
+    if (planned == arenaPlan_.offsets.end()) {
       out.push_back(Tensor::zeros(r->type.dtype, shape));
       continue;
     }
-    bool late = plan_.late.count(r) != 0;
+    bool late = arenaPlan_.late.count(r) != 0;
     if (late && lateArenaBytes_ < 0) {
       // The first late value whose binding knows every dim of the late arena sizes it;
       // late values made before that (other sync points still ahead) get memory of their
       // own, which cannot overlap the arena.
-      bool bound = true;
-      for (const std::string &name : sym::freeVars(plan_.lateBytes))
-        bound = bound && b.count(name);
-      if (!bound) {
+      if (!namesOnly(arenaPlan_.lateBytes, b)) {
         out.push_back(Tensor::zeros(r->type.dtype, shape));
         continue;
       }
-      lateArenaBytes_ = static_cast<int64_t>(arenaSize(plan_.lateBytes, b));
+      lateArenaBytes_ = static_cast<int64_t>(arenaSize(arenaPlan_.lateBytes, b));
       if (lateArena_.size() < static_cast<size_t>(lateArenaBytes_)) {
         growArena(lateArena_, static_cast<size_t>(lateArenaBytes_));
         device_->setArenas(arenas());
       }
     }
     std::vector<uint8_t> &arena = late ? lateArena_ : arena_;
-    int64_t limit = late ? lateArenaBytes_ : arenaBytes_;
-    int64_t offset = eval(planned->second), size = eval(r->type.bytes());
-    if (offset < 0 || offset + size > limit)
-      throw InternalError(fmt::format("{}: the plan puts {} at [{}, {}) outside the {}-byte arena", info.name,
-                                      r->type.str(), offset, offset + size, limit));
+    int64_t offset = placed(name, *r, eval(planned->second), eval(r->type.bytes()), late ? lateArenaBytes_ : arenaBytes_);
     out.push_back(Tensor::view(r->type.dtype, std::move(shape), arena.data() + offset));
   }
   // Params are constants once the model loads: a prepacked weight kept in the arena since
   // an earlier call from this same param memory is there already.
-  bool kept = op.kind == ir::OpKind::Prepack && plan_.kept.count(op.results[0]);
+  bool kept = op.kind == ir::OpKind::Prepack && arenaPlan_.kept.count(op.results[0]);
   if (kept && packedFrom_[&op] == in[0]->data())
     return true;
-  device_->launch(it->second, info, in, out, launchFor(info, b));
-  ++launched_;
+  double flops = 0;
+  if (profiling_)
+    if (sym::ExprRef f = ir::flopCount(op))
+      flops = static_cast<double>(eval(f));
+  launch(index, in, out, launchFor(kernels_[e.kernel], b), flops);
   if (kept)
     packedFrom_[&op] = in[0]->data();
   return true;
@@ -240,30 +402,57 @@ public:
     ++exe_.opsExecuted_;
     switch (op.kind) {
     case ir::OpKind::Param: return; // bound before the walk
-    case ir::OpKind::AssertDims: return ir::checkAssert(op, b);
+    case ir::OpKind::AssertDims: return assertDims(op, b);
     case ir::OpKind::If: return branch(op, b);
     case ir::OpKind::For:
     case ir::OpKind::While: return loop(op, b);
     default: break;
     }
-    for (const ir::Value *r : op.results)
-      if (!exe_.bindingCheck_.sizeChecked(r))
-        ir::checkValueSize(op, *r, b);
+    size_t index = exe_.opIndex_.at(&op);
+    OpPlan &p = exe_.plan_->ops[index];
+    if (!p.checked) {
+      for (const ir::Value *r : op.results)
+        if (!exe_.plan_->check.sizeChecked(r))
+          ir::checkValueSize(op, *r, b);
+      ir::checkEmptyReduction(op, b); // the same error on every device, before any kernel runs
+    }
+    if (p.state == OpPlan::State::Unplanned) // after the checks: their errors come first
+      exe_.planOp(index, p);
     std::vector<const Tensor *> in = valuesOf(op.operands);
     std::vector<Tensor> out;
-    ir::checkEmptyReduction(op, b); // the same error on every device, before any kernel runs
-    if (!exe_.runOp(op, in, out, b)) {
+    bool made = exe_.runOp(index, p, in, out, b);
+    if (!made) {
       const HostOp *host = findHostOp(op.kind);
       if (!host)
         throw InternalError(fmt::format("{} has neither a kernel nor a host implementation", ir::opWhere(op)));
       hostReads(in); // a sync point: the host reads what kernels made
+      auto start = std::chrono::steady_clock::now();
       out = host->run(HostOpContext{op, in, b});
+      if (exe_.profiling_)
+        exe_.record(index, host->name, start, 0, 0);
     }
-    for (size_t k = 0; k < out.size(); ++k)
-      setResult(op, op.results[k], std::move(out[k]), b);
+    bool planned = p.state == OpPlan::State::Planned;
+    p.checked = planned;
+    for (size_t k = 0; k < out.size(); ++k) {
+      if (made && planned) // made at the shapes its type gives under this binding: nothing to bind
+        values[op.results[k]] = std::move(out[k]);
+      else
+        setResult(op, op.results[k], std::move(out[k]), b);
+    }
   }
 
 private:
+  // An assert over the input dims holds at every call with them once it held.
+  void assertDims(const ir::Op &op, const ir::Binding &b) {
+    OpPlan &p = exe_.plan_->ops[exe_.opIndex_.at(&op)];
+    if (p.checked)
+      return;
+    ir::checkAssert(op, b);
+    const ir::Binding &inputs = exe_.plan_->binding;
+    p.checked = std::holds_alternative<sym::ExprRef>(op.attrs.at("lhs")) &&
+                namesOnly(op.get<sym::ExprRef>("lhs"), inputs) && namesOnly(op.get<sym::ExprRef>("rhs"), inputs);
+  }
+
   void branch(const ir::Op &op, ir::Binding &b) {
     hostReads({&values.at(op.operands[0])});
     const ir::Region &taken = *op.regions[values.at(op.operands[0]).get(0) != 0 ? 0 : 1];
@@ -284,8 +473,13 @@ private:
     size_t carriedFrom = 0;
     int64_t lo = 0, hi = 0;
     if (isFor && op.has("lo")) {
-      lo = *sym::evaluate(op.get<sym::ExprRef>("lo"), b);
-      hi = *sym::evaluate(op.get<sym::ExprRef>("hi"), b);
+      size_t index = exe_.opIndex_.at(&op);
+      OpPlan &p = exe_.plan_->ops[index];
+      if (p.state == OpPlan::State::Unplanned)
+        exe_.planOp(index, p);
+      bool planned = p.state == OpPlan::State::Planned;
+      lo = planned ? p.lo : *sym::evaluate(op.get<sym::ExprRef>("lo"), b);
+      hi = planned ? p.hi : *sym::evaluate(op.get<sym::ExprRef>("hi"), b);
     } else if (isFor) {
       lo = values.at(op.operands[0]).getInt(0);
       hi = values.at(op.operands[1]).getInt(0);
@@ -342,19 +536,37 @@ private:
   Executable &exe_;
 };
 
-std::vector<Tensor> Executable::run(const std::vector<Tensor> &inputs, const std::map<std::string, Tensor> &params,
-                                    const ir::Binding &preset) {
-  arenaBytes_ = 0;
-  lateArenaBytes_ = -1;
-  opsExecuted_ = 0;
+LaunchPlan &Executable::planFor(const std::vector<Tensor> &inputs, const ir::Binding &preset) {
+  std::vector<int64_t> key = LaunchPlanCache::keyOf(inputs);
+  if (LaunchPlan *p = plans_.find(key, preset)) {
+    ++plannedRuns_;
+    return *p;
+  }
+  auto p = std::make_unique<LaunchPlan>();
   std::vector<const Tensor *> given;
   for (const Tensor &t : inputs)
     given.push_back(&t);
-  binding_ = ir::bindInputs(*graph_, given, preset);
-  bindingCheck_.check(*graph_, binding_); // each value's size first: its error names the op
-  if (plan_.bytes) {
-    arenaBytes_ = static_cast<int64_t>(arenaSize(plan_.bytes, binding_));
-    growArena(arena_, static_cast<size_t>(arenaBytes_));
+  p->binding = ir::bindInputs(*graph_, given, preset);
+  p->check.check(*graph_, p->binding); // each value's size first: its error names the op
+  if (arenaPlan_.bytes)
+    p->arenaBytes = arenaSize(arenaPlan_.bytes, p->binding);
+  p->key = std::move(key);
+  p->preset = preset;
+  p->ops.resize(ops_.size());
+  return plans_.insert(std::move(p));
+}
+
+std::vector<Tensor> Executable::run(const std::vector<Tensor> &inputs, const std::map<std::string, Tensor> &params,
+                                    const ir::Binding &preset) {
+  auto start = std::chrono::steady_clock::now();
+  arenaBytes_ = 0;
+  lateArenaBytes_ = -1;
+  opsExecuted_ = 0;
+  plan_ = &planFor(inputs, preset);
+  binding_ = plan_->binding;
+  if (arenaPlan_.bytes) {
+    arenaBytes_ = static_cast<int64_t>(plan_->arenaBytes);
+    growArena(arena_, plan_->arenaBytes);
   }
   std::vector<const Tensor *> paramTensors;
   for (const auto &[name, t] : params)
@@ -380,7 +592,30 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor> &inputs, const std
   std::vector<Tensor> out;
   for (const ir::Value *y : graph_->body.yields)
     out.push_back(walk.values.at(y));
+  if (profiling_) {
+    ++profiledRuns_;
+    profiledSeconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
   return out;
+}
+
+void Executable::setProfiling(bool on) {
+  if (on != profiling_)
+    plans_.clear(); // plans made while it was off hold no FLOP counts
+  profiling_ = on;
+  times_.assign(on ? ops_.size() : 0, OpTime{});
+  profiledRuns_ = 0;
+  profiledSeconds_ = 0;
+}
+
+Executable::Profile Executable::profile() const {
+  Profile p;
+  for (const OpTime &t : times_)
+    if (t.calls)
+      p.ops.push_back(t);
+  p.runs = profiledRuns_;
+  p.seconds = profiledSeconds_;
+  return p;
 }
 
 } // namespace dnnc::rt

@@ -7,11 +7,14 @@
 
 #include "base/Tensor.h"
 #include "ir/graph/Binding.h"
+#include "runtime/LaunchPlan.h"
 
+#include <chrono>
 #include <map>
 #include <set>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace dnnc::rt {
@@ -28,13 +31,8 @@ struct KernelInfo {
   int64_t blockThreads = 256;
 };
 
-// One launch of a kernel, evaluated from the binding once, by the runtime.
-struct Launch {
-  std::vector<int64_t> dims; // the values of KernelInfo::dims
-  int64_t extent = 0;        // the parallel loop's trip count (0 without one)
-  int64_t work = 1;          // rough cost of one of its iterations
-  int64_t gridX = 1, gridY = 1; // GPU blocks wanted along x and y
-};
+// A kernel's launch under `b` (every dim it names bound). Throws DataError when a size
+// overflows 64 bits.
 Launch launchFor(const KernelInfo &info, const ir::Binding &b);
 
 // Where kernels run. `in` are the op's operands and `out` its results, allocated with
@@ -87,8 +85,16 @@ public:
   Device &device() { return *device_; }
   const std::vector<KernelInfo> &kernels() const { return kernels_; }
   // Intermediates go to the arena from now on (none: each is allocated on its own).
-  void setArenaPlan(ArenaPlan plan) { plan_ = std::move(plan), packedFrom_.clear(); }
-  const ArenaPlan &arenaPlan() const { return plan_; }
+  void setArenaPlan(ArenaPlan plan) {
+    arenaPlan_ = std::move(plan);
+    plans_.clear();
+    packedFrom_.clear();
+  }
+  const ArenaPlan &arenaPlan() const { return arenaPlan_; }
+  // Prepacked weights are reused while a param's memory stays the same (params are
+  // constants); a caller that loads new values, perhaps into memory a freed param had,
+  // says so here and the next run packs them again.
+  void paramsChanged() { packedFrom_.clear(); }
   // Binds the inputs' dims and checks the binding (ir/graph/Binding.h), sizes the arena
   // for them (reusing the previous call's memory when it is big enough), and runs the
   // model. Throws DataError for bad inputs, a violated assert or a size that cannot be.
@@ -102,11 +108,45 @@ public:
   // The dims the last run bound, and the ops it executed (kernels, host ops, structure).
   const ir::Binding &binding() const { return binding_; }
   size_t opsExecuted() const { return opsExecuted_; }
+  // Launch plans (LaunchPlan.h) held, and the runs that found theirs made already.
+  size_t launchPlans() const { return plans_.size(); }
+  size_t plannedRuns() const { return plannedRuns_; }
+
+  // The profiler: while it is on, each kernel launch and host op is timed (every device
+  // returns from launch() once the kernel has run), and each kernel's FLOPs and bytes
+  // read and written are counted. `seconds` is the runs' own time, end to end.
+  struct OpTime {
+    const ir::Op *op = nullptr;
+    std::string name; // the kernel's, or the host op's
+    bool kernel = false;
+    size_t calls = 0;
+    double seconds = 0, flops = 0, bytes = 0;
+  };
+  struct Profile {
+    std::vector<OpTime> ops; // those that ran, in program order
+    size_t runs = 0;
+    double seconds = 0;
+  };
+  void setProfiling(bool on); // on: counting from zero (again)
+  Profile profile() const;
 
 private:
   friend class Walk;
   std::vector<Device::Range> arenas() const; // the host memory only kernels write
-  bool runOp(const ir::Op &op, const std::vector<const Tensor *> &in, std::vector<Tensor> &out, const ir::Binding &b);
+  // What the executor knows of an op before any binding.
+  struct OpEntry {
+    const ir::Op *op;
+    int64_t kernel; // its index in kernels_, or -1
+    bool view;      // a param view (isParamView)
+    bool readsIndices;
+  };
+  // Kernels and param views; false for the other ops. `p` is the op's entry in the plan.
+  bool runOp(size_t index, OpPlan &p, const std::vector<const Tensor *> &in, std::vector<Tensor> &out,
+             const ir::Binding &b);
+  void launch(size_t index, const std::vector<const Tensor *> &in, std::vector<Tensor> &out, const Launch &l, double flops);
+  void record(size_t index, const std::string &name, std::chrono::steady_clock::time_point start, double flops, double bytes);
+  LaunchPlan &planFor(const std::vector<Tensor> &inputs, const ir::Binding &preset);
+  void planOp(size_t index, OpPlan &p) const; // Unplanned -> Planned or Dynamic, under plan_'s binding
 
   std::shared_ptr<const ir::Graph> owned_;
   const ir::Graph *graph_;
@@ -116,8 +156,16 @@ private:
   size_t launched_ = 0;
   ir::Binding binding_;
   size_t opsExecuted_ = 0;
-  ir::BindingCheck bindingCheck_;
-  ArenaPlan plan_;
+  ArenaPlan arenaPlan_;
+  std::unordered_map<const ir::Op *, size_t> opIndex_; // every op, nested ones too
+  std::vector<OpEntry> ops_;                           // by index
+  LaunchPlanCache plans_;
+  LaunchPlan *plan_ = nullptr; // the running call's
+  size_t plannedRuns_ = 0;
+  bool profiling_ = false;
+  std::vector<OpTime> times_; // by op index, while profiling
+  size_t profiledRuns_ = 0;
+  double profiledSeconds_ = 0;
   std::vector<uint8_t> arena_, lateArena_;
   std::map<const ir::Op *, const uint8_t *> packedFrom_; // the param memory each kept prepack was made from
   int64_t arenaBytes_ = 0, lateArenaBytes_ = -1;

@@ -614,6 +614,31 @@ bool isReduction(OpKind k) { return opInfo(k).pattern == OpPattern::Reduction; }
 
 bool readsIndices(const Op &op) { return opInfo(op.kind).has(OpFlag::ReadsIdx) && op.operands.size() > 1; }
 
+sym::ExprRef flopCount(const Op &op) {
+  auto numel = [](const TensorType &t) {
+    sym::ExprRef n = sym::constant(1);
+    for (sym::ExprRef d : t.dims)
+      n = sym::mul(n, d);
+    return n;
+  };
+  switch (op.kind) {
+  case OpKind::Matmul: // each result element: a dot product over the last dim of a
+    return sym::mul(sym::constant(2), sym::mul(numel(op.results[0]->type), op.operands[0]->type.dims.back()));
+  case OpKind::Conv2d: { // each result element: C/groups * KH * KW multiply-adds, w's dims after the first
+    const auto &w = op.operands[1]->type.dims;
+    return sym::mul(sym::constant(2), sym::mul(numel(op.results[0]->type), sym::mul(w[1], sym::mul(w[2], w[3]))));
+  }
+  case OpKind::Fused: {
+    sym::ExprRef sum = nullptr;
+    for (const Op *member : op.regions[0]->ops)
+      if (sym::ExprRef f = flopCount(*member))
+        sum = sum ? sym::add(sum, f) : f;
+    return sum;
+  }
+  default: return nullptr;
+  }
+}
+
 bool isInjective(const Op &op) { return opInfo(op.kind).pattern == OpPattern::Injective && !readsIndices(op); }
 
 const OpInfo *findBuiltin(const std::string &spelling) {

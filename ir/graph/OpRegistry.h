@@ -115,6 +115,10 @@ bool isReduction(OpKind k);
 bool isInjective(const Op &op);
 // The op reads index values from its operands after the first at this use.
 bool readsIndices(const Op &op);
+// The floating-point operations `op` does, a dim expression: 2 per multiply-add of a
+// matmul or conv2d, a fused group's sum of its members'; null for ops that do no such
+// arithmetic (their cost is memory traffic). `dnnc run --profile` reports GF/s from it.
+sym::ExprRef flopCount(const Op &op);
 const OpInfo *findBuiltin(const std::string &spelling);
 const std::vector<OpInfo> &allOps();
 // What the error message says the op failed to do ("add", "multiply", ...).

@@ -295,6 +295,8 @@ ExprRef substitute(ExprRef e, const std::map<std::string, ExprRef> &map) {
 }
 
 std::optional<int64_t> evaluate(ExprRef e, const std::map<std::string, int64_t> &binding) {
+  if (e->isConst()) // no dims to substitute: the runtime asks this of static indices at every call
+    return e->constant();
   std::map<std::string, ExprRef> map;
   for (auto &[k, v] : binding)
     map[k] = constant(v);

@@ -6,6 +6,8 @@ lines and, at its end, the exact output it expects.
   # RUN: env DNNC_NUM_THREADS=0 dnnc ... with an environment variable set
   # STDIN: :type x                       a line fed to the commands' standard input
   # EXIT: 1                              the exit status expected of every RUN (default 0)
+  # MASK: [0-9]+\.[0-9]+                 a regex whose matches print as `~` (output that varies: times);
+                                        with a mask, runs of spaces print as one (columns change width)
   # ---- expected output ----           everything after this line, with '# ' removed
 
 The output compared is, for each RUN, `$ COMMAND` then its stdout and stderr. Paths are
@@ -13,6 +15,7 @@ relative to the test's folder; the stdlib folder prints as <stdlib>.
 Use --update to rewrite the expected block from what the commands print now."""
 import argparse
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -24,7 +27,7 @@ def parse(path):
     with open(path, encoding="utf-8") as f:
         text = f.read()
     head, _, expected = text.partition(MARK + "\n")
-    runs, stdin, exit_code = [], [], 0
+    runs, stdin, exit_code, masks = [], [], 0, []
     for line in head.splitlines():
         if line.startswith("# RUN: "):
             runs.append(line[len("# RUN: "):])
@@ -32,11 +35,13 @@ def parse(path):
             stdin.append(line[len("# STDIN: "):])
         elif line.startswith("# EXIT: "):
             exit_code = int(line[len("# EXIT: "):])
+        elif line.startswith("# MASK: "):
+            masks.append(re.compile(line[len("# MASK: "):]))
     want = "".join(l[2:] + "\n" if l.startswith("# ") else "\n" for l in expected.splitlines())
-    return head, runs, stdin, exit_code, want
+    return head, runs, stdin, exit_code, masks, want
 
 
-def run(dnnc, path, runs, stdin, stdlib, examples):
+def run(dnnc, path, runs, stdin, stdlib, examples, masks):
     folder = os.path.dirname(os.path.abspath(path))
     out = []
     codes = []
@@ -51,6 +56,10 @@ def run(dnnc, path, runs, stdin, stdlib, examples):
         p = subprocess.run(args, cwd=folder, input=feed,
                            capture_output=True, text=True, env=env, timeout=60)
         text = (p.stdout + p.stderr).replace(stdlib, "<stdlib>")
+        for mask in masks:
+            text = mask.sub("~", text)
+        if masks:
+            text = re.sub(" +", " ", text)
         out.append(f"$ {shown}\n{text}")
         codes.append(p.returncode)
     return "".join(out), codes
@@ -66,12 +75,12 @@ def main():
     a = ap.parse_args()
     failed = 0
     for path in a.files:
-        head, runs, stdin, exit_code, want = parse(path)
+        head, runs, stdin, exit_code, masks, want = parse(path)
         if not runs:
             print(f"{path}: no RUN line", file=sys.stderr)
             failed += 1
             continue
-        got, codes = run(a.dnnc, path, runs, stdin, os.path.abspath(a.stdlib), os.path.abspath(a.examples))
+        got, codes = run(a.dnnc, path, runs, stdin, os.path.abspath(a.stdlib), os.path.abspath(a.examples), masks)
         if a.update:
             body = "".join(("# " + l).rstrip() + "\n" for l in got.splitlines())
             with open(path, "w", encoding="utf-8") as f:

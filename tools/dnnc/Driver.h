@@ -30,10 +30,15 @@ struct RunOptions {
   int threads = 0; // 0: the runtime's default
   int repeat = 0;  // timed runs after the first (--stats reports their median)
   bool stats = false;
+  std::string profile; // --profile: "" (none), "time" (rows by time) or "order" (program order)
   bool artifact = false; // running a built artifact: nothing is compiled
   backend::CompileOptions compile; // the target's options are probed, not given
 };
 int runModel(Program &p, const RunOptions &o);
+// --profile's table: each kernel and host op with its calls, time, share of the runs,
+// GF/s (ops with a FLOP count) or GB/s and the share of this CPU's peak, and its source
+// lines; then the executor's own time and the total. `order`: "time" or "order".
+void printProfile(const ir::Graph &g, rt::Executable &exe, const std::string &order, std::ostream &os);
 struct TrainOptions {
   std::string model, weights, save, device = "auto";
   std::vector<std::pair<std::string, std::string>> data; // NAME=FILE.npy

@@ -97,7 +97,11 @@ int execute(const ir::Graph &g, rt::Executable *compiled, const RunOptions &o) {
       all.push_back(std::move(*t));
     auto params = rt::loadWeights(g, o.weights, b, o.seed);
     auto runOnce = [&] { return compiled ? compiled->run(all, params, o.binding) : oracle->run(all, params, o.binding); };
+    if (compiled && !o.profile.empty())
+      compiled->setProfiling(true);
     std::vector<Tensor> outputs = runOnce();
+    if (compiled && !o.profile.empty() && o.repeat > 0)
+      compiled->setProfiling(true); // the profile covers the timed runs, not the first
     size_t opsRun = compiled ? compiled->opsExecuted() : oracle->opsExecuted();
     size_t launched = compiled ? compiled->kernelsLaunched() : 0;
     // --repeat: the first run above warms up; these are timed, each end to end.
@@ -136,6 +140,8 @@ int execute(const ir::Graph &g, rt::Executable *compiled, const RunOptions &o) {
                                  times.size(), times.front());
       }
     }
+    if (compiled && !o.profile.empty())
+      printProfile(g, *compiled, o.profile, std::cout);
   } catch (const DataError &e) {
     std::cerr << "dnnc: error: " << e.what() << "\n";
     return kUserError;

@@ -437,7 +437,10 @@ int cmdRun(int argc, char **argv) {
       "stop with an error when a while loop runs N iterations and its condition still holds (default: no limit)")(
       "repeat", po::value(&o.repeat), "run N more times and report the median time with --stats")(
       "no-memory-plan", "allocate every intermediate on its own (no planned arena)")(
-      "stats", "print the dims, kernels, ops run and arena bytes");
+      "stats", "print the dims, kernels, ops run and arena bytes")(
+      "profile", po::value(&o.profile)->implicit_value("time"),
+      "print each kernel's and host op's calls, time, share, GF/s or GB/s against this CPU's peak and source lines, "
+      "sorted by time (--profile=order: in program order); with --repeat, over the timed runs");
   desc.add(passOptions(flags));
   po::variables_map vm;
   const char *usage = "usage: dnnc run FILE [--weights W.safetensors] [--input NAME=X.npy]... [--bind B=2,T=8] "
@@ -448,6 +451,14 @@ int cmdRun(int argc, char **argv) {
   o.compile.memoryPlan = vm.count("no-memory-plan") == 0;
   if (!readPassOptions(vm, flags, o.compile.passes))
     return kUsage;
+  if (!o.profile.empty() && o.profile != "time" && o.profile != "order") {
+    std::cerr << "dnnc: error: --profile takes 'time' or 'order', not '" << o.profile << "'\n";
+    return kUsage;
+  }
+  if (!o.profile.empty() && o.device == "ref") {
+    std::cerr << "dnnc: error: --profile times compiled kernels: the reference interpreter (--device ref) has none\n";
+    return kUsage;
+  }
   if (o.repeat < 0 || o.repeat > 1000000) {
     std::cerr << "dnnc: error: --repeat takes a count from 0 to 1000000\n";
     return kUsage;

@@ -1,0 +1,120 @@
+// Per-binding launch plans (runtime/LaunchPlan.h): a call at input shapes seen before
+// reuses its plan, one past the cache's capacity evicts the least recently used, and
+// whatever the run binds itself (EDO results) is still evaluated at each call. Every
+// result is checked against the reference interpreter.
+#include "backend/Compile.h"
+#include "frontend/Sema.h"
+#include "ir/interp/Interpreter.h"
+#include "runtime/Executable.h"
+
+#include <catch2/catch.hpp>
+
+#include <random>
+
+using namespace dnnc;
+
+namespace {
+
+// A loop over param views, a GEMM with an epilogue and a softmax: every dim is an input's.
+const char *kStatic = R"(dim B; dim T in 1..64;
+param w: f32[2, 8, 8];
+model main(x: f32[B, T, 8]) -> f32[B, T, 8] {
+  var h = x;
+  for l in 0..2 {
+    h = softmax(tanh(h @ w[l]) + 1.0, axis = -1);
+  }
+  return h;
+}
+)";
+
+// A data-dependent size: M changes from call to call at one input shape.
+const char *kEdo = R"(dim A;
+model main(x: f32[A]) -> f32[M] {
+  let kept: f32[M] = masked_select(x, x > 0.0);
+  return exp(kept) * 2.0 + sum(x);
+}
+)";
+
+struct Model {
+  Program program;
+  ir::Graph *graph = nullptr;
+  std::unique_ptr<rt::Executable> exe;
+  std::map<std::string, rt::Tensor> params;
+};
+
+std::unique_ptr<Model> compile(const char *text, const std::string &target, std::mt19937 &rng) {
+  auto m = std::make_unique<Model>();
+  DiagnosticEngine diags(m->program.sources());
+  REQUIRE(m->program.loadText("plan.dnn", text, diags));
+  m->graph = m->program.models().at(0).graph.get();
+  m->exe = backend::compile(*m->graph, *backend::findTarget(target), backend::CompileOptions{});
+  std::normal_distribution<double> normal;
+  for (const ir::Op *op : m->graph->body.ops)
+    if (op->kind == ir::OpKind::Param) {
+      rt::Tensor t = rt::Tensor::zeros(DType::F32, {2, 8, 8});
+      for (size_t k = 0; k < t.numel(); ++k)
+        t.set(k, normal(rng));
+      m->params.emplace(op->get<std::string>("name"), std::move(t));
+    }
+  return m;
+}
+
+rt::Tensor random(std::vector<int64_t> shape, std::mt19937 &rng) {
+  std::normal_distribution<double> normal;
+  rt::Tensor t = rt::Tensor::zeros(DType::F32, std::move(shape));
+  for (size_t k = 0; k < t.numel(); ++k)
+    t.set(k, normal(rng));
+  return t;
+}
+
+// Runs `m` on `x` and checks the result against the reference interpreter's.
+void checkRun(Model &m, const rt::Tensor &x) {
+  std::vector<rt::Tensor> got = m.exe->run({x}, m.params);
+  std::vector<rt::Tensor> want = interp::Interpreter(*m.graph).run({x}, m.params);
+  REQUIRE(got.at(0).shape == want.at(0).shape);
+  for (size_t k = 0; k < want[0].numel(); ++k)
+    REQUIRE(got[0].get(k) == Approx(want[0].get(k)).epsilon(1e-4).margin(1e-5));
+}
+
+} // namespace
+
+TEST_CASE("a launch plan is reused at input shapes seen before, and evicted past its capacity", "[plan]") {
+  for (std::string target : {"cpu", "cuda-sim"}) {
+    std::mt19937 rng(7);
+    auto m = compile(kStatic, target, rng);
+    checkRun(*m, random({2, 5, 8}, rng));
+    checkRun(*m, random({1, 3, 8}, rng));
+    CHECK(m->exe->plannedRuns() == 0);
+    checkRun(*m, random({2, 5, 8}, rng)); // new values, the first shape's plan
+    checkRun(*m, random({1, 3, 8}, rng));
+    CHECK(m->exe->plannedRuns() == 2);
+    CHECK(m->exe->launchPlans() == 2);
+    if (target == "cuda-sim")
+      continue; // the simulator is slow; the rest is the executor's alone
+    for (int64_t t = 10; t < 10 + static_cast<int64_t>(rt::LaunchPlanCache::kCapacity); ++t)
+      checkRun(*m, random({1, t, 8}, rng));
+    CHECK(m->exe->launchPlans() == rt::LaunchPlanCache::kCapacity);
+    size_t planned = m->exe->plannedRuns();
+    checkRun(*m, random({2, 5, 8}, rng)); // evicted: planned again
+    CHECK(m->exe->plannedRuns() == planned);
+    checkRun(*m, random({1, 17, 8}, rng)); // the most recent is kept
+    CHECK(m->exe->plannedRuns() == planned + 1);
+  }
+}
+
+TEST_CASE("dims a run binds itself are evaluated at every call, with a plan", "[plan]") {
+  std::mt19937 rng(11);
+  auto m = compile(kEdo, "cpu", rng);
+  for (int call = 0; call < 4; ++call) // M differs at one input shape
+    checkRun(*m, random({33}, rng));
+  CHECK(m->exe->plannedRuns() == 3);
+}
+
+TEST_CASE("a binding that fails its checks fails at every call", "[plan]") {
+  std::mt19937 rng(13);
+  auto m = compile(kStatic, "cpu", rng);
+  for (int call = 0; call < 2; ++call)
+    CHECK_THROWS_WITH(m->exe->run({random({1, 65, 8}, rng)}, m->params),
+                      "dim T = 65 is outside its range 1..64");
+  CHECK(m->exe->launchPlans() == 0);
+}
