@@ -330,7 +330,7 @@ bool Executable::runOp(size_t index, OpPlan &p, const std::vector<const Tensor *
       DType dtype = op.results[k]->type.dtype;
       out.push_back(p.offsets[k] < 0 ? Tensor::zeros(dtype, p.shapes[k]) : Tensor::view(dtype, p.shapes[k], arena_.data() + p.offsets[k]));
     }
-    launch(index, in, out, p.launch, p.flops);
+    launchUnlessPacked(index, in, out, p.launch, p.flops);
     return true;
   }
   for (const ir::Value *r : op.results) {
@@ -359,19 +359,25 @@ bool Executable::runOp(size_t index, OpPlan &p, const std::vector<const Tensor *
     int64_t offset = placed(name, *r, eval(planned->second), eval(r->type.bytes()), late ? lateArenaBytes_ : arenaBytes_);
     out.push_back(Tensor::view(r->type.dtype, std::move(shape), arena.data() + offset));
   }
-  // Params are constants once the model loads: a prepacked weight kept in the arena since
-  // an earlier call from this same param memory is there already.
-  bool kept = op.kind == ir::OpKind::Prepack && arenaPlan_.kept.count(op.results[0]);
-  if (kept && packedFrom_[&op] == in[0]->data())
-    return true;
   double flops = 0;
   if (profiling_)
     if (sym::ExprRef f = ir::flopCount(op))
       flops = static_cast<double>(eval(f));
-  launch(index, in, out, launchFor(kernels_[e.kernel], b), flops);
+  launchUnlessPacked(index, in, out, launchFor(kernels_[e.kernel], b), flops);
+  return true;
+}
+
+// Params are constants once the model loads: a prepacked weight kept in the arena since an
+// earlier call from this same param memory is there already, and its kernel is skipped.
+void Executable::launchUnlessPacked(size_t index, const std::vector<const Tensor *> &in, std::vector<Tensor> &out,
+                                    const Launch &l, double flops) {
+  const ir::Op &op = *ops_[index].op;
+  bool kept = op.kind == ir::OpKind::Prepack && arenaPlan_.kept.count(op.results[0]);
+  if (kept && packedFrom_[&op] == in[0]->data())
+    return;
+  launch(index, in, out, l, flops);
   if (kept)
     packedFrom_[&op] = in[0]->data();
-  return true;
 }
 
 // One run's walk of the graph: values by op result, regions in program order, control

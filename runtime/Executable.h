@@ -144,6 +144,8 @@ private:
   bool runOp(size_t index, OpPlan &p, const std::vector<const Tensor *> &in, std::vector<Tensor> &out,
              const ir::Binding &b);
   void launch(size_t index, const std::vector<const Tensor *> &in, std::vector<Tensor> &out, const Launch &l, double flops);
+  void launchUnlessPacked(size_t index, const std::vector<const Tensor *> &in, std::vector<Tensor> &out, const Launch &l,
+                          double flops);
   void record(size_t index, const std::string &name, std::chrono::steady_clock::time_point start, double flops, double bytes);
   LaunchPlan &planFor(const std::vector<Tensor> &inputs, const ir::Binding &preset);
   void planOp(size_t index, OpPlan &p) const; // Unplanned -> Planned or Dynamic, under plan_'s binding
