@@ -136,8 +136,8 @@ int trainModel(Program &p, const TrainOptions &o) {
         x.set(0, v);
         inputs.push_back(std::move(x));
       }
-      for (const Tensor &st : states)
-        inputs.push_back(st);
+      for (Tensor &st : states) // the step's outputs replace them below
+        inputs.push_back(std::move(st));
       std::vector<Tensor> out = compiled ? compiled->run(inputs, params, {}) : oracle->run(inputs, params, {});
       double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       double loss = out[0].get(0);
