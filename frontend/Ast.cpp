@@ -76,7 +76,7 @@ public:
       line(0, "Dim " + d.name + (d.value ? " in " + printExpr(*d.value) + ".." + printExpr(*d.hi) : "") + at);
       break;
     case Decl::Kind::Param:
-      line(0, "Param " + d.name + ": " + printType(*d.type) + (d.value ? " = " + printExpr(*d.value) : "") + at);
+      line(0, std::string(d.frozen ? "Param frozen " : "Param ") + d.name + ": " + printType(*d.type) + (d.value ? " = " + printExpr(*d.value) : "") + at);
       break;
     case Decl::Kind::Fn:
     case Decl::Kind::Model: {

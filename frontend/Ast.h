@@ -98,6 +98,7 @@ struct Decl {
   ExprPtr value;      // Const value, Param initializer, Dim range start
   ExprPtr hi;         // Dim range end
   TypePtr type;       // Param type, Fn/Model result type
+  bool frozen = false; // Param: `param frozen` (dnnc train leaves it as it is)
   std::vector<Param> params;
   Block body;
 };

@@ -98,6 +98,7 @@ public:
       }
     } else if (auto *x = dynamic_cast<P::ParamDeclContext *>(c)) {
       named(ast::Decl::Kind::Param, x->ID());
+      d->frozen = x->frozen != nullptr;
       d->type = type(x->type());
       if (x->expr())
         d->value = expr(x->expr());

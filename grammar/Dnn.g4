@@ -9,7 +9,8 @@ topDecl
   : 'import' ID ';'                                          # importDecl
   | 'const' ID '=' expr ';'                                  # constDecl
   | 'dim' ID ('in' lo=expr '..' hi=expr)? ';'                # dimDecl
-  | 'param' ID ':' type ('=' expr)? ';'                      # paramDecl
+  // `param frozen w: ...`: a param dnnc train leaves as it is (spec training.md §12)
+  | 'param' frozen='frozen'? ID ':' type ('=' expr)? ';'     # paramDecl
   | kw=('fn' | 'model') ID '(' (param (',' param)*)? ')' '->' type block   # funcDecl
   ;
 

@@ -2,6 +2,7 @@
 // width); only comparisons and fills convert, through base/Tensor's scalar conversions.
 #include "runtime/HostOps.h"
 
+#include "base/Backward.h"
 #include "base/Error.h"
 #include "base/Size.h"
 #include "ir/graph/OpRegistry.h"
@@ -194,13 +195,17 @@ std::vector<Tensor> broadcastTo(const HostOpContext &c) {
 
 // x[subscripts] whose bounds are read from operands: per axis a start, stop, step, and a
 // flag for a point index that drops the axis. Out-of-range slice bounds clamp (NumPy).
-std::vector<Tensor> index(const HostOpContext &c) {
-  const Tensor &x = *c.in[0];
+// Where x[subscripts] reads: per axis of x the first position, the count and the step
+// (count 1 for a point axis, which `kept` omits). Run-time bounds are the operands from
+// `next` on (index: after x; index_grad: after x and g).
+struct SliceGeometry {
+  Shape first, count, step, kept;
+};
+
+SliceGeometry sliceGeometry(const HostOpContext &c, const Tensor &x, size_t next) {
   ir::IndexAttrs ix = ir::IndexAttrs::of(c.op);
   const ir::DimList &starts = ix.starts, &stops = ix.stops;
-  size_t next = 1;
-  Shape first, count, step, kept;
-  Shape strides = stridesOf(x.shape);
+  SliceGeometry sg;
   for (size_t a = 0; a < x.shape.size(); ++a) {
     int64_t d = x.shape[a];
     auto bound = [&](sym::ExprRef e) {
@@ -212,22 +217,53 @@ std::vector<Tensor> index(const HostOpContext &c) {
     if (ix.isPoint(a)) {
       int64_t value = starts[a] ? dimOf(c, starts[a]) : c.in.at(next++)->getInt(0);
       int64_t p = ix.resolvePoint(a, c.op.operands[0]->type.dims[a], value, d, x.typeText());
-      first.push_back(p), count.push_back(1), step.push_back(1);
+      sg.first.push_back(p), sg.count.push_back(1), sg.step.push_back(1);
       continue;
     }
     int64_t b = std::clamp<int64_t>(bound(starts[a]), 0, d), e = std::clamp<int64_t>(bound(stops[a]), 0, d);
     int64_t s = ix.step(a);
-    first.push_back(b), count.push_back(e > b ? (e - b + s - 1) / s : 0), step.push_back(s), kept.push_back(count.back());
+    sg.first.push_back(b), sg.count.push_back(e > b ? (e - b + s - 1) / s : 0), sg.step.push_back(s);
+    sg.kept.push_back(sg.count.back());
   }
-  Tensor t = sized(x.dtype, kept, c);
-  forEachIndex(count, [&](const Shape &idx, size_t flat) {
+  return sg;
+}
+
+std::vector<Tensor> index(const HostOpContext &c) {
+  const Tensor &x = *c.in[0];
+  SliceGeometry sg = sliceGeometry(c, x, 1);
+  Shape strides = stridesOf(x.shape);
+  Tensor t = sized(x.dtype, sg.kept, c);
+  forEachIndex(sg.count, [&](const Shape &idx, size_t flat) {
     size_t from = 0;
     for (size_t a = 0; a < idx.size(); ++a)
-      from += static_cast<size_t>((first[a] + idx[a] * step[a]) * strides[a]);
+      from += static_cast<size_t>((sg.first[a] + idx[a] * sg.step[a]) * strides[a]);
     copyElement(t, flat, x, from);
   });
   return one(std::move(t));
 }
+
+// The backward ops of the differentiate pass: base/Backward.h does the arithmetic.
+std::vector<Tensor> indexGrad(const HostOpContext &c) {
+  SliceGeometry sg = sliceGeometry(c, *c.in[0], 2);
+  return one(indexScatter(*c.in[0], *c.in[1], sg.first, sg.count, sg.step));
+}
+
+Conv2dParams convParams(const HostOpContext &c) {
+  return {intAttr(c, "stride"), intAttr(c, "padding"), intAttr(c, "dilation"), intAttr(c, "groups")};
+}
+
+std::vector<Tensor> conv2dGradInputOp(const HostOpContext &c) { return one(conv2dGradInput(*c.in[0], *c.in[1], *c.in[2], convParams(c))); }
+std::vector<Tensor> conv2dGradWeightOp(const HostOpContext &c) { return one(conv2dGradWeight(*c.in[0], *c.in[1], *c.in[2], convParams(c))); }
+std::vector<Tensor> maxPool2dGradOp(const HostOpContext &c) {
+  return one(maxPool2dGrad(*c.in[0], *c.in[1], intAttr(c, "kernel"), intAttr(c, "stride"), intAttr(c, "padding")));
+}
+std::vector<Tensor> avgPool2dGradOp(const HostOpContext &c) {
+  return one(avgPool2dGrad(*c.in[0], *c.in[1], intAttr(c, "kernel"), intAttr(c, "stride"), intAttr(c, "padding")));
+}
+std::vector<Tensor> scatterAddOp(const HostOpContext &c) {
+  return one(scatterAdd(*c.in[0], *c.in[1], *c.in[2], static_cast<size_t>(intAttr(c, "axis")))); // non-negative after sema
+}
+std::vector<Tensor> maskedScatterOp(const HostOpContext &c) { return one(maskedScatter(*c.in[0], *c.in[1], *c.in[2])); }
 
 // index_add(x, idx, src, axis): x viewed as [outer, d, inner] and src as [outer, n, inner]
 // (n = idx's elements): src's row i of each block is added to x's row idx[i], summed in
@@ -370,6 +406,13 @@ const std::vector<HostOp> &hostOps() {
       {OpKind::Reshape, "reshape", reshape},      {OpKind::BroadcastTo, "broadcast_to", broadcastTo},
       {OpKind::Index, "index", index},            {OpKind::Topk, "topk", topk},
       {OpKind::IndexAdd, "index_add", indexAdd},
+      {OpKind::IndexGrad, "index_grad", indexGrad},
+      {OpKind::Conv2dGradInput, "conv2d_grad_input", conv2dGradInputOp},
+      {OpKind::Conv2dGradWeight, "conv2d_grad_weight", conv2dGradWeightOp},
+      {OpKind::MaxPool2dGrad, "max_pool2d_grad", maxPool2dGradOp},
+      {OpKind::AvgPool2dGrad, "avg_pool2d_grad", avgPool2dGradOp},
+      {OpKind::ScatterAdd, "scatter_add", scatterAddOp},
+      {OpKind::MaskedScatter, "masked_scatter", maskedScatterOp},
       {OpKind::Resize, "resize", resize},         {OpKind::Nonzero, "nonzero", nonzero},
       {OpKind::MaskedSelect, "masked_select", maskedSelect}, {OpKind::Unique, "unique", unique},
   };

@@ -113,6 +113,8 @@ ir::Value *Sema::materializeParam(ModuleCtx &m, const ast::Decl &d) {
   op->attrs["name"] = name;
   if (d.value)
     op->attrs["init"] = ast::printExpr(*d.value);
+  if (d.frozen) // printed in IR dumps and kept by the JSON form like any attr
+    op->attrs["frozen"] = true;
   ir::Value *v = st_->graph->newValue(m.globals.at(d.name).paramType, name, d.nameRange);
   v->def = op;
   op->results.push_back(v);

@@ -345,8 +345,9 @@ std::vector<Value *> gatherGrad(GradContext &c, const Op &op, const std::vector<
   return out;
 }
 
-// x[static bounds, step 1]: g padded back to x's shape with zeros (a point index first gets
-// its axis back).
+// x[subscripts]: with static bounds and step 1, g padded back to x's shape with zeros (a
+// point index first gets its axis back), which lowers to a kernel; with a step or a run-time
+// bound, index_grad writes g back at the positions the slice read (a host op).
 std::vector<Value *> indexGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads) {
   Value *g = grads[0], *x = op.operands[0];
   std::vector<Value *> out(op.operands.size(), nullptr);
@@ -354,6 +355,15 @@ std::vector<Value *> indexGrad(GradContext &c, const Op &op, const std::vector<V
     return out;
   B b{c, x->type.dtype};
   IndexAttrs ix = IndexAttrs::of(op);
+  bool padded = true;
+  for (size_t a = 0; a < ix.starts.size(); ++a)
+    padded = padded && ix.starts[a] && ix.stops[a] && ix.step(a) == 1;
+  if (!padded) {
+    std::vector<Value *> operands{x, g};
+    operands.insert(operands.end(), op.operands.begin() + 1, op.operands.end());
+    out[0] = b.op(OpKind::IndexGrad, operands, op.attrs);
+    return out;
+  }
   DimList kept, pads;
   const DimList &dims = x->type.dims;
   size_t gAxis = 0;
@@ -367,18 +377,71 @@ std::vector<Value *> indexGrad(GradContext &c, const Op &op, const std::vector<V
   return out;
 }
 
+// prod: the product of the other elements, without dividing by x (exact with zeros): where
+// a reduced slice has no zero it is prod(x)/x; where it has one zero, the zero gets the
+// product of the rest and the others 0; where it has two or more, every element gets 0.
+std::vector<Value *> prodGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads) {
+  Value *g = grads[0], *x = op.operands[0], *r = op.results[0];
+  if (!g || !isFloatValue(r))
+    return {nullptr};
+  B b{c, r->type.dtype};
+  Value *zero = b.op(OpKind::Eq, {x, b.k(0)});
+  Value *zeros = b.op(OpKind::Sum, {b.cast(zero, b.dt)}, op.attrs);       // per slice, r's shape
+  Value *rest = b.op(OpKind::Prod, {b.where(zero, b.k(1), x)}, op.attrs); // product of the non-zeros
+  auto times = [&](double count) { // g·rest where the slice has `count` zeros, else 0
+    return expand(b, op, b.where(b.op(OpKind::Eq, {zeros, b.k(count)}), b.mul(g, rest), b.k(0)));
+  };
+  return {b.where(zero, times(1), b.div(times(0), x))};
+}
+
+// conv2d: the adjoint of its loop nest, as two host ops with the forward op's attrs
+// (stride, padding, dilation, groups).
+std::vector<Value *> convGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads) {
+  Value *g = grads[0], *x = op.operands[0], *w = op.operands[1];
+  if (!g || !isFloatValue(x))
+    return {nullptr, nullptr};
+  B b{c, x->type.dtype};
+  return {c.wants(x) ? b.op(OpKind::Conv2dGradInput, {x, g, w}, op.attrs) : nullptr,
+          c.wants(w) ? b.op(OpKind::Conv2dGradWeight, {w, x, g}, op.attrs) : nullptr};
+}
+
+// max_pool2d: each window's g to its first maximum (PyTorch); avg_pool2d: g / kernel² to
+// every element of the window, padding counted as in the forward op.
+std::vector<Value *> poolGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads) {
+  Value *g = grads[0], *x = op.operands[0];
+  if (!g || !isFloatValue(x))
+    return {nullptr};
+  B b{c, x->type.dtype};
+  return {b.op(op.kind == OpKind::MaxPool2d ? OpKind::MaxPool2dGrad : OpKind::AvgPool2dGrad, {x, g}, op.attrs)};
+}
+
+// topk: the values' gradient added back at their indices along the axis; the indices pass
+// none (nor does a run-time k).
+std::vector<Value *> topkGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads) {
+  Value *g = grads[0], *x = op.operands[0];
+  std::vector<Value *> out(op.operands.size(), nullptr);
+  if (!g || !isFloatValue(x))
+    return out;
+  B b{c, x->type.dtype};
+  out[0] = b.op(OpKind::ScatterAdd, {b.zeros(x->type), op.results[1], g}, {{"axis", op.attrs.at("axis")}});
+  return out;
+}
+
+// masked_select: g's elements back at the mask's true positions, zeros elsewhere (summed
+// over the axes x was broadcast along); the mask passes none.
+std::vector<Value *> maskedSelectGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads) {
+  Value *g = grads[0], *x = op.operands[0];
+  if (!g || !isFloatValue(x))
+    return {nullptr, nullptr};
+  B b{c, x->type.dtype};
+  return {b.op(OpKind::MaskedScatter, {x, op.operands[1], g}), nullptr};
+}
+
 std::optional<std::string> gradUnsupported(const Op &op) {
   if (op.results.empty() || std::none_of(op.results.begin(), op.results.end(), isFloatValue))
     return std::nullopt;
   if (!op.regions.empty())
     return fmt::format("gradients through '{}' are not supported yet", opInfo(op.kind).spelling);
-  if (op.kind == OpKind::Index) {
-    IndexAttrs ix = IndexAttrs::of(op);
-    for (size_t a = 0; a < ix.starts.size(); ++a)
-      if (!ix.starts[a] || !ix.stops[a] || ix.step(a) != 1)
-        return std::string("gradients through a slice with a step or run-time bounds are not supported yet");
-    return std::nullopt;
-  }
   if (opInfo(op.kind).grad || opInfo(op.kind).placement == Placement::Structural || opInfo(op.kind).has(OpFlag::Fill) ||
       op.kind == OpKind::DimValue)
     return std::nullopt;

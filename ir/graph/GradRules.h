@@ -41,6 +41,11 @@ std::vector<Value *> movementGrad(GradContext &c, const Op &op, const std::vecto
 std::vector<Value *> partsGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads);
 std::vector<Value *> gatherGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads);
 std::vector<Value *> indexGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads);
+std::vector<Value *> prodGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads);
+std::vector<Value *> convGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads);
+std::vector<Value *> poolGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads);
+std::vector<Value *> topkGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads);
+std::vector<Value *> maskedSelectGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads);
 
 // Why `op` cannot pass a gradient to its float operands yet (nullopt: it can, or it passes
 // none by nature: integer and bool results). Sema reports this as a [grad] diagnostic.

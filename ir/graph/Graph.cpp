@@ -44,7 +44,7 @@ std::vector<const Op *> opsPostOrder(const Graph &g) {
 }
 
 IndexAttrs IndexAttrs::of(const Op &op) {
-  if (op.kind != OpKind::Index)
+  if (op.kind != OpKind::Index && op.kind != OpKind::IndexGrad)
     throw InternalError("index attributes asked of another op");
   return {op.get<DimList>("starts"), op.get<DimList>("stops"), op.get<DimList>("steps"), op.get<DimList>("points")};
 }

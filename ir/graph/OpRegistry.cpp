@@ -434,6 +434,11 @@ std::vector<TensorType> indexAddRule(const RuleContext &c, DType dt) {
   return {{dt, x}};
 }
 
+// The backward ops (conv2d_grad_input, ...): the type of the forward operand the gradient
+// flows to, their first operand. The differentiate pass builds them from typed forward ops
+// only, so there is nothing left to check.
+std::vector<TensorType> likeFirstRule(const RuleContext &c, DType dt) { return {{dt, c.in(0).dims}}; }
+
 std::vector<TensorType> oneHotRule(const RuleContext &c, DType dt) {
   if (!isInteger(c.in(0).dtype))
     c.error(DiagKind::DType, fmt::format("one_hot needs integer ids, not {}", typeText(c, 0)));
@@ -519,7 +524,7 @@ const std::vector<OpInfo> &table() {
               Matmul = matmulRule, Conv2d = conv2dRule, Pool2d = pool2dRule, Reshape = reshapeRule,
               Transpose = transposeRule, BroadcastTo = broadcastToRule, Unsqueeze = unsqueezeRule,
               Squeeze = squeezeRule, Concat = concatRule, Stack = stackRule, Split = splitRule,
-              Flatten = flattenRule, Pad = padRule, Take = takeRule, IndexAdd = indexAddRule, OneHot = oneHotRule, Topk = topkRule,
+              Flatten = flattenRule, Pad = padRule, Take = takeRule, IndexAdd = indexAddRule, LikeFirst = likeFirstRule, OneHot = oneHotRule, Topk = topkRule,
               Resize = resizeRule, Nonzero = nonzeroRule, MaskedSelect = maskedSelectRule, Unique = uniqueRule,
               Creation = creationRule, Arange = arangeRule, Index = indexRule;
     using namespace opflag;

@@ -4,6 +4,7 @@
 
 #include "ir/graph/Binding.h"
 
+#include "base/Backward.h"
 #include "base/Error.h"
 #include "ir/graph/OpRegistry.h"
 #include "ir/graph/ScalarOps.h"
@@ -736,13 +737,18 @@ Tensor topk(const RefContext &c, int64_t k, size_t axis, Tensor &indices) {
 
 // x[subscripts]: per axis a start, stop, step (dynamic ones from the trailing operands, in
 // axis order) and a flag for a point index that drops the axis.
-Tensor index(const RefContext &c) {
-  const Tensor &x = *c.in[0];
-  ir::IndexAttrs ix = ir::IndexAttrs::of(c.op);
-  const ir::DimList &starts = ix.starts, &stops = ix.stops;
-  size_t next = 1;
+// Where x[subscripts] reads: per axis of x the first position, the count and the step (a
+// point axis has count 1 and `drop` set). Run-time bounds are the operands from `next` on
+// (index: after x; index_grad: after x and g).
+struct SliceGeometry {
   Shape begin, count, step;
   std::vector<bool> drop;
+};
+
+SliceGeometry sliceGeometry(const RefContext &c, const Tensor &x, size_t next) {
+  ir::IndexAttrs ix = ir::IndexAttrs::of(c.op);
+  const ir::DimList &starts = ix.starts, &stops = ix.stops;
+  SliceGeometry sg;
   for (size_t a = 0; a < x.shape.size(); ++a) {
     int64_t d = x.shape[a];
     auto bound = [&](sym::ExprRef e) -> int64_t {
@@ -752,26 +758,32 @@ Tensor index(const RefContext &c) {
     if (ix.isPoint(a)) {
       int64_t value = starts[a] ? c.dim(starts[a]) : c.in.at(next++)->getInt(0);
       int64_t p = ix.resolvePoint(a, c.op.operands[0]->type.dims[a], value, d, x.typeText());
-      begin.push_back(p), count.push_back(1), step.push_back(1), drop.push_back(true);
+      sg.begin.push_back(p), sg.count.push_back(1), sg.step.push_back(1), sg.drop.push_back(true);
       continue;
     }
     int64_t b = std::clamp<int64_t>(bound(starts[a]), 0, d);
     int64_t e = std::clamp<int64_t>(bound(stops[a]), 0, d);
     int64_t s = ix.step(a);
-    begin.push_back(b), count.push_back(e > b ? (e - b + s - 1) / s : 0), step.push_back(s), drop.push_back(false);
+    sg.begin.push_back(b), sg.count.push_back(e > b ? (e - b + s - 1) / s : 0), sg.step.push_back(s), sg.drop.push_back(false);
   }
-  Tensor r = Tensor::zeros(x.dtype, count);
+  return sg;
+}
+
+Tensor index(const RefContext &c) {
+  const Tensor &x = *c.in[0];
+  SliceGeometry sg = sliceGeometry(c, x, 1);
+  Tensor r = Tensor::zeros(x.dtype, sg.count);
   Shape st = stridesOf(x.shape);
-  forEach(count, [&](const Shape &idx, size_t flat) {
+  forEach(sg.count, [&](const Shape &idx, size_t flat) {
     size_t src = 0;
     for (size_t a = 0; a < idx.size(); ++a)
-      src += static_cast<size_t>((begin[a] + idx[a] * step[a]) * st[a]);
+      src += static_cast<size_t>((sg.begin[a] + idx[a] * sg.step[a]) * st[a]);
     copyValue(r, flat, x, src);
   });
   Shape outShape;
-  for (size_t a = 0; a < count.size(); ++a)
-    if (!drop[a])
-      outShape.push_back(count[a]);
+  for (size_t a = 0; a < sg.count.size(); ++a)
+    if (!sg.drop[a])
+      outShape.push_back(sg.count[a]);
   r.shape = outShape;
   return r;
 }
@@ -1084,6 +1096,23 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
     return one(r);
   }
   case OpKind::Index: return one(index(c));
+  case OpKind::IndexGrad: {
+    SliceGeometry sg = sliceGeometry(c, *c.in[0], 2);
+    return one(indexScatter(*c.in[0], *c.in[1], sg.begin, sg.count, sg.step));
+  }
+  case OpKind::Conv2dGradInput:
+  case OpKind::Conv2dGradWeight: {
+    rt::Conv2dParams p{c.intAttr("stride"), c.intAttr("padding"), c.intAttr("dilation"), c.intAttr("groups")};
+    if (op.kind == OpKind::Conv2dGradInput)
+      return one(conv2dGradInput(*c.in[0], *c.in[1], *c.in[2], p));
+    return one(conv2dGradWeight(*c.in[0], *c.in[1], *c.in[2], p));
+  }
+  case OpKind::MaxPool2dGrad:
+    return one(maxPool2dGrad(*c.in[0], *c.in[1], c.intAttr("kernel"), c.intAttr("stride"), c.intAttr("padding")));
+  case OpKind::AvgPool2dGrad:
+    return one(avgPool2dGrad(*c.in[0], *c.in[1], c.intAttr("kernel"), c.intAttr("stride"), c.intAttr("padding")));
+  case OpKind::ScatterAdd: return one(scatterAdd(*c.in[0], *c.in[1], *c.in[2], axisOf(c.intAttr("axis"))));
+  case OpKind::MaskedScatter: return one(maskedScatter(*c.in[0], *c.in[1], *c.in[2]));
   }
   throw InternalError("unknown op kind");
 }

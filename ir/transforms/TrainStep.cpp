@@ -19,13 +19,20 @@ TrainStep makeTrainStep(Graph &g, const Optimizer &opt) {
   step.modelInputs = body.args.size();
   step.metrics = body.yields.size() - 1;
   std::vector<Value *> params;
+  size_t frozen = 0;
   for (Op *op : body.ops)
     if (op->kind == OpKind::Param && isFloat(op->results[0]->type.dtype)) {
+      if (op->has("frozen") && op->get<bool>("frozen")) { // `param frozen`: no gradient, no optimizer state
+        ++frozen;
+        continue;
+      }
       params.push_back(op->results[0]);
       step.params.push_back(op->get<std::string>("name"));
     }
   if (params.empty())
-    throw DataError(fmt::format("model '{}' has no float param to train", g.name));
+    throw DataError(frozen ? fmt::format("model '{}' has no param to train: all {} of its float params are declared frozen",
+                                         g.name, frozen)
+                           : fmt::format("model '{}' has no float param to train", g.name));
   Value *loss = body.yields[0];
   SourceRange loc = loss->loc;
   auto input = [&](const std::string &name, TensorType t) {
