@@ -37,13 +37,48 @@ def index_add(x, idx, src):
     return out
 
 
+def conv2d(x, w, stride=1, padding=0, dilation=1, groups=1):
+    """PyTorch's conv2d (cross-correlation), written out in loops over the kernel."""
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    x = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    oh = (h + 2 * padding - dilation * (kh - 1) - 1) // stride + 1
+    ow = (wd + 2 * padding - dilation * (kw - 1) - 1) // stride + 1
+    out = np.zeros((n, o, oh, ow))
+    per = o // groups
+    for oc in range(o):
+        g = oc // per
+        for i in range(kh):
+            for j in range(kw):
+                patch = x[:, g * cg:(g + 1) * cg, i * dilation:i * dilation + stride * (oh - 1) + 1:stride,
+                          j * dilation:j * dilation + stride * (ow - 1) + 1:stride]
+                out[:, oc] += np.einsum("nchw,c->nhw", patch, w[oc, :, i, j])
+    return out
+
+
+def pool2d(x, k, stride=None, padding=0, op="max"):
+    """max_pool2d (padding never wins) or avg_pool2d counting the padding (PyTorch's default)."""
+    stride = stride or k
+    fill = -np.inf if op == "max" else 0.0
+    x = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)), constant_values=fill)
+    oh, ow = (x.shape[2] - k) // stride + 1, (x.shape[3] - k) // stride + 1
+    wins = np.stack([x[:, :, i:i + stride * (oh - 1) + 1:stride, j:j + stride * (ow - 1) + 1:stride]
+                     for i in range(k) for j in range(k)])
+    return wins.max(0) if op == "max" else wins.mean(0)
+
+
+def topk(x, k, axis):
+    return -np.sort(-x, axis=axis).take(range(k), axis=axis)
+
+
 def logsumexp(x, axis):
     m = x.max(axis, keepdims=True)
     return (m + np.log(np.exp(x - m).sum(axis, keepdims=True))).squeeze(axis)
 
 
 # name: (expression over a, b, c; NumPy twin; operand shapes; result shape; value kind)
-# Shapes use the dims M and N. Kinds: "any" (away from 0), "pos" (positive), "distinct".
+# Shapes use the dims M and N. Kinds: "any" (away from 0), "pos" (positive), "distinct",
+# "zeros" (every third element exactly 0).
 MN, N_, M_ = "M, N", "N", "M"
 CASES = {
     "neg": ("neg(a)", lambda a: -a, [MN], MN, "any"),
@@ -99,6 +134,28 @@ CASES = {
     "embedding": ("embedding(a, arange(M + 2) % N)", lambda a: a[np.arange(R["M"] + 2) % a.shape[0]], ["N, 3"], "M + 2, 3", "any"),
     "index_add": ("index_add(a, arange(N + 1) % N, b, 1)", lambda a, b: index_add(a, np.arange(a.shape[1] + 1) % a.shape[1], b),
                   [MN, "M, N + 1"], MN, "any"),
+    "slice_strided": ("a[:, 1:6:2]", lambda a: a[:, 1:6:2], ["M, 7"], "M, 3", "any"),
+    "slice_point_strided": ("a[::3, 1]", lambda a: a[::3, 1], ["7, N + 1"], "3", "any"),
+    # A run-time start (a value, not a dim): the result's length is unknown, so the loss sums it.
+    "slice_runtime": ("sum(exp(a[sum(arange(2)):, 1:]))", lambda a: np.exp(a[1:, 1:]).sum(), [MN], "", "any"),
+    # prod without dividing by x: rows with no zero, one zero and two or more.
+    "prod": ("prod(a, 1)", lambda a: a.prod(1), [MN], M_, "zeros"),
+    "prod_all": ("prod(a)", lambda a: a.prod(), ["M, 2"], "", "any"),
+    # Convolution and pooling (spatial dims fixed, batch and channels free).
+    "conv2d": ("conv2d(a, b)", conv2d, ["M, N, 5, 4", "3, N, 2, 3"], "M, 3, 4, 2", "any"),
+    "conv2d_strided": ("conv2d(a, b, stride = 2, padding = 1, dilation = 2, groups = 2)",
+                       lambda a, b: conv2d(a, b, 2, 1, 2, 2), ["M, 2 * N, 7, 8", "4, N, 3, 2"], "M, 4, 3, 4", "any"),
+    "max_pool2d": ("max_pool2d(a, 2)", lambda a: pool2d(a, 2), ["M, N, 5, 4"], "M, N, 2, 2", "distinct"),
+    "max_pool2d_padded": ("max_pool2d(a, 3, stride = 2, padding = 1)", lambda a: pool2d(a, 3, 2, 1),
+                          ["M, N, 5, 6"], "M, N, 3, 3", "distinct"),
+    "avg_pool2d": ("avg_pool2d(a, 3, stride = 2, padding = 1)", lambda a: pool2d(a, 3, 2, 1, "avg"),
+                   ["M, N, 5, 6"], "M, N, 3, 3", "any"),
+    # Selections: the gradient goes back to the selected elements' places.
+    "topk": ("topk(a, 2)[0]", lambda a: topk(a, 2, -1), ["M, N + 2"], "M, 2", "distinct"),
+    "topk_axis0": ("topk(a, 3, 0)[0]", lambda a: topk(a, 3, 0), ["M + 2, N"], "3, N", "distinct"),
+    "masked_select": ("sum(exp(masked_select(a, a > 0.0)))", lambda a: np.exp(a[a > 0]).sum(), [MN], "", "any"),
+    "masked_select_broadcast": ("sum(sin(masked_select(a, arange(N) % 2 == 0)) * 2.0)",
+                                lambda a: (np.sin(a[:, np.arange(a.shape[1]) % 2 == 0]) * 2).sum(), [MN], "", "any"),
     "reuse": ("a * a + exp(a) * a", lambda a: a * a + np.exp(a) * a, [MN], MN, "any"),
     # Compositions: an MLP's log-probabilities, a layer norm, an attention head.
     "mlp": ("log_softmax(relu(a @ b) @ c, -1)", lambda a, b, c: np.log(softmax(np.maximum(a @ b, 0) @ c, -1)),
@@ -124,6 +181,8 @@ def values(rng, shape, kind, j):
         return np.abs(x)
     if kind == "distinct":  # ties and kinks of max/min/clip stay out of the differences' reach
         return (rng.permutation(np.prod(shape, dtype=int)).reshape(shape) - np.prod(shape) / 2) * 0.25 + 0.1 + 0.037 * j
+    if kind == "zeros":  # prod's gradient with no, one and several zeros in a row (exact: prod is linear in each)
+        x.reshape(-1)[1::3] = 0
     return x
 
 

@@ -66,7 +66,7 @@ def loss_and_grads(p, x, y):
     return loss, {"w1": x.T @ dh, "b1": dh.sum(0), "w2": h.T @ dz}
 
 
-def numpy_training(params, x, y, optimizer, lr, wd, batch, epochs, momentum=0.9, b1=0.9, b2=0.999, eps=1e-8):
+def numpy_training(params, x, y, optimizer, lr, wd, batch, epochs, momentum=0.9, b1=0.9, b2=0.999, eps=1e-8, frozen=()):
     p = {k: v.astype(np.float64) for k, v in params.items()}
     state = {k: [np.zeros_like(v), np.zeros_like(v)] for k, v in p.items()}
     losses, t = [], 0
@@ -75,7 +75,7 @@ def numpy_training(params, x, y, optimizer, lr, wd, batch, epochs, momentum=0.9,
             t += 1
             loss, g = loss_and_grads(p, x[s:s + batch].astype(np.float64), y[s:s + batch].astype(np.float64))
             losses.append(loss)
-            for k in p:
+            for k in (k for k in p if k not in frozen):
                 grad = g[k] + wd * p[k] if optimizer != "adamw" else g[k]
                 m, v = state[k]
                 if optimizer == "sgd":
@@ -119,14 +119,14 @@ class Train(unittest.TestCase):
         return subprocess.run([self.exe, "train", os.path.join(d, model), "--data", f"x={d}/x.npy", "--data", f"y={d}/y.npy",
                                *args], capture_output=True, text=True, timeout=300)
 
-    def check(self, optimizer, lr, wd=0.0):
-        want_losses, want = numpy_training(self.params, self.x, self.y, optimizer, lr, wd, batch=4, epochs=2)
+    def check(self, optimizer, lr, wd=0.0, model="m.dnn", frozen=()):
+        want_losses, want = numpy_training(self.params, self.x, self.y, optimizer, lr, wd, batch=4, epochs=2, frozen=frozen)
         for device in ("ref", "cpu", "cuda-sim"):
             with self.subTest(optimizer=optimizer, device=device):
                 out = os.path.join(self.dir.name, f"{optimizer}-{device}.safetensors")
                 p = self.dnnc_train("--batch", "4", "--epochs", "2", "--optimizer", optimizer, "--lr", str(lr),
                                     "--weight-decay", str(wd), "--weights", os.path.join(self.dir.name, "init.safetensors"),
-                                    "--save", out, "--json", "--device", device)
+                                    "--save", out, "--json", "--device", device, model=model)
                 self.assertEqual(p.returncode, 0, p.stderr)
                 logs = [json.loads(line) for line in p.stdout.splitlines()]
                 self.assertEqual([e["step"] for e in logs], list(range(1, 7)))
@@ -135,6 +135,23 @@ class Train(unittest.TestCase):
                 got = read_safetensors(out)
                 for k in want:
                     np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5, err_msg=k)
+                for k in frozen:  # saved as it was loaded, bit for bit
+                    np.testing.assert_array_equal(got[k], self.params[k], err_msg=k)
+                for k in set(want) - set(frozen):
+                    self.assertFalse(np.array_equal(got[k], self.params[k]), k)
+
+    def write_model(self, name, text):
+        with open(os.path.join(self.dir.name, name), "w") as f:
+            f.write(text)
+
+    def test_frozen(self):
+        """`param frozen w1`: no gradient, no optimizer state, the same w1 after training (spec §12)."""
+        self.write_model("frozen.dnn", MODEL.replace("param w1", "param frozen w1"))
+        for optimizer, lr in (("sgd", 0.1), ("adam", 0.01)):
+            self.check(optimizer, lr, model="frozen.dnn", frozen=("w1",))
+        p = subprocess.run([self.exe, "emit", os.path.join(self.dir.name, "frozen.dnn"), "--emit=ir"], capture_output=True, text=True)
+        self.assertIn('param() {frozen = true, name = "w1"}', p.stdout)
+        self.assertIn('param() {name = "b1"}', p.stdout)
 
     def test_sgd_weight_decay(self):
         self.check("sgd", 0.5, wd=0.01)
@@ -191,6 +208,9 @@ class Train(unittest.TestCase):
             (self.dnnc_train("--optimizer", "lbfgs"), "unknown optimizer 'lbfgs'"),
         ]
         np.save(os.path.join(d, "y.npy"), self.y[:7])
+        self.write_model("all_frozen.dnn", MODEL.replace("param ", "param frozen "))
+        cases.append((self.dnnc_train("--steps", "1", model="all_frozen.dnn"),
+                      "model 'main' has no param to train: all 3 of its float params are declared frozen"))
         cases.append((self.dnnc_train(), "--data y has 7 samples, but x has 10"))
         for p, message in cases:
             with self.subTest(message=message):
