@@ -3,6 +3,7 @@
 #include "runtime/HostOps.h"
 
 #include "base/Backward.h"
+#include "base/Random.h"
 #include "base/Error.h"
 #include "base/Size.h"
 #include "ir/graph/OpRegistry.h"
@@ -265,6 +266,13 @@ std::vector<Tensor> scatterAddOp(const HostOpContext &c) {
 }
 std::vector<Tensor> maskedScatterOp(const HostOpContext &c) { return one(maskedScatter(*c.in[0], *c.in[1], *c.in[2])); }
 
+std::vector<Tensor> dropout(const HostOpContext &c) {
+  bool training = c.op.has("training") && c.op.get<bool>("training");
+  int64_t stream = c.op.has("stream") ? intAttr(c, "stream") : 0;
+  Tensor r = dropoutOp(*c.in[0], c.op.get<double>("p"), training, static_cast<uint64_t>(stream), c.in.size() > 1 ? c.in[1] : nullptr);
+  return one(std::move(r));
+}
+
 // index_add(x, idx, src, axis): x viewed as [outer, d, inner] and src as [outer, n, inner]
 // (n = idx's elements): src's row i of each block is added to x's row idx[i], summed in
 // double and rounded once.
@@ -413,6 +421,7 @@ const std::vector<HostOp> &hostOps() {
       {OpKind::AvgPool2dGrad, "avg_pool2d_grad", avgPool2dGradOp},
       {OpKind::ScatterAdd, "scatter_add", scatterAddOp},
       {OpKind::MaskedScatter, "masked_scatter", maskedScatterOp},
+      {OpKind::Dropout, "dropout", dropout},
       {OpKind::Resize, "resize", resize},         {OpKind::Nonzero, "nonzero", nonzero},
       {OpKind::MaskedSelect, "masked_select", maskedSelect}, {OpKind::Unique, "unique", unique},
   };

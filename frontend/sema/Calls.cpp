@@ -45,8 +45,10 @@ SVal Sema::call(const ast::Expr &e, ScopePtr scope) {
   for (const ast::Arg &a : e.args)
     args.emplace_back(const_cast<ast::Arg *>(&a), eval(*a.value, scope));
   const ast::Expr &callee = *e.callee;
+  const ast::Decl *self = scope->enclosingFn();
+  bool wrapsBuiltin = self && self->name == callee.text && ir::findBuiltin(callee.text); // a layer wrapping its builtin
   if (callee.kind == ast::Expr::Kind::Name && !scope->find(callee.text) &&
-      !(scope->module && scope->module->globals.count(callee.text))) {
+      (wrapsBuiltin || !(scope->module && scope->module->globals.count(callee.text)))) {
     if (auto v = callSemaBuiltin(callee.text, args, e))
       return *v;
     if (const ir::OpInfo *info = ir::findBuiltin(callee.text))
@@ -332,6 +334,7 @@ SVal Sema::callFn(const ast::Decl &fn, ModuleCtx &m, CallArgs &args,
       v = SVal::ofTensor(materialize(v, *ir::parseDType(p.type->dtype), at));
     scope->names[p.name] = Binding{v, false, p.range};
   }
+  scope->fn = &fn; // after the defaults, which are evaluated outside the body
   if (st_)
     ++st_->depth;
   SVal result;

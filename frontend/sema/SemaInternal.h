@@ -71,7 +71,16 @@ struct Scope {
   std::shared_ptr<Scope> parent;
   ModuleCtx *module = nullptr;
   std::map<std::string, Binding> names;
+  // The fn whose body this scope (with the scopes nested in it) is: a call of its own name
+  // there means the builtin of that name, since recursion is not supported (nn.dropout).
+  const ast::Decl *fn = nullptr;
 
+  const ast::Decl *enclosingFn() const {
+    for (const Scope *s = this; s; s = s->parent.get())
+      if (s->fn)
+        return s->fn;
+    return nullptr;
+  }
   Binding *find(const std::string &n) {
     for (Scope *s = this; s; s = s->parent.get())
       if (auto it = s->names.find(n); it != s->names.end())

@@ -427,6 +427,18 @@ std::vector<Value *> topkGrad(GradContext &c, const Op &op, const std::vector<Va
   return out;
 }
 
+// dropout: the same op on g, with the same attrs and RNG input, draws the same mask, so g
+// is kept and scaled where x was (nothing is stored between the passes).
+std::vector<Value *> dropoutGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads) {
+  std::vector<Value *> out(op.operands.size(), nullptr);
+  if (!grads[0])
+    return out;
+  std::vector<Value *> operands{grads[0]};
+  operands.insert(operands.end(), op.operands.begin() + 1, op.operands.end());
+  out[0] = c.emit(OpKind::Dropout, operands, op.attrs);
+  return out;
+}
+
 // masked_select: g's elements back at the mask's true positions, zeros elsewhere (summed
 // over the axes x was broadcast along); the mask passes none.
 std::vector<Value *> maskedSelectGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads) {

@@ -45,6 +45,7 @@ std::vector<Value *> prodGrad(GradContext &c, const Op &op, const std::vector<Va
 std::vector<Value *> convGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads);
 std::vector<Value *> poolGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads);
 std::vector<Value *> topkGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads);
+std::vector<Value *> dropoutGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads);
 std::vector<Value *> maskedSelectGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads);
 
 // Why `op` cannot pass a gradient to its float operands yet (nullopt: it can, or it passes

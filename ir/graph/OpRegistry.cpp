@@ -439,6 +439,16 @@ std::vector<TensorType> indexAddRule(const RuleContext &c, DType dt) {
 // only, so there is nothing left to check.
 std::vector<TensorType> likeFirstRule(const RuleContext &c, DType dt) { return {{dt, c.in(0).dims}}; }
 
+// dropout(x, p): x's shape, a float x and 0 <= p <= 1.
+std::vector<TensorType> dropoutRule(const RuleContext &c, DType dt) {
+  if (!isFloat(c.in(0).dtype))
+    c.error(DiagKind::DType, fmt::format("dropout needs a float tensor, not {}", typeText(c, 0)));
+  double p = c.op.get<double>("p");
+  if (!(p >= 0 && p <= 1))
+    c.error(DiagKind::Range, fmt::format("dropout's p is a probability in [0, 1], not {}", p));
+  return {{dt, c.in(0).dims}};
+}
+
 std::vector<TensorType> oneHotRule(const RuleContext &c, DType dt) {
   if (!isInteger(c.in(0).dtype))
     c.error(DiagKind::DType, fmt::format("one_hot needs integer ids, not {}", typeText(c, 0)));
@@ -524,7 +534,7 @@ const std::vector<OpInfo> &table() {
               Matmul = matmulRule, Conv2d = conv2dRule, Pool2d = pool2dRule, Reshape = reshapeRule,
               Transpose = transposeRule, BroadcastTo = broadcastToRule, Unsqueeze = unsqueezeRule,
               Squeeze = squeezeRule, Concat = concatRule, Stack = stackRule, Split = splitRule,
-              Flatten = flattenRule, Pad = padRule, Take = takeRule, IndexAdd = indexAddRule, LikeFirst = likeFirstRule, OneHot = oneHotRule, Topk = topkRule,
+              Flatten = flattenRule, Pad = padRule, Take = takeRule, IndexAdd = indexAddRule, LikeFirst = likeFirstRule, Dropout = dropoutRule, OneHot = oneHotRule, Topk = topkRule,
               Resize = resizeRule, Nonzero = nonzeroRule, MaskedSelect = maskedSelectRule, Unique = uniqueRule,
               Creation = creationRule, Arange = arangeRule, Index = indexRule;
     using namespace opflag;

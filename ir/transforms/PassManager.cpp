@@ -3,6 +3,7 @@
 
 #include "base/Error.h"
 #include "ir/transforms/Autodiff.h"
+#include "ir/transforms/Dropout.h"
 #include "ir/transforms/ExecutionOrder.h"
 #include "ir/transforms/Fusion.h"
 #include "ir/transforms/Prepack.h"
@@ -16,6 +17,7 @@ namespace dnnc::ir {
 namespace {
 
 // The entry points Passes.def names: each adapts a pass's own function to PassInfo::run.
+void runDropoutMode(Graph &g, PassState &) { resolveDropout(g); }
 void runDifferentiate(Graph &g, PassState &) { differentiate(g); }
 void runPrepack(Graph &g, PassState &) { prepackWeights(g); }
 void runFuse(Graph &g, PassState &) { fuseAll(g); }

@@ -4,9 +4,11 @@
 namespace dnnc::ir {
 
 std::vector<PassInfo> defaultPipeline(const PassOptions &options) {
-  // Differentiation first, always: the backward ops it makes are ordinary ops that every
+  // Dropout's mode first: whether it drops depends on a grad in the body, which
+  // differentiation replaces, and the backward pass copies each dropout's attrs.
+  // Differentiation next, always: the backward ops it makes are ordinary ops that every
   // later pass (and the reference interpreter) treats like the forward ones.
-  std::vector<PassInfo> passes{passInfo(PassId::Differentiate)};
+  std::vector<PassInfo> passes{passInfo(PassId::DropoutMode), passInfo(PassId::Differentiate)};
   // Prepacking before fusion: a GEMM fused with its epilogue then reads the packed copy.
   if (options.prepack)
     passes.push_back(passInfo(PassId::Prepack));

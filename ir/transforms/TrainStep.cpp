@@ -3,6 +3,7 @@
 
 #include "base/Error.h"
 #include "ir/graph/OpRegistry.h"
+#include "ir/transforms/Dropout.h"
 #include "ir/transforms/GraphBuilder.h"
 #include "ir/transforms/MemoryPlan.h"
 
@@ -46,6 +47,11 @@ TrainStep makeTrainStep(Graph &g, const Optimizer &opt) {
   std::vector<Value *> scalars;
   for (const std::string &s : step.scalars)
     scalars.push_back(input(s, {DType::F32, {}}));
+  // Dropouts draw from (seed, step): an input, so that one compiled step draws fresh masks.
+  if (std::vector<Op *> dropouts = dropoutOps(g); !dropouts.empty()) {
+    step.rng = true;
+    trainDropouts(dropouts, input("rng", {DType::I64, {sym::constant(2)}}));
+  }
   step.statesPerParam = adam ? 2 : opt.kind == Optimizer::Kind::Momentum ? 1 : 0;
   std::vector<std::vector<Value *>> states;
   for (size_t i = 0; i < params.size(); ++i) {

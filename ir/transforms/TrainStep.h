@@ -5,7 +5,7 @@
 // respect to all of them, and the optimizer's update (PyTorch's semantics) follows as
 // ordinary ops, so the step is one graph that fuses, plans and compiles like any model.
 // The step's inputs are the model's, then the optimizer's scalars (`inputs` names them),
-// then its state tensors, param by param; its outputs are the loss, the metrics, the
+// then `rng` where the model has a dropout, then its state tensors, param by param; its outputs are the loss, the metrics, the
 // updated params (in `params` order) and the updated states (same order as the inputs).
 // The params stay params: the caller passes the current values with each step.
 #pragma once
@@ -27,6 +27,7 @@ struct TrainStep {
   std::vector<std::string> scalars; // the optimizer's scalar inputs: lr, and for Adam step_size = lr / (1 - β1^t), bc2_sqrt = sqrt(1 - β2^t)
   std::vector<std::string> params;  // the trained params
   size_t statesPerParam = 0;        // 0 (SGD), 1 (momentum), 2 (Adam: m, v)
+  bool rng = false;                 // an input `rng` (i64[2]: --seed, the step from 1) follows the scalars (a dropout trains)
 };
 
 // Rewrites `g` into its training step; DataError when the first output is not a float

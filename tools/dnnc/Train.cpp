@@ -136,6 +136,11 @@ int trainModel(Program &p, const TrainOptions &o) {
         x.set(0, v);
         inputs.push_back(std::move(x));
       }
+      if (step.rng) { // dropout's key: --seed and the step, so each step draws fresh masks
+        Tensor key = Tensor::zeros(DType::I64, {2});
+        key.setInt(0, o.seed), key.setInt(1, s + 1);
+        inputs.push_back(std::move(key));
+      }
       for (Tensor &st : states) // the step's outputs replace them below
         inputs.push_back(std::move(st));
       std::vector<Tensor> out = compiled ? compiled->run(inputs, params, {}) : oracle->run(inputs, params, {});

@@ -4,6 +4,7 @@
 #include "frontend/Parser.h"
 #include "ir/graph/Serialize.h"
 #include "ir/transforms/Autodiff.h"
+#include "ir/transforms/Dropout.h"
 #include "base/Limits.h"
 #include "base/TensorIO.h"
 #include "runtime/Artifact.h"
@@ -270,8 +271,9 @@ int cmdEmit(int argc, char **argv) {
     for (const ModelInfo &m : p.models())
       graphs.push_back(ir::toJson(*m.graph));
     text = (graphs.size() == 1 ? graphs[0] : graphs).dump(1) + "\n";
-  } else if (stage == "grad") { // after differentiation only
+  } else if (stage == "grad") { // after differentiation only (and dropout's mode, which it depends on)
     for (ModelInfo &m : p.models()) {
+      ir::resolveDropout(*m.graph);
       ir::differentiate(*m.graph);
       text += ir::print(*m.graph);
     }
