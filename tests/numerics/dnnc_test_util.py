@@ -16,6 +16,22 @@ SAFE_DTYPES = {np.dtype("float32"): "F32", np.dtype("float16"): "F16", np.dtype(
                np.dtype("int64"): "I64", np.dtype("bool"): "BOOL"}
 
 
+def _splitmix64(z):
+    z = (np.asarray(z, dtype=np.uint64) + np.uint64(0x9E3779B97F4A7C15))
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def dropout_keep(shape, p, seed=0, step=0, stream=0):
+    """dropout's keep mask (base/Random.h, written again here): element i of a row-major
+    tensor is kept when (mix(key ^ i) >> 40) / 2^24 >= p, key = mix(mix(mix(seed) ^ step) ^ stream)."""
+    with np.errstate(over="ignore"):
+        key = _splitmix64(_splitmix64(_splitmix64(np.uint64(seed)) ^ np.uint64(step)) ^ np.uint64(stream))
+        bits = _splitmix64(key ^ np.arange(int(np.prod(shape)), dtype=np.uint64))
+    return ((bits >> np.uint64(40)).astype(np.float64) * 2.0 ** -24 >= p).reshape(shape)
+
+
 def write_safetensors(path, tensors):
     header, blobs, offset = {}, [], 0
     for name, a in tensors.items():

@@ -17,7 +17,7 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dnnc_test_util import run_with_exe  # noqa: E402
+from dnnc_test_util import dropout_keep, run_with_exe  # noqa: E402
 
 erf = np.vectorize(math.erf)
 
@@ -156,6 +156,8 @@ CASES = {
     "masked_select": ("sum(exp(masked_select(a, a > 0.0)))", lambda a: np.exp(a[a > 0]).sum(), [MN], "", "any"),
     "masked_select_broadcast": ("sum(sin(masked_select(a, arange(N) % 2 == 0)) * 2.0)",
                                 lambda a: (np.sin(a[:, np.arange(a.shape[1]) % 2 == 0]) * 2).sum(), [MN], "", "any"),
+    # A model whose body takes a grad trains its dropouts: seed 0, step 0, the first stream.
+    "dropout": ("dropout(a, 0.4)", lambda a: a * dropout_keep(a.shape, 0.4) / 0.6, [MN], MN, "any"),
     "reuse": ("a * a + exp(a) * a", lambda a: a * a + np.exp(a) * a, [MN], MN, "any"),
     # Compositions: an MLP's log-probabilities, a layer norm, an attention head.
     "mlp": ("log_softmax(relu(a @ b) @ c, -1)", lambda a, b, c: np.log(softmax(np.maximum(a @ b, 0) @ c, -1)),
