@@ -186,6 +186,18 @@ Tensor maskedScatter(const Tensor &like, const Tensor &mask, const Tensor &g) {
   return rounded(like, acc);
 }
 
+Tensor resizeGrad(const Tensor &like, const Tensor &g) {
+  std::vector<double> acc(like.numel(), 0.0);
+  Shape st = stridesOf(like.shape);
+  forEachIndex(g.shape, [&](const Shape &idx, size_t flat) {
+    size_t dst = 0;
+    for (size_t k = 0; k < idx.size(); ++k)
+      dst += static_cast<size_t>(idx[k] * like.shape[k] / g.shape[k] * st[k]);
+    acc[dst] += g.get(flat);
+  });
+  return rounded(like, acc);
+}
+
 Tensor indexScatter(const Tensor &like, const Tensor &g, const std::vector<int64_t> &first,
                     const std::vector<int64_t> &count, const std::vector<int64_t> &step) {
   std::vector<double> acc(like.numel(), 0.0);

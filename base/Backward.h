@@ -1,6 +1,6 @@
 // The arithmetic of the backward ops the differentiate pass builds (conv2d_grad_input,
 // conv2d_grad_weight, max_pool2d_grad, avg_pool2d_grad, scatter_add, masked_scatter,
-// index_grad; see ir/graph/Ops.def). The reference interpreter and the runtime's host ops
+// resize_grad, index_grad; see ir/graph/Ops.def). The reference interpreter and the runtime's host ops
 // both call these, so the two agree by construction; what checks them is the finite
 // differences of tests/numerics/test_grad.py, not each other.
 //
@@ -38,6 +38,9 @@ Tensor scatterAdd(const Tensor &x, const Tensor &idx, const Tensor &src, size_t 
 // The gradient of masked_select(x, mask): g's k-th element added at the position of the
 // k-th true element of mask (x and mask broadcast together; x's broadcast axes summed).
 Tensor maskedScatter(const Tensor &like, const Tensor &mask, const Tensor &g);
+// The gradient of resize(x, size) (nearest neighbour: output index i reads i·n/m of an
+// axis resized from n to m): each g element added back to the element it copied.
+Tensor resizeGrad(const Tensor &like, const Tensor &g);
 // The gradient of a slice: zeros of like's shape with g at the positions the slice read,
 // `first + i·step` per axis for i < count (a point axis has count 1 and is absent from g).
 Tensor indexScatter(const Tensor &like, const Tensor &g, const std::vector<int64_t> &first,

@@ -265,6 +265,7 @@ std::vector<Tensor> scatterAddOp(const HostOpContext &c) {
   return one(scatterAdd(*c.in[0], *c.in[1], *c.in[2], static_cast<size_t>(intAttr(c, "axis")))); // non-negative after sema
 }
 std::vector<Tensor> maskedScatterOp(const HostOpContext &c) { return one(maskedScatter(*c.in[0], *c.in[1], *c.in[2])); }
+std::vector<Tensor> resizeGradOp(const HostOpContext &c) { return one(resizeGrad(*c.in[0], *c.in[1])); }
 
 std::vector<Tensor> dropout(const HostOpContext &c) {
   bool training = c.op.has("training") && c.op.get<bool>("training");
@@ -421,6 +422,7 @@ const std::vector<HostOp> &hostOps() {
       {OpKind::AvgPool2dGrad, "avg_pool2d_grad", avgPool2dGradOp},
       {OpKind::ScatterAdd, "scatter_add", scatterAddOp},
       {OpKind::MaskedScatter, "masked_scatter", maskedScatterOp},
+      {OpKind::ResizeGrad, "resize_grad", resizeGradOp},
       {OpKind::Dropout, "dropout", dropout},
       {OpKind::Resize, "resize", resize},         {OpKind::Nonzero, "nonzero", nonzero},
       {OpKind::MaskedSelect, "masked_select", maskedSelect}, {OpKind::Unique, "unique", unique},

@@ -405,14 +405,22 @@ std::vector<Value *> convGrad(GradContext &c, const Op &op, const std::vector<Va
           c.wants(w) ? b.op(OpKind::Conv2dGradWeight, {w, x, g}, op.attrs) : nullptr};
 }
 
-// max_pool2d: each window's g to its first maximum (PyTorch); avg_pool2d: g / kernel² to
-// every element of the window, padding counted as in the forward op.
+// Ops that read windows or cells of x: max_pool2d (each window's g to its first maximum,
+// as PyTorch), avg_pool2d (g / kernel² to every element of the window, padding counted as
+// in the forward op), resize (nearest neighbour: each g element to the cell it copied; a
+// run-time size passes nothing).
 std::vector<Value *> poolGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads) {
   Value *g = grads[0], *x = op.operands[0];
+  std::vector<Value *> out(op.operands.size(), nullptr);
   if (!g || !isFloatValue(x))
-    return {nullptr};
+    return out;
   B b{c, x->type.dtype};
-  return {b.op(op.kind == OpKind::MaxPool2d ? OpKind::MaxPool2dGrad : OpKind::AvgPool2dGrad, {x, g}, op.attrs)};
+  if (op.kind == OpKind::Resize) {
+    out[0] = b.op(OpKind::ResizeGrad, {x, g});
+    return out;
+  }
+  out[0] = b.op(op.kind == OpKind::MaxPool2d ? OpKind::MaxPool2dGrad : OpKind::AvgPool2dGrad, {x, g}, op.attrs);
+  return out;
 }
 
 // topk: the values' gradient added back at their indices along the axis; the indices pass

@@ -1114,6 +1114,7 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
     return one(avgPool2dGrad(*c.in[0], *c.in[1], c.intAttr("kernel"), c.intAttr("stride"), c.intAttr("padding")));
   case OpKind::ScatterAdd: return one(scatterAdd(*c.in[0], *c.in[1], *c.in[2], axisOf(c.intAttr("axis"))));
   case OpKind::MaskedScatter: return one(maskedScatter(*c.in[0], *c.in[1], *c.in[2]));
+  case OpKind::ResizeGrad: return one(resizeGrad(*c.in[0], *c.in[1]));
   case OpKind::Dropout:
     return one(rt::dropoutOp(*c.in[0], c.floatAttr("p", 0.1), c.boolAttr("training", false),
                              static_cast<uint64_t>(op.has("stream") ? c.intAttr("stream") : 0), c.in.size() > 1 ? c.in[1] : nullptr));

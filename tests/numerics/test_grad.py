@@ -150,6 +150,10 @@ CASES = {
                           ["M, N, 5, 6"], "M, N, 3, 3", "distinct"),
     "avg_pool2d": ("avg_pool2d(a, 3, stride = 2, padding = 1)", lambda a: pool2d(a, 3, 2, 1, "avg"),
                    ["M, N, 5, 6"], "M, N, 3, 3", "any"),
+    # Nearest-neighbour resize, up along one axis and down along the other: cells copied
+    # several times sum, cells never read get none.
+    "resize": ("resize(a, [2 * M + 1, 2])", lambda a: a[np.arange(2 * a.shape[0] + 1) * a.shape[0] // (2 * a.shape[0] + 1)][
+               :, np.arange(2) * a.shape[1] // 2], ["M, N + 3"], "2 * M + 1, 2", "any"),
     # Selections: the gradient goes back to the selected elements' places.
     "topk": ("topk(a, 2)[0]", lambda a: topk(a, 2, -1), ["M, N + 2"], "M, 2", "distinct"),
     "topk_axis0": ("topk(a, 3, 0)[0]", lambda a: topk(a, 3, 0), ["M + 2, N"], "3, N", "distinct"),
