@@ -1,0 +1,313 @@
+// The backward of control flow for the differentiate pass (spec training.md §11: control
+// flow differentiates as executed).
+//
+// Contract: regionGrad(op) builds, where the grad op's backward goes, ops that compute the
+// gradient contributions to every value `op` reads (its operands and the outer values its
+// body reads, e.g. a param w[l]) that the pass wants, given the gradients of op's results.
+// - `if`: an `if` on the same condition; each branch recomputes that branch's forward ops
+//   (they live in the forward branch's scope, which the backward branch cannot see) and
+//   applies the rules to them; it yields the adjoint of each wanted outer value, zeros
+//   where that branch does not read it. Only the branch taken runs.
+// - `for` over a dim range lo..hi (trip count N = max(hi - lo, 0), a dim): a copy of the
+//   forward loop that also carries one stash per carried value, f[N, ...] zeros into which
+//   iteration i adds its carried inputs at row i - lo (index_add); then a backward `for`
+//   over the same range whose iteration j is forward iteration i = lo + hi - 1 - j: it reads
+//   that iteration's carried inputs from the stashes, recomputes the body (per-iteration
+//   recomputation, as Echo does) and applies the rules, carrying the adjoints of the carried
+//   values (seeded with the results' gradients) and the sums of the adjoints of the outer
+//   values the body reads (seeded with zeros). Its results are the gradients of the loop's
+//   entry values and of those outer values. A trip count of 0 passes the results' gradients
+//   to the entry values.
+// Requires: gradUnsupported(op) is nullopt (carried values are floats whose types do not
+// change across iterations; the for's bounds are dims). Nested control flow recurses.
+#include "ir/transforms/AutodiffRegions.h"
+
+#include "base/Error.h"
+#include "ir/graph/OpRegistry.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <memory>
+#include <unordered_set>
+
+namespace dnnc::ir {
+namespace {
+using sym::ExprRef;
+
+// Copies ops into a builder with some values replaced (a region's arguments by the values
+// standing for them); values not in `map` (outer values) are read as they are.
+struct Cloner {
+  Graph &g;
+  std::unordered_map<const Value *, Value *> map;
+
+  Value *get(Value *v) const {
+    auto it = map.find(v);
+    return it == map.end() ? v : it->second;
+  }
+  Value *fresh(const Value *like) {
+    Value *v = g.newValue(like->type, like->name, like->loc);
+    map[like] = v;
+    return v;
+  }
+  Op *clone(const Op &op) {
+    Op *c = g.newOp(op.kind, op.loc);
+    c->attrs = op.attrs;
+    c->shapeClass = op.shapeClass;
+    for (Value *v : op.operands)
+      c->operands.push_back(get(v));
+    for (const auto &r : op.regions) {
+      auto region = std::make_unique<Region>();
+      for (const Value *a : r->args) {
+        Value *na = fresh(a);
+        na->owner = region.get();
+        region->args.push_back(na);
+      }
+      for (const Op *inner : r->ops)
+        region->ops.push_back(clone(*inner));
+      for (Value *y : r->yields)
+        region->yields.push_back(get(y));
+      c->regions.push_back(std::move(region));
+    }
+    for (const Value *r : op.results) {
+      Value *nr = fresh(r);
+      nr->def = c;
+      c->results.push_back(nr);
+    }
+    return c;
+  }
+  // Clones every op of `r` into `bw`; returns the clones in order.
+  std::vector<Op *> cloneInto(GraphBuilder &bw, const Region &r) {
+    std::vector<Op *> out;
+    for (const Op *op : r.ops) {
+      out.push_back(clone(*op));
+      bw.append(out.back());
+    }
+    return out;
+  }
+};
+
+bool isFloatValue(const Value *v) { return isFloat(v->type.dtype); }
+
+// The float values the sweep over `ops` must reach: `seeds` (values a gradient is wanted
+// for) and every float value computed from them.
+std::unordered_set<const Value *> dependentOn(const std::vector<Op *> &ops, const std::vector<const Value *> &seeds) {
+  std::unordered_set<const Value *> dep(seeds.begin(), seeds.end());
+  for (const Op *op : ops) {
+    std::vector<Value *> in = gradInputs(*op);
+    if (std::any_of(in.begin(), in.end(), [&](const Value *v) { return dep.count(v) && isFloatValue(v); }))
+      for (const Value *r : op->results)
+        if (isFloatValue(r))
+          dep.insert(r);
+  }
+  return dep;
+}
+
+// A control-flow op built by the pass (sema types these, not a rule).
+Op *regionOp(GraphBuilder &bw, OpKind kind, std::vector<Value *> operands, std::vector<std::unique_ptr<Region>> regions,
+             const std::vector<TensorType> &resultTypes, const std::vector<std::string> &names) {
+  Op *op = bw.graph().newOp(kind, bw.loc());
+  op->shapeClass = ShapeClass::ISDOS;
+  op->operands = std::move(operands);
+  op->regions = std::move(regions);
+  for (size_t k = 0; k < resultTypes.size(); ++k) {
+    Value *v = bw.graph().newValue(resultTypes[k], names[k], bw.loc());
+    v->def = op;
+    op->results.push_back(v);
+  }
+  bw.append(op);
+  return op;
+}
+
+Value *arg(Graph &g, Region &r, const TensorType &t, const std::string &name, SourceRange loc) {
+  Value *v = g.newValue(t, name, loc);
+  v->owner = &r;
+  r.args.push_back(v);
+  return v;
+}
+
+Value *zerosLike(GraphBuilder &b, const TensorType &t) {
+  return b.emit(OpKind::Zeros, {}, {{"shape", t.dims}, {"dtype", t.dtype}});
+}
+
+// One region's backward, built into `inner`: `ops` (clones of the forward body, reading
+// `carried` for its arguments) swept in reverse from the seeds; returns the adjoints.
+Adjoints sweep(GraphBuilder &inner, const std::vector<Op *> &ops, const std::vector<const Value *> &sources,
+               const std::vector<std::pair<const Value *, Value *>> &seeds) {
+  inner.wanted = dependentOn(ops, sources);
+  Adjoints adjoint;
+  for (auto [v, g] : seeds)
+    if (g)
+      accumulate(inner, adjoint, v, g);
+  backprop(inner, ops, adjoint);
+  return adjoint;
+}
+
+std::string gradName(const Value *v) { return v->name.empty() ? std::string() : "d_" + v->name; }
+
+std::vector<std::pair<const Value *, Value *>> ifGrad(GraphBuilder &bw, const Op &op, const std::vector<Value *> &resultGrads) {
+  std::vector<Value *> caps;
+  for (Value *c : regionCaptures(op))
+    if (isFloatValue(c) && bw.wants(c))
+      caps.push_back(c);
+  std::vector<std::unique_ptr<Region>> branches;
+  for (const auto &fwd : op.regions) {
+    GraphBuilder inner(bw.graph(), bw.analyzer(), bw.loc());
+    Cloner cl{bw.graph(), {}};
+    std::vector<Op *> ops = cl.cloneInto(inner, *fwd);
+    std::vector<std::pair<const Value *, Value *>> seeds;
+    for (size_t k = 0; k < op.results.size(); ++k)
+      seeds.emplace_back(cl.get(fwd->yields[k]), resultGrads[k]);
+    Adjoints adj = sweep(inner, ops, std::vector<const Value *>(caps.begin(), caps.end()), seeds);
+    auto region = std::make_unique<Region>();
+    for (Value *c : caps) {
+      auto it = adj.find(c);
+      region->yields.push_back(it != adj.end() ? it->second : zerosLike(inner, c->type));
+    }
+    region->ops = inner.built;
+    branches.push_back(std::move(region));
+  }
+  std::vector<TensorType> types;
+  std::vector<std::string> names;
+  for (const Value *c : caps)
+    types.push_back(c->type), names.push_back(gradName(c));
+  Op *back = regionOp(bw, OpKind::If, {op.operands[0]}, std::move(branches), types, names);
+  std::vector<std::pair<const Value *, Value *>> out;
+  for (size_t k = 0; k < caps.size(); ++k)
+    out.emplace_back(caps[k], back->results[k]);
+  return out;
+}
+
+std::vector<std::pair<const Value *, Value *>> forGrad(GraphBuilder &bw, const Op &op, const std::vector<Value *> &resultGrads) {
+  Graph &g = bw.graph();
+  SourceRange loc = bw.loc();
+  const Region &body = *op.regions.back();
+  ExprRef lo = op.get<ExprRef>("lo"), hi = op.get<ExprRef>("hi");
+  ExprRef trips = bw.analyzer().simplify(sym::max(sym::sub(hi, lo), sym::constant(0)));
+  size_t n = op.operands.size();
+  std::vector<Value *> caps;
+  for (Value *c : regionCaptures(op))
+    if (isFloatValue(c) && bw.wants(c))
+      caps.push_back(c);
+  auto rowOf = [](GraphBuilder &b, Value *k) { return b.emit(OpKind::Reshape, {k}, {{"shape", DimList{sym::constant(1)}}}); };
+  auto stashType = [&](const Value *v) {
+    DimList dims{trips};
+    dims.insert(dims.end(), v->type.dims.begin(), v->type.dims.end());
+    return TensorType{v->type.dtype, dims};
+  };
+
+  // The forward loop again, stashing each iteration's carried inputs.
+  std::vector<Value *> stashes;
+  {
+    std::vector<Value *> operands = op.operands;
+    for (const Value *v : op.operands)
+      operands.push_back(zerosLike(bw, stashType(v)));
+    auto region = std::make_unique<Region>();
+    GraphBuilder inner(g, bw.analyzer(), loc);
+    Cloner cl{g, {}};
+    for (const Value *a : body.args) {
+      Value *na = cl.fresh(a);
+      na->owner = region.get();
+      region->args.push_back(na);
+    }
+    std::vector<Value *> stashArgs;
+    for (const Value *v : op.operands)
+      stashArgs.push_back(arg(g, *region, stashType(v), "stash", loc));
+    cl.cloneInto(inner, body);
+    for (Value *y : body.yields)
+      region->yields.push_back(cl.get(y));
+    Value *row = rowOf(inner, inner.emit(OpKind::Sub, {region->args[0], inner.dimValue(lo, DType::I64)}));
+    for (size_t k = 0; k < n; ++k) {
+      Value *in = region->args[k + 1];
+      DimList one{sym::constant(1)};
+      one.insert(one.end(), in->type.dims.begin(), in->type.dims.end());
+      Value *src = inner.emit(OpKind::Reshape, {in}, {{"shape", one}});
+      region->yields.push_back(inner.emit(OpKind::IndexAdd, {stashArgs[k], row, src}, {{"axis", sym::constant(0)}}));
+    }
+    region->ops = inner.built;
+    std::vector<TensorType> types;
+    std::vector<std::string> names;
+    for (const Value *r : op.results)
+      types.push_back(r->type), names.push_back(r->name);
+    for (const Value *s : stashArgs)
+      types.push_back(s->type), names.push_back("stash");
+    std::vector<std::unique_ptr<Region>> regions;
+    regions.push_back(std::move(region));
+    Op *fwd = regionOp(bw, OpKind::For, std::move(operands), std::move(regions), types, names);
+    fwd->attrs = op.attrs;
+    std::string carried = op.get<std::string>("carried");
+    for (size_t k = 0; k < n; ++k)
+      carried += ",stash";
+    fwd->attrs["carried"] = carried;
+    stashes.assign(fwd->results.begin() + static_cast<long>(n), fwd->results.end());
+  }
+
+  // The backward loop: iteration j redoes forward iteration hi - 1 - j + lo.
+  std::vector<Value *> operands;
+  for (size_t k = 0; k < n; ++k)
+    operands.push_back(resultGrads[k] ? resultGrads[k] : zerosLike(bw, op.results[k]->type));
+  for (const Value *c : caps)
+    operands.push_back(zerosLike(bw, c->type));
+  auto region = std::make_unique<Region>();
+  GraphBuilder inner(g, bw.analyzer(), loc);
+  Value *j = arg(g, *region, body.args[0]->type, "j", loc);
+  std::vector<Value *> dCarried, dCaps;
+  for (size_t k = 0; k < n; ++k)
+    dCarried.push_back(arg(g, *region, body.args[k + 1]->type, gradName(body.args[k + 1]), loc));
+  for (const Value *c : caps)
+    dCaps.push_back(arg(g, *region, c->type, gradName(c), loc));
+  Value *last = inner.emit(OpKind::Sub, {inner.dimValue(hi, DType::I64), inner.constant(1, DType::I64)});
+  Value *k0 = inner.emit(OpKind::Sub, {last, j}); // the row: i - lo
+  Cloner cl{g, {}};
+  cl.map[body.args[0]] = inner.emit(OpKind::Add, {k0, inner.dimValue(lo, DType::I64)});
+  Value *row = rowOf(inner, k0);
+  std::vector<const Value *> sources(caps.begin(), caps.end());
+  for (size_t k = 0; k < n; ++k) {
+    Value *taken = inner.emit(OpKind::Take, {stashes[k], row}, {{"axis", sym::constant(0)}});
+    Value *in = inner.emit(OpKind::Reshape, {taken}, {{"shape", body.args[k + 1]->type.dims}});
+    cl.map[body.args[k + 1]] = in;
+    sources.push_back(in);
+  }
+  std::vector<Op *> ops = cl.cloneInto(inner, body);
+  std::vector<std::pair<const Value *, Value *>> seeds;
+  for (size_t k = 0; k < n; ++k)
+    seeds.emplace_back(cl.get(body.yields[k]), dCarried[k]);
+  Adjoints adj = sweep(inner, ops, sources, seeds);
+  for (size_t k = 0; k < n; ++k) {
+    auto it = adj.find(cl.get(body.args[k + 1]));
+    region->yields.push_back(it != adj.end() ? it->second : zerosLike(inner, body.args[k + 1]->type));
+  }
+  for (size_t c = 0; c < caps.size(); ++c) {
+    auto it = adj.find(caps[c]);
+    region->yields.push_back(it != adj.end() ? inner.emit(OpKind::Add, {dCaps[c], it->second}) : dCaps[c]);
+  }
+  region->ops = inner.built;
+  std::vector<TensorType> types;
+  std::vector<std::string> names;
+  std::string carriedText;
+  for (const Value *a : region->args)
+    if (a != j)
+      types.push_back(a->type), names.push_back(a->name), carriedText += (carriedText.empty() ? "" : ",") + a->name;
+  std::vector<std::unique_ptr<Region>> regions;
+  regions.push_back(std::move(region));
+  Op *back = regionOp(bw, OpKind::For, std::move(operands), std::move(regions), types, names);
+  back->attrs = {{"lo", lo}, {"hi", hi}, {"carried", carriedText}};
+  std::vector<std::pair<const Value *, Value *>> out;
+  for (size_t k = 0; k < n; ++k)
+    if (bw.wants(op.operands[k]))
+      out.emplace_back(op.operands[k], back->results[k]);
+  for (size_t c = 0; c < caps.size(); ++c)
+    out.emplace_back(caps[c], back->results[n + c]);
+  return out;
+}
+} // namespace
+
+std::vector<std::pair<const Value *, Value *>> regionGrad(GraphBuilder &bw, const Op &op, const std::vector<Value *> &resultGrads) {
+  switch (op.kind) {
+  case OpKind::If: return ifGrad(bw, op, resultGrads);
+  case OpKind::For: return forGrad(bw, op, resultGrads);
+  default: throw InternalError(fmt::format("'{}' reached the differentiate pass without a gradient", opInfo(op.kind).spelling));
+  }
+}
+
+} // namespace dnnc::ir
