@@ -21,7 +21,7 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dnnc_test_util import write_safetensors  # noqa: E402
+from dnnc_test_util import example_with_loss, write_safetensors  # noqa: E402
 
 erf = np.vectorize(math.erf)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -98,23 +98,6 @@ MODELS = {
 }
 
 
-def loss_model(source, consts, loss, labels):
-    """The example with small constants and a loss and its param gradients as outputs."""
-    source = re.sub(r"const (\w+) = \d+;", lambda m: f"const {m.group(1)} = {consts[m.group(1)]};", source)
-    params = re.findall(r"^param (\w+):\s*(f32\[[^\]]*\])", source, re.M)
-    types = ", ".join(t for _, t in params)
-    source, n = re.subn(r"^model main\((.*)\) -> .* \{$", lambda m: f"model main({m.group(1)}, labels: {labels}) -> (f32[], {types}) {{",
-                        source, flags=re.M)
-    assert n == 1, "the example's model line changed"
-    names = ", ".join(name for name, _ in params)
-    grads = ", ".join(f"gs[{i}]" for i in range(len(params)))
-    source, n = re.subn(r"^  return (.*);\n\}", lambda m: (f"  let out = {m.group(1)};\n  let loss = {loss};\n"
-                                                           f"  let gs = grad(loss, [{names}]);\n  return (loss, {grads});\n}}"),
-                        source, flags=re.M)
-    assert n == 1, "the example's return changed"
-    return source, [name for name, _ in params]
-
-
 def shape_of(type_text, dims):
     inner = type_text[type_text.index("[") + 1:-1]
     return tuple(int(eval(d, {}, dims)) for d in inner.split(","))
@@ -143,7 +126,7 @@ class ModelGradients(unittest.TestCase):
         consts, loss, labels_type, input_name, twin, bindings = MODELS[example]
         with open(os.path.join(ROOT, "examples", example + ".dnn")) as f:
             original = f.read()
-        source, names = loss_model(original, consts, loss, labels_type)
+        source, names = example_with_loss(original, consts, loss, f"labels: {labels_type}", grads=True)
         param_types = dict(re.findall(r"^param (\w+):\s*(f32\[[^\]]*\])", source, re.M))
         input_type = re.search(rf"{input_name}: ((?:f32|i32)\[[^\]]*\])", source).group(1)
         rng = np.random.default_rng(len(example))
