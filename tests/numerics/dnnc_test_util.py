@@ -101,7 +101,7 @@ class Dnnc:
 def example_with_loss(source, consts, loss, inputs, grads=False):
     """An example model (its source) made trainable at a small size: its constants set from
     `consts`, `inputs` (e.g. "labels: i32[B]") added to its model's inputs and its
-    `return e;` turned into `let out = e; return LOSS;` (`loss` an expression over `out`), or
+    `return e;` turned into `let prediction = e; return LOSS;` (`loss` an expression over `prediction`), or
     with `grads` into `return (loss, grad(loss, [every float param]))`. Returns the source and
     the float params' names in order."""
     source = re.sub(r"const (\w+) = \d+;", lambda m: f"const {m.group(1)} = {consts[m.group(1)]};", source)
@@ -113,7 +113,7 @@ def example_with_loss(source, consts, loss, inputs, grads=False):
     names = [name for name, _ in params]
     result = (f"let gs = grad(loss, [{', '.join(names)}]);\n  return (loss, {', '.join(f'gs[{i}]' for i in range(len(names)))});"
               if grads else "return loss;")
-    source, n = re.subn(r"^  return (.*);\n\}", lambda m: f"  let out = {m.group(1)};\n  let loss = {loss};\n  {result}\n}}",
+    source, n = re.subn(r"^  return (.*);\n\}", lambda m: f"  let prediction = {m.group(1)};\n  let loss = {loss};\n  {result}\n}}",
                         source, flags=re.M)
     assert n == 1, "the example's return changed"
     return source, names

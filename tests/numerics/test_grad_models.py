@@ -2,13 +2,14 @@
 """The loss gradient of every example model with a float param path, against NumPy.
 
 Each model is the example file itself with its constants made small and its `return e;`
-turned into `let out = e; let loss = ...; return (loss, grad(loss, [every param]))`, so the
-gradients flow through the example's own code: the MLP's layers, the transformer's `for`
-over stacked layer params read as w[l] (a constant trip count), the LSTM's `for` over the
-dim T (a symbolic one). The param gradients are checked against central finite
-differences of a float64 NumPy twin of the model at three bindings of its dims, on ref,
-cpu and cuda-sim. examples/convnet.dnn needs conv2d's gradient (not here yet); the other
-examples (early_exit, decode, detect) have `while` loops or no float param path.
+turned into `let prediction = e; let loss = ...; return (loss, grad(loss, [every param]))`,
+so the gradients flow through the example's own code: the MLP's layers, the transformer's
+`for` over stacked layer params read as w[l] (a constant trip count), the LSTM's `for` over
+the dim T (a symbolic one), early_exit's data-dependent `if` (both branches). The param
+gradients are checked against central finite differences of a float64 NumPy twin of the
+model at three bindings of its dims, on ref, cpu and cuda-sim. Not here: convnet (conv2d
+has no gradient yet), decode (a `while` loop), detect (its params reach the outputs through
+topk's values, which have no gradient yet).
 """
 import math
 import os
@@ -66,6 +67,20 @@ def mlp_twin(p, c, x, labels):
     return -np.mean(np.sum(np.log(probs) * one_hot(labels, c["C"]), -1))
 
 
+BRANCH = []  # the branch early_exit's twin took in its latest call
+
+
+def early_exit_twin(p, c, x, labels):
+    h = np.maximum(x @ p["w1"], 0)
+    probs = np.exp(log_softmax(h @ p["head1"]))
+    if probs.max(-1).min() < 0.9:
+        BRANCH[:] = ["deep"]
+        probs = np.exp(log_softmax(np.maximum(np.maximum(h @ p["w2"], 0) @ p["w3"], 0) @ p["head2"]))
+    else:
+        BRANCH[:] = ["early"]
+    return -np.mean(np.sum(np.log(probs) * one_hot(labels, c["C"]), -1))
+
+
 def transformer_twin(p, c, tokens, labels):
     x = p["wte"][tokens] + p["wpe"][:tokens.shape[1]]
     for l in range(c["L"]):
@@ -86,15 +101,19 @@ def lstm_twin(p, c, xs, labels):
     return cross_entropy(h @ p["wout"], labels)
 
 
-# example: (constants, the loss over `out` and `labels`, the labels' type, the input, twin,
-# bindings). The MLP returns probabilities, so its loss is their negative log-likelihood.
+# example: (constants, the loss over `prediction` and `labels`, the labels' type, the input, twin,
+# bindings: (dims, scales of params other than the default 0.5)). The MLP and early_exit
+# return probabilities, so their loss is the negative log-likelihood; early_exit's large
+# head1 makes the shallow head confident (the if's else) at its last binding.
+NLL = "-mean(sum(log(prediction) * one_hot(labels, C), axis = -1))"
 MODELS = {
-    "mlp": (dict(D=6, H=5, C=4), "-mean(sum(log(out) * one_hot(labels, C), axis = -1))", "i32[B]", "x", mlp_twin,
-            [dict(B=1), dict(B=3), dict(B=4)]),
-    "transformer": (dict(D=8, H=2, L=2, V=7), "nn.cross_entropy(out, labels)", "i32[B, T]", "tokens", transformer_twin,
-                    [dict(B=1, T=1), dict(B=2, T=3), dict(B=3, T=4)]),
-    "lstm": (dict(I=3, H=4, C=3), "nn.cross_entropy(out, labels)", "i32[B]", "xs", lstm_twin,
-             [dict(B=1, T=1), dict(B=2, T=3), dict(B=3, T=5)]),
+    "mlp": (dict(D=6, H=5, C=4), NLL, "i32[B]", "x", mlp_twin, [(dict(B=1), {}), (dict(B=3), {}), (dict(B=4), {})]),
+    "early_exit": (dict(D=6, C=4), NLL, "i32[B]", "x", early_exit_twin,
+                   [(dict(B=1), {}), (dict(B=3), {}), (dict(B=2), {"head1": 20.0})]),
+    "transformer": (dict(D=8, H=2, L=2, V=7), "nn.cross_entropy(prediction, labels)", "i32[B, T]", "tokens", transformer_twin,
+                    [(dict(B=1, T=1), {}), (dict(B=2, T=3), {}), (dict(B=3, T=4), {})]),
+    "lstm": (dict(I=3, H=4, C=3), "nn.cross_entropy(prediction, labels)", "i32[B]", "xs", lstm_twin,
+             [(dict(B=1, T=1), {}), (dict(B=2, T=3), {}), (dict(B=3, T=5), {})]),
 }
 
 
@@ -130,16 +149,18 @@ class ModelGradients(unittest.TestCase):
         param_types = dict(re.findall(r"^param (\w+):\s*(f32\[[^\]]*\])", source, re.M))
         input_type = re.search(rf"{input_name}: ((?:f32|i32)\[[^\]]*\])", source).group(1)
         rng = np.random.default_rng(len(example))
+        taken = set()
         with tempfile.TemporaryDirectory() as d:
             model = os.path.join(d, "m.dnn")
             with open(model, "w") as f:
                 f.write(source)
-            for binding in bindings:
+            for binding, scales in bindings:
                 dims = dict(consts, **binding)
                 params = {}
                 for n in names:
                     shape = shape_of(param_types[n], dims)
-                    params[n] = rng.normal(1.0 if n.startswith("ln_g") else 0.0, 0.1 if n.startswith("ln_") else 0.5, shape)
+                    params[n] = rng.normal(1.0 if n.startswith("ln_g") else 0.0, 0.1 if n.startswith("ln_") else scales.get(n, 0.5),
+                                           shape)
                 params = {n: v.astype(np.float32).astype(np.float64) for n, v in params.items()}
                 shape = shape_of(input_type, dims)
                 classes = dims["V"] if example == "transformer" else dims["C"]
@@ -150,8 +171,14 @@ class ModelGradients(unittest.TestCase):
                 label_shape = shape_of(labels_type, dims)
                 labels = rng.integers(0, classes, label_shape).astype(np.int32)
                 reads = {"wpe": np.s_[:dims["T"]]} if example == "transformer" else {}
-                want = finite_differences(lambda p: twin(p, consts, x.astype(np.float64) if x.dtype != np.int32 else x, labels),
-                                          params, reads)
+                loss = lambda p: twin(p, consts, x.astype(np.float64) if x.dtype != np.int32 else x, labels)
+                loss(params)
+                taken.update(BRANCH)
+                # Params the loss does not depend on at this point get zeros, which do not show much.
+                unused = {"wh"} if example == "lstm" and dims["T"] == 1 else set()  # h @ wh with h = 0 at step 1
+                if example == "early_exit":
+                    unused = {"head1"} if BRANCH == ["deep"] else {"w2", "w3", "head2"}
+                want = finite_differences(loss, params, reads)
                 write_safetensors(os.path.join(d, "w.safetensors"), {n: v.astype(np.float32) for n, v in params.items()})
                 np.save(os.path.join(d, "x.npy"), x)
                 np.save(os.path.join(d, "labels.npy"), labels)
@@ -165,10 +192,12 @@ class ModelGradients(unittest.TestCase):
                         self.assertEqual(p.returncode, 0, p.stderr)
                         for i, n in enumerate(names):
                             got = np.load(os.path.join(out, f"out{i + 1}.npy")).astype(np.float64)
-                            if not (example == "lstm" and n == "wh" and dims["T"] == 1):  # h @ wh with h = 0 at step 1
+                            if n not in unused:
                                 self.assertGreater(np.abs(want[n]).max(), 1e-6, f"{n}: the check needs a gradient that is not 0")
                             np.testing.assert_allclose(got, want[n], rtol=2e-3, atol=1e-4 * max(1.0, np.abs(want[n]).max()),
                                                        err_msg=f"d loss / d {n} of {example} at {binding} on {device}")
+        if example == "early_exit":
+            self.assertEqual(taken, {"deep", "early"})
 
 
 for name in MODELS:

@@ -179,7 +179,7 @@ class Train(unittest.TestCase):
         d = self.dir.name
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         with open(os.path.join(root, "examples", "transformer.dnn")) as f:
-            source, _ = example_with_loss(f.read(), dict(D=16, H=2, L=2, V=50), "nn.cross_entropy(out, targets)",
+            source, _ = example_with_loss(f.read(), dict(D=16, H=2, L=2, V=50), "nn.cross_entropy(prediction, targets)",
                                           "targets: i32[B, T]")
         with open(os.path.join(d, "tf.dnn"), "w") as f:
             f.write(source)
