@@ -387,8 +387,6 @@ std::vector<Value *> indexGrad(GradContext &c, const Op &op, const std::vector<V
 namespace {
 // Why a control-flow op cannot pass gradients yet (its body's ops are checked apart).
 std::optional<std::string> regionUnsupported(const Op &op) {
-  if (op.kind == OpKind::While)
-    return std::string("gradients through 'while' are not supported yet (a 'for' over a dim range is)");
   if (op.kind == OpKind::If) {
     for (size_t k = 0; k < op.results.size(); ++k)
       for (const auto &branch : op.regions)
@@ -397,21 +395,21 @@ std::optional<std::string> regionUnsupported(const Op &op) {
                              op.results[k]->name, op.regions[0]->yields[k]->type.str(), op.regions[1]->yields[k]->type.str());
     return std::nullopt;
   }
-  if (op.kind != OpKind::For)
+  if (op.kind != OpKind::For && op.kind != OpKind::While)
     return fmt::format("gradients through '{}' are not supported", opInfo(op.kind).spelling);
-  if (!op.has("lo"))
-    return std::string("gradients through a 'for' with run-time bounds are not supported yet; bounds that are dims "
-                       "(`for t in 0..T`) are");
   const Region &body = *op.regions.back();
-  for (size_t k = 0; k < op.operands.size(); ++k) {
-    const Value *entry = op.operands[k], *arg = body.args[k + 1], *next = body.yields[k];
+  size_t offset = op.kind == OpKind::For ? 1 : 0;                    // a for's body starts with its loop variable
+  size_t from = op.kind == OpKind::For && !op.has("lo") ? 2 : 0; // a for's run-time bounds come first
+  const std::string &loop = opInfo(op.kind).spelling;
+  for (size_t k = 0; k < op.results.size(); ++k) {
+    const Value *entry = op.operands[from + k], *arg = body.args[k + offset], *next = body.yields[k];
     if (!isFloatValue(entry))
-      return fmt::format("gradients through a 'for' that carries the non-float '{}' ({}) are not supported yet", arg->name,
+      return fmt::format("gradients through a '{}' that carries the non-float '{}' ({}) are not supported yet", loop, arg->name,
                          entry->type.str());
     if (arg->type.dims != entry->type.dims || next->type.dims != entry->type.dims)
-      return fmt::format("gradients through a 'for' whose carried '{}' changes shape across iterations ({} on entry, {} "
+      return fmt::format("gradients through a '{}' whose carried '{}' changes shape across iterations ({} on entry, {} "
                          "in the loop) are not supported",
-                         arg->name, entry->type.str(), arg->type.str());
+                         loop, arg->name, entry->type.str(), arg->type.str());
   }
   return std::nullopt;
 }

@@ -28,6 +28,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <unordered_set>
 
@@ -145,11 +146,17 @@ Adjoints sweep(GraphBuilder &inner, const std::vector<Op *> &ops, const std::vec
 
 std::string gradName(const Value *v) { return v->name.empty() ? std::string() : "d_" + v->name; }
 
-std::vector<std::pair<const Value *, Value *>> ifGrad(GraphBuilder &bw, const Op &op, const std::vector<Value *> &resultGrads) {
+// The float outer values a loop or branch reads whose gradients the pass wants.
+std::vector<Value *> wantedCaptures(const GraphBuilder &bw, const Op &op) {
   std::vector<Value *> caps;
   for (Value *c : regionCaptures(op))
     if (isFloatValue(c) && bw.wants(c))
       caps.push_back(c);
+  return caps;
+}
+
+std::vector<std::pair<const Value *, Value *>> ifGrad(GraphBuilder &bw, const Op &op, const std::vector<Value *> &resultGrads) {
+  std::vector<Value *> caps = wantedCaptures(bw, op);
   std::vector<std::unique_ptr<Region>> branches;
   for (const auto &fwd : op.regions) {
     GraphBuilder inner(bw.graph(), bw.analyzer(), bw.loc());
@@ -178,71 +185,56 @@ std::vector<std::pair<const Value *, Value *>> ifGrad(GraphBuilder &bw, const Op
   return out;
 }
 
-std::vector<std::pair<const Value *, Value *>> forGrad(GraphBuilder &bw, const Op &op, const std::vector<Value *> &resultGrads) {
+// v's type with a leading axis of `rows`: a stash of v per iteration.
+TensorType stashType(const Value *v, ExprRef rows) {
+  DimList dims{rows};
+  dims.insert(dims.end(), v->type.dims.begin(), v->type.dims.end());
+  return {v->type.dtype, dims};
+}
+
+Value *asRow(GraphBuilder &b, Value *v) { return b.emit(OpKind::Reshape, {v}, {{"shape", stashType(v, sym::constant(1)).dims}}); }
+
+// A loop's forward again with one stash per carried value appended to what it carries:
+// `region` gets the args of `fwd` (offset: the loop variable's), clones of its ops and
+// yields, and a stash arg per carried value typed by `stashArgType`; `write` builds the
+// next stash from the stash arg and that iteration's carried input.
+void stashingBody(GraphBuilder &bw, Region &region, const Region &fwd, size_t offset, const std::vector<TensorType> &stashArgTypes,
+                  const std::function<Value *(GraphBuilder &, Value *stash, Value *in)> &write, bool yields) {
+  Graph &g = bw.graph();
+  GraphBuilder inner(g, bw.analyzer(), bw.loc());
+  Cloner cl{g, {}};
+  for (const Value *a : fwd.args) {
+    Value *na = cl.fresh(a);
+    na->owner = &region;
+    region.args.push_back(na);
+  }
+  std::vector<Value *> stashArgs;
+  for (const TensorType &t : stashArgTypes)
+    stashArgs.push_back(arg(g, region, t, "stash", bw.loc()));
+  cl.cloneInto(inner, fwd);
+  for (Value *y : fwd.yields)
+    region.yields.push_back(cl.get(y));
+  if (yields)
+    for (size_t k = 0; k < stashArgs.size(); ++k)
+      region.yields.push_back(write(inner, stashArgs[k], region.args[k + offset]));
+  region.ops = inner.built;
+}
+
+// The loop variable of the iteration whose carried inputs are stash row `row` (null: a
+// while has none).
+using LoopVar = std::function<Value *(GraphBuilder &, Value *row)>;
+
+// The backward loop over the `trips` forward iterations of `op` (its body `body`, whose
+// carried args start at `offset`: after a for's loop variable), given the stash of each
+// carried value (row r: the inputs of the r-th iteration run): iteration j redoes the
+// forward iteration of row trips - 1 - j. Returns the gradient contributions to op's entry
+// values and to `caps`.
+std::vector<std::pair<const Value *, Value *>> reverseLoop(GraphBuilder &bw, const Op &op, const Region &body, size_t offset,
+                                                           const LoopVar &loopVar, ExprRef trips, const std::vector<Value *> &stashes,
+                                                           const std::vector<Value *> &caps, const std::vector<Value *> &resultGrads) {
   Graph &g = bw.graph();
   SourceRange loc = bw.loc();
-  const Region &body = *op.regions.back();
-  ExprRef lo = op.get<ExprRef>("lo"), hi = op.get<ExprRef>("hi");
-  ExprRef trips = bw.analyzer().simplify(sym::max(sym::sub(hi, lo), sym::constant(0)));
-  size_t n = op.operands.size();
-  std::vector<Value *> caps;
-  for (Value *c : regionCaptures(op))
-    if (isFloatValue(c) && bw.wants(c))
-      caps.push_back(c);
-  auto rowOf = [](GraphBuilder &b, Value *k) { return b.emit(OpKind::Reshape, {k}, {{"shape", DimList{sym::constant(1)}}}); };
-  auto stashType = [&](const Value *v) {
-    DimList dims{trips};
-    dims.insert(dims.end(), v->type.dims.begin(), v->type.dims.end());
-    return TensorType{v->type.dtype, dims};
-  };
-
-  // The forward loop again, stashing each iteration's carried inputs.
-  std::vector<Value *> stashes;
-  {
-    std::vector<Value *> operands = op.operands;
-    for (const Value *v : op.operands)
-      operands.push_back(zerosLike(bw, stashType(v)));
-    auto region = std::make_unique<Region>();
-    GraphBuilder inner(g, bw.analyzer(), loc);
-    Cloner cl{g, {}};
-    for (const Value *a : body.args) {
-      Value *na = cl.fresh(a);
-      na->owner = region.get();
-      region->args.push_back(na);
-    }
-    std::vector<Value *> stashArgs;
-    for (const Value *v : op.operands)
-      stashArgs.push_back(arg(g, *region, stashType(v), "stash", loc));
-    cl.cloneInto(inner, body);
-    for (Value *y : body.yields)
-      region->yields.push_back(cl.get(y));
-    Value *row = rowOf(inner, inner.emit(OpKind::Sub, {region->args[0], inner.dimValue(lo, DType::I64)}));
-    for (size_t k = 0; k < n; ++k) {
-      Value *in = region->args[k + 1];
-      DimList one{sym::constant(1)};
-      one.insert(one.end(), in->type.dims.begin(), in->type.dims.end());
-      Value *src = inner.emit(OpKind::Reshape, {in}, {{"shape", one}});
-      region->yields.push_back(inner.emit(OpKind::IndexAdd, {stashArgs[k], row, src}, {{"axis", sym::constant(0)}}));
-    }
-    region->ops = inner.built;
-    std::vector<TensorType> types;
-    std::vector<std::string> names;
-    for (const Value *r : op.results)
-      types.push_back(r->type), names.push_back(r->name);
-    for (const Value *s : stashArgs)
-      types.push_back(s->type), names.push_back("stash");
-    std::vector<std::unique_ptr<Region>> regions;
-    regions.push_back(std::move(region));
-    Op *fwd = regionOp(bw, OpKind::For, std::move(operands), std::move(regions), types, names);
-    fwd->attrs = op.attrs;
-    std::string carried = op.get<std::string>("carried");
-    for (size_t k = 0; k < n; ++k)
-      carried += ",stash";
-    fwd->attrs["carried"] = carried;
-    stashes.assign(fwd->results.begin() + static_cast<long>(n), fwd->results.end());
-  }
-
-  // The backward loop: iteration j redoes forward iteration hi - 1 - j + lo.
+  size_t n = op.results.size();
   std::vector<Value *> operands;
   for (size_t k = 0; k < n; ++k)
     operands.push_back(resultGrads[k] ? resultGrads[k] : zerosLike(bw, op.results[k]->type));
@@ -250,22 +242,23 @@ std::vector<std::pair<const Value *, Value *>> forGrad(GraphBuilder &bw, const O
     operands.push_back(zerosLike(bw, c->type));
   auto region = std::make_unique<Region>();
   GraphBuilder inner(g, bw.analyzer(), loc);
-  Value *j = arg(g, *region, body.args[0]->type, "j", loc);
+  Value *j = arg(g, *region, {DType::I64, {}}, "j", loc);
   std::vector<Value *> dCarried, dCaps;
   for (size_t k = 0; k < n; ++k)
-    dCarried.push_back(arg(g, *region, body.args[k + 1]->type, gradName(body.args[k + 1]), loc));
+    dCarried.push_back(arg(g, *region, body.args[k + offset]->type, gradName(body.args[k + offset]), loc));
   for (const Value *c : caps)
     dCaps.push_back(arg(g, *region, c->type, gradName(c), loc));
-  Value *last = inner.emit(OpKind::Sub, {inner.dimValue(hi, DType::I64), inner.constant(1, DType::I64)});
-  Value *k0 = inner.emit(OpKind::Sub, {last, j}); // the row: i - lo
+  Value *last = inner.emit(OpKind::Sub, {inner.dimValue(trips, DType::I64), inner.constant(1, DType::I64)});
+  Value *r = inner.emit(OpKind::Sub, {last, j}); // the stash row
   Cloner cl{g, {}};
-  cl.map[body.args[0]] = inner.emit(OpKind::Add, {k0, inner.dimValue(lo, DType::I64)});
-  Value *row = rowOf(inner, k0);
+  if (loopVar)
+    cl.map[body.args[0]] = loopVar(inner, r);
+  Value *row = inner.emit(OpKind::Reshape, {r}, {{"shape", DimList{sym::constant(1)}}});
   std::vector<const Value *> sources(caps.begin(), caps.end());
   for (size_t k = 0; k < n; ++k) {
     Value *taken = inner.emit(OpKind::Take, {stashes[k], row}, {{"axis", sym::constant(0)}});
-    Value *in = inner.emit(OpKind::Reshape, {taken}, {{"shape", body.args[k + 1]->type.dims}});
-    cl.map[body.args[k + 1]] = in;
+    Value *in = inner.emit(OpKind::Reshape, {taken}, {{"shape", body.args[k + offset]->type.dims}});
+    cl.map[body.args[k + offset]] = in;
     sources.push_back(in);
   }
   std::vector<Op *> ops = cl.cloneInto(inner, body);
@@ -274,8 +267,8 @@ std::vector<std::pair<const Value *, Value *>> forGrad(GraphBuilder &bw, const O
     seeds.emplace_back(cl.get(body.yields[k]), dCarried[k]);
   Adjoints adj = sweep(inner, ops, sources, seeds);
   for (size_t k = 0; k < n; ++k) {
-    auto it = adj.find(cl.get(body.args[k + 1]));
-    region->yields.push_back(it != adj.end() ? it->second : zerosLike(inner, body.args[k + 1]->type));
+    auto it = adj.find(cl.get(body.args[k + offset]));
+    region->yields.push_back(it != adj.end() ? it->second : zerosLike(inner, body.args[k + offset]->type));
   }
   for (size_t c = 0; c < caps.size(); ++c) {
     auto it = adj.find(caps[c]);
@@ -291,14 +284,111 @@ std::vector<std::pair<const Value *, Value *>> forGrad(GraphBuilder &bw, const O
   std::vector<std::unique_ptr<Region>> regions;
   regions.push_back(std::move(region));
   Op *back = regionOp(bw, OpKind::For, std::move(operands), std::move(regions), types, names);
-  back->attrs = {{"lo", lo}, {"hi", hi}, {"carried", carriedText}};
+  back->attrs = {{"lo", sym::constant(0)}, {"hi", trips}, {"carried", carriedText}};
   std::vector<std::pair<const Value *, Value *>> out;
+  size_t from = op.operands.size() - n; // a for's run-time bounds come first
   for (size_t k = 0; k < n; ++k)
-    if (bw.wants(op.operands[k]))
-      out.emplace_back(op.operands[k], back->results[k]);
+    if (bw.wants(op.operands[from + k]))
+      out.emplace_back(op.operands[from + k], back->results[k]);
   for (size_t c = 0; c < caps.size(); ++c)
     out.emplace_back(caps[c], back->results[n + c]);
   return out;
+}
+
+std::vector<std::string> stashNames(const Op &op) {
+  std::vector<std::string> names;
+  for (const Value *r : op.results)
+    names.push_back(r->name);
+  names.resize(2 * op.results.size(), "stash");
+  return names;
+}
+
+std::string stashCarried(const Op &op) {
+  std::string carried = op.get<std::string>("carried");
+  for (size_t k = 0; k < op.results.size(); ++k)
+    carried += ",stash";
+  return carried;
+}
+
+std::vector<std::pair<const Value *, Value *>> growingStashGrad(GraphBuilder &bw, const Op &op, const std::vector<Value *> &resultGrads);
+
+// for i in lo..hi over dims: the stashes are [trips, ...] zeros that iteration i adds its
+// inputs to at row i - lo.
+std::vector<std::pair<const Value *, Value *>> forGrad(GraphBuilder &bw, const Op &op, const std::vector<Value *> &resultGrads) {
+  if (!op.has("lo"))
+    return growingStashGrad(bw, op, resultGrads);
+  const Region &body = *op.regions.back();
+  ExprRef lo = op.get<ExprRef>("lo"), hi = op.get<ExprRef>("hi");
+  ExprRef trips = bw.analyzer().simplify(sym::max(sym::sub(hi, lo), sym::constant(0)));
+  std::vector<Value *> operands = op.operands;
+  std::vector<TensorType> stashTypes, types;
+  for (const Value *v : op.operands) {
+    stashTypes.push_back(stashType(v, trips));
+    operands.push_back(zerosLike(bw, stashTypes.back()));
+  }
+  auto region = std::make_unique<Region>();
+  Value *rowValue = nullptr;
+  stashingBody(bw, *region, body, 1, stashTypes,
+               [&](GraphBuilder &b, Value *stash, Value *in) {
+                 if (!rowValue)
+                   rowValue = b.emit(OpKind::Reshape, {b.emit(OpKind::Sub, {region->args[0], b.dimValue(lo, DType::I64)})},
+                                     {{"shape", DimList{sym::constant(1)}}});
+                 return b.emit(OpKind::IndexAdd, {stash, rowValue, asRow(b, in)}, {{"axis", sym::constant(0)}});
+               },
+               true);
+  for (const Value *r : op.results)
+    types.push_back(r->type);
+  types.insert(types.end(), stashTypes.begin(), stashTypes.end());
+  std::vector<std::unique_ptr<Region>> regions;
+  regions.push_back(std::move(region));
+  Op *fwd = regionOp(bw, OpKind::For, std::move(operands), std::move(regions), types, stashNames(op));
+  fwd->attrs = op.attrs;
+  fwd->attrs["carried"] = stashCarried(op);
+  std::vector<Value *> stashes(fwd->results.begin() + static_cast<long>(op.results.size()), fwd->results.end());
+  LoopVar loopVar = [&](GraphBuilder &b, Value *row) { return b.emit(OpKind::Add, {row, b.dimValue(lo, DType::I64)}); };
+  return reverseLoop(bw, op, body, 1, loopVar, trips, stashes, wantedCaptures(bw, op), resultGrads);
+}
+
+// while, and for over run-time bounds: the trip count is known only by running, so the
+// stashes grow by a row per iteration (concat) from [0, ...]. Their row count is
+// loop-variant inside the loop (a fresh dim bound per iteration) and, after it, the trip
+// count: a fresh dim (EDO) that the backward for runs over.
+std::vector<std::pair<const Value *, Value *>> growingStashGrad(GraphBuilder &bw, const Op &op, const std::vector<Value *> &resultGrads) {
+  bool isFor = op.kind == OpKind::For;
+  size_t from = isFor ? 2 : 0; // a for's bounds, then the carried values
+  ExprRef rows = bw.freshDim("stash_rows"), trips = bw.freshDim("iters");
+  std::vector<Value *> operands = op.operands;
+  std::vector<TensorType> stashArgTypes, types;
+  for (size_t k = from; k < op.operands.size(); ++k) {
+    stashArgTypes.push_back(stashType(op.operands[k], rows));
+    operands.push_back(zerosLike(bw, stashType(op.operands[k], sym::constant(0))));
+  }
+  auto write = [](GraphBuilder &b, Value *stash, Value *in) {
+    return b.emit(OpKind::Concat, {stash, asRow(b, in)}, {{"axis", sym::constant(0)}});
+  };
+  std::vector<std::unique_ptr<Region>> regions;
+  for (size_t r = 0; r < op.regions.size(); ++r) { // a while's condition, then the body
+    regions.push_back(std::make_unique<Region>());
+    stashingBody(bw, *regions.back(), *op.regions[r], isFor ? 1 : 0, stashArgTypes, write, r + 1 == op.regions.size());
+  }
+  for (const Value *r : op.results)
+    types.push_back(r->type);
+  for (size_t k = from; k < op.operands.size(); ++k)
+    types.push_back(stashType(op.operands[k], trips));
+  Op *fwd = regionOp(bw, op.kind, std::move(operands), std::move(regions), types, stashNames(op));
+  fwd->attrs = op.attrs;
+  fwd->attrs["carried"] = stashCarried(op);
+  fwd->shapeClass = ShapeClass::EDO;
+  std::vector<Value *> stashes(fwd->results.begin() + static_cast<long>(op.results.size()), fwd->results.end());
+  LoopVar loopVar;
+  if (isFor) { // iteration r runs i = lo + r
+    Value *lo = op.operands[0];
+    loopVar = [lo](GraphBuilder &b, Value *row) {
+      Value *start = lo->type.dtype == DType::I64 ? lo : b.emit(OpKind::Cast, {lo}, {{"dtype", DType::I64}});
+      return b.emit(OpKind::Add, {row, start});
+    };
+  }
+  return reverseLoop(bw, op, *op.regions.back(), isFor ? 1 : 0, loopVar, trips, stashes, wantedCaptures(bw, op), resultGrads);
 }
 } // namespace
 
@@ -306,6 +396,7 @@ std::vector<std::pair<const Value *, Value *>> regionGrad(GraphBuilder &bw, cons
   switch (op.kind) {
   case OpKind::If: return ifGrad(bw, op, resultGrads);
   case OpKind::For: return forGrad(bw, op, resultGrads);
+  case OpKind::While: return growingStashGrad(bw, op, resultGrads);
   default: throw InternalError(fmt::format("'{}' reached the differentiate pass without a gradient", opInfo(op.kind).spelling));
   }
 }

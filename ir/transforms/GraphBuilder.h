@@ -28,6 +28,9 @@ public:
   const sym::Analyzer &analyzer() const { return an_; }
   SourceRange loc() const { return loc_; }
   void append(Op *op) { built.push_back(op); }
+  // A new dim known only by running (a while's trip count): named after `hint`, unique in
+  // the graph, at least 0; the graph's ranges and this builder's facts learn it.
+  sym::ExprRef freshDim(const std::string &hint);
 
   std::unordered_set<const Value *> wanted; // for gradient rules: the values whose gradients are needed
   std::vector<Op *> built;                  // every op made, in order

@@ -117,10 +117,17 @@ def loop(y, trips, step):
     return y
 
 
+def while_twin(y, cond, step):
+    while cond(y):
+        y = step(y)
+    return y
+
+
 # Control flow (training.md §11: differentiated as executed): statements that set y. `if`
 # through the branch taken (both branches, by the operands' signs: kinds "pos" and "neg"),
 # `for` through every iteration (constant and symbolic trip counts, 0 and 1 at M = 1 and
-# N = 1, stacked rows w[l], nested loops, an if inside a loop). Twins run the same loops.
+# N = 1, stacked rows w[l], nested loops, an if inside a loop, run-time bounds), `while` (a
+# counter, a data-dependent trip count, 0 trips). Twins run the same loops.
 def if_twin(a, b):
     return a * b if a.sum() > 0 else np.exp(a)
 
@@ -151,6 +158,16 @@ CONTROL = {
     "for_if": ("var y = a;\n  for i in 0..N {\n    if i % 2 == 0 { y = y * b[i]; } else { y = exp(y * 0.5) - b[i]; }\n  }",
                lambda a, b: loop(a, a.shape[1], lambda i, y: y * b[i] if i % 2 == 0 else np.exp(y * 0.5) - b[i]),
                [MN, "N, N"], MN, "any"),
+    "for_runtime_bounds": ("var y = a;\n  for i in argmin(b)..argmax(b) + 1 { y = tanh(y * b[i]) + a; }",
+                           lambda a, b: loop(a, max(int(b.argmax()) + 1 - int(b.argmin()), 0),
+                                             lambda i, y: np.tanh(y * b[int(b.argmin()) + i]) + a), [MN, N_], MN, "distinct"),
+    # while: through every iteration run, the trip count found by running (0 at "while_none").
+    "while_counter": ("var y = a;\n  var k = 0.0;\n  while k < 3.0 { y = sin(y) * b; k = k + 1.0; }",
+                      lambda a, b: loop(a, 3, lambda i, y: np.sin(y) * b), [MN, N_], MN, "any"),
+    "while_data": ("var y = a;\n  while sum(y * y) < 40.0 { y = y * 1.5 + tanh(b) * 0.1; }",
+                   lambda a, b: while_twin(a, lambda y: (y * y).sum() < 40, lambda y: y * 1.5 + np.tanh(b) * 0.1),
+                   [MN, N_], MN, "any"),
+    "while_none": ("var y = a;\n  while sum(y) > 1000.0 { y = y * b; }", lambda a, b: a, [MN, N_], MN, "any"),
 }
 SHAPES = [{"M": 1, "N": 1}, {"M": 3, "N": 5}, {"M": 4, "N": 8}]
 R = {}  # the binding a NumPy twin may read (broadcast_to's target)

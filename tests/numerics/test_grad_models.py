@@ -8,8 +8,8 @@ so the gradients flow through the example's own code: the MLP's layers, the tran
 the dim T (a symbolic one), early_exit's data-dependent `if` (both branches). The param
 gradients are checked against central finite differences of a float64 NumPy twin of the
 model at three bindings of its dims, on ref, cpu and cuda-sim. Not here: convnet (conv2d
-has no gradient yet), decode (a `while` loop), detect (its params reach the outputs through
-topk's values, which have no gradient yet).
+has no gradient yet), decode (its tokens come from argmax: no float path), detect (its
+params reach the outputs through topk's values, which have no gradient yet).
 """
 import math
 import os
