@@ -8,18 +8,21 @@
 //   (they live in the forward branch's scope, which the backward branch cannot see) and
 //   applies the rules to them; it yields the adjoint of each wanted outer value, zeros
 //   where that branch does not read it. Only the branch taken runs.
-// - `for` over a dim range lo..hi (trip count N = max(hi - lo, 0), a dim): a copy of the
-//   forward loop that also carries one stash per carried value, f[N, ...] zeros into which
-//   iteration i adds its carried inputs at row i - lo (index_add); then a backward `for`
-//   over the same range whose iteration j is forward iteration i = lo + hi - 1 - j: it reads
-//   that iteration's carried inputs from the stashes, recomputes the body (per-iteration
-//   recomputation, as Echo does) and applies the rules, carrying the adjoints of the carried
-//   values (seeded with the results' gradients) and the sums of the adjoints of the outer
-//   values the body reads (seeded with zeros). Its results are the gradients of the loop's
-//   entry values and of those outer values. A trip count of 0 passes the results' gradients
-//   to the entry values.
+// - loops: a copy of the forward loop that also carries one stash per carried value, into
+//   which each iteration writes its carried inputs as a row; then a backward `for` over the
+//   trip count whose iteration j takes the inputs of the (trips - 1 - j)-th iteration from
+//   the stashes, recomputes the body (per-iteration recomputation, as Echo does) and applies
+//   the rules, carrying the adjoints of the carried values (seeded with the results'
+//   gradients) and the sums of the adjoints of the outer values the body reads (seeded with
+//   zeros). Its results are the gradients of the loop's entry values and of those outer
+//   values; 0 trips pass the results' gradients to the entry values.
+//   - `for` over dims lo..hi: the trip count max(hi - lo, 0) is a dim, the stashes
+//     [trips, ...] zeros that iteration i adds its row i - lo to (index_add).
+//   - `while` and `for` over run-time bounds: the stashes grow by a row per iteration
+//     (concat) from [0, ...]; after the loop their row count, the trip count, is a fresh
+//     EDO dim.
 // Requires: gradUnsupported(op) is nullopt (carried values are floats whose types do not
-// change across iterations; the for's bounds are dims). Nested control flow recurses.
+// change across iterations; branches agree on shapes). Nested control flow recurses.
 #include "ir/transforms/AutodiffRegions.h"
 
 #include "base/Error.h"
