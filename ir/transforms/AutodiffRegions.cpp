@@ -134,8 +134,10 @@ Value *zerosLike(GraphBuilder &b, const TensorType &t) {
   return b.emit(OpKind::Zeros, {}, {{"shape", t.dims}, {"dtype", t.dtype}});
 }
 
-// One region's backward, built into `inner`: `ops` (clones of the forward body, reading
-// `carried` for its arguments) swept in reverse from the seeds; returns the adjoints.
+// One region's backward, built into `inner`: `ops` (clones of a forward region) swept in
+// reverse from the seeds (the gradients of its yields), wanting every float value computed
+// from `sources` (the values standing for its carried inputs, the wanted outer values);
+// returns the adjoints.
 Adjoints sweep(GraphBuilder &inner, const std::vector<Op *> &ops, const std::vector<const Value *> &sources,
                const std::vector<std::pair<const Value *, Value *>> &seeds) {
   inner.wanted = dependentOn(ops, sources);
