@@ -52,10 +52,10 @@ SVal Sema::gradCall(CallArgs &args, const ast::Expr &e) {
     sources.push_back(x);
   }
   std::vector<bool> reached;
-  std::vector<ir::Op *> path = ir::gradPath(*st_->cur, target, sources, reached);
-  for (const ir::Op *op : path)
-    if (auto why = ir::gradUnsupported(*op))
-      fail(DiagKind::Grad, e.range, *why, {{op->loc, fmt::format("'{}' is on the path from x to y here", ir::opInfo(op->kind).spelling)}});
+  ir::gradPath(*st_->cur, target, sources, reached);
+  if (auto block = ir::gradBlocker(*st_->cur, target, sources))
+    fail(DiagKind::Grad, e.range, block->why,
+         {{block->op->loc, fmt::format("'{}' is on the path from x to y here", ir::opInfo(block->op->kind).spelling)}});
   for (size_t i = 0; i < sources.size(); ++i)
     if (!reached[i] && !allowUnused)
       fail(DiagKind::Grad, items[i].loc.valid() ? items[i].loc : e.range,

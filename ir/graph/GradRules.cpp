@@ -346,8 +346,10 @@ std::vector<Value *> gatherGrad(GradContext &c, const Op &op, const std::vector<
 }
 
 // x[subscripts]: with static bounds and step 1, g padded back to x's shape with zeros (a
-// point index first gets its axis back), which lowers to a kernel; with a step or a run-time
-// bound, index_grad writes g back at the positions the slice read (a host op).
+// point index first gets its axis back), which lowers to a kernel; a run-time point i (a
+// loop's w[l]) then adds the row into zeros at i (index_add), i counted from the end when
+// negative as the forward did. With a step or a run-time slice bound, index_grad writes g
+// back at the positions the slice read (a host op).
 std::vector<Value *> indexGrad(GradContext &c, const Op &op, const std::vector<Value *> &grads) {
   Value *g = grads[0], *x = op.operands[0];
   std::vector<Value *> out(op.operands.size(), nullptr);
@@ -357,7 +359,7 @@ std::vector<Value *> indexGrad(GradContext &c, const Op &op, const std::vector<V
   IndexAttrs ix = IndexAttrs::of(op);
   bool padded = true;
   for (size_t a = 0; a < ix.starts.size(); ++a)
-    padded = padded && ix.starts[a] && ix.stops[a] && ix.step(a) == 1;
+    padded = padded && ((ix.starts[a] && ix.stops[a] && ix.step(a) == 1) || (!ix.starts[a] && ix.isPoint(a)));
   if (!padded) {
     std::vector<Value *> operands{x, g};
     operands.insert(operands.end(), op.operands.begin() + 1, op.operands.end());
@@ -365,15 +367,31 @@ std::vector<Value *> indexGrad(GradContext &c, const Op &op, const std::vector<V
     return out;
   }
   DimList kept, pads;
+  std::vector<std::pair<size_t, Value *>> runtimePoints; // (axis, index operand)
+  size_t nextOperand = 1;
   const DimList &dims = x->type.dims;
   size_t gAxis = 0;
   for (size_t a = 0; a < dims.size(); ++a) {
+    if (!ix.starts[a]) { // a run-time point (run-time slice bounds went to index_grad)
+      runtimePoints.emplace_back(a, op.operands[nextOperand++]);
+      kept.push_back(cst(1)), pads.push_back(cst(0)), pads.push_back(cst(0));
+      continue;
+    }
     ExprRef zero = cst(0), start = sym::max(zero, sym::min(ix.starts[a], dims[a]));
     ExprRef len = ix.isPoint(a) ? cst(1) : g->type.dims[gAxis++];
     kept.push_back(len);
     pads.push_back(start), pads.push_back(sym::sub(sym::sub(dims[a], start), len));
   }
-  out[0] = b.op(OpKind::Pad, {b.reshape(g, kept)}, {{"pads", pads}, {"value", 0.0}});
+  Value *cur = b.op(OpKind::Pad, {b.reshape(g, kept)}, {{"pads", pads}, {"value", 0.0}});
+  for (auto [a, i] : runtimePoints) {
+    DType it = i->type.dtype;
+    Value *wrapped = b.where(b.op(OpKind::Lt, {i, c.constant(0, it)}), b.op(OpKind::Add, {i, c.dimValue(dims[a], it)}), i);
+    DimList whole = cur->type.dims;
+    whole[a] = dims[a];
+    cur = b.op(OpKind::IndexAdd, {b.zeros({x->type.dtype, whole}), b.reshape(wrapped, {cst(1)}), cur},
+               {{"axis", cst(static_cast<int64_t>(a))}});
+  }
+  out[0] = cur;
   return out;
 }
 
@@ -457,11 +475,123 @@ std::vector<Value *> maskedSelectGrad(GradContext &c, const Op &op, const std::v
   return {b.op(OpKind::MaskedScatter, {x, op.operands[1], g}), nullptr};
 }
 
+namespace {
+// Why a control-flow op cannot pass gradients yet (its body's ops are checked apart).
+std::optional<std::string> regionUnsupported(const Op &op) {
+  if (op.kind == OpKind::If) {
+    for (size_t k = 0; k < op.results.size(); ++k)
+      for (const auto &branch : op.regions)
+        if (branch->yields[k]->type.dims != op.results[k]->type.dims)
+          return fmt::format("gradients through an 'if' whose branches give '{}' different shapes ({} and {}) are not supported",
+                             op.results[k]->name, op.regions[0]->yields[k]->type.str(), op.regions[1]->yields[k]->type.str());
+    return std::nullopt;
+  }
+  if (op.kind != OpKind::For && op.kind != OpKind::While)
+    return fmt::format("gradients through '{}' are not supported", opInfo(op.kind).spelling);
+  const Region &body = *op.regions.back();
+  size_t offset = op.kind == OpKind::For ? 1 : 0;                    // a for's body starts with its loop variable
+  size_t from = op.kind == OpKind::For && !op.has("lo") ? 2 : 0; // a for's run-time bounds come first
+  const std::string &loop = opInfo(op.kind).spelling;
+  for (size_t k = 0; k < op.results.size(); ++k) {
+    const Value *entry = op.operands[from + k], *arg = body.args[k + offset], *next = body.yields[k];
+    if (!isFloatValue(entry))
+      return fmt::format("gradients through a '{}' that carries the non-float '{}' ({}) are not supported yet", loop, arg->name,
+                         entry->type.str());
+    if (arg->type.dims != entry->type.dims || next->type.dims != entry->type.dims)
+      return fmt::format("gradients through a '{}' whose carried '{}' changes shape across iterations ({} on entry, {} "
+                         "in the loop) are not supported",
+                         loop, arg->name, entry->type.str(), arg->type.str());
+  }
+  return std::nullopt;
+}
+
+// The ops of `ops` (program order) on a path from `dependent` (in: the sources; out: every
+// float value that depends on them) to any of `targets`. A control-flow op reads what its
+// regions capture as well as its operands (gradInputs).
+std::vector<Op *> pathOf(const std::vector<Op *> &ops, const std::vector<const Value *> &targets,
+                         std::unordered_set<const Value *> &dependent, std::unordered_set<const Value *> &needed) {
+  std::vector<Op *> forward;
+  std::vector<std::vector<Value *>> inputs;
+  for (Op *op : ops) {
+    std::vector<Value *> in = gradInputs(*op);
+    if (std::none_of(in.begin(), in.end(), [&](const Value *v) { return dependent.count(v) && isFloatValue(v); }))
+      continue;
+    forward.push_back(op);
+    inputs.push_back(std::move(in));
+    for (const Value *r : op->results)
+      if (isFloatValue(r))
+        dependent.insert(r);
+  }
+  needed.insert(targets.begin(), targets.end());
+  std::vector<Op *> path;
+  for (size_t i = forward.size(); i-- > 0;) {
+    Op *op = forward[i];
+    if (std::none_of(op->results.begin(), op->results.end(), [&](const Value *v) { return needed.count(v); }))
+      continue;
+    path.push_back(op);
+    for (const Value *v : inputs[i])
+      if (dependent.count(v) && isFloatValue(v))
+        needed.insert(v);
+  }
+  std::reverse(path.begin(), path.end());
+  return path;
+}
+
+std::optional<GradBlock> blockerIn(const std::vector<Op *> &path, const std::unordered_set<const Value *> &dependent) {
+  for (const Op *op : path) {
+    if (auto why = gradUnsupported(*op))
+      return GradBlock{op, *why};
+    for (const auto &r : op->regions) { // the body's own path: from its args and dependent captures to its yields
+      std::unordered_set<const Value *> inner = dependent, needed;
+      inner.insert(r->args.begin(), r->args.end());
+      std::vector<Op *> p = pathOf(r->ops, std::vector<const Value *>(r->yields.begin(), r->yields.end()), inner, needed);
+      if (auto b = blockerIn(p, inner))
+        return b;
+    }
+  }
+  return std::nullopt;
+}
+} // namespace
+
+std::vector<Value *> regionCaptures(const Op &op) {
+  std::unordered_set<const Value *> inside, seen;
+  std::vector<Value *> out;
+  auto use = [&](Value *v) {
+    if (!inside.count(v) && seen.insert(v).second)
+      out.push_back(v);
+  };
+  // SSA: a value is defined (an argument, an earlier result) before any use in program order.
+  auto walk = [&](auto &self, const Region &r) -> void {
+    inside.insert(r.args.begin(), r.args.end());
+    for (const Op *o : r.ops) {
+      for (Value *v : o->operands)
+        use(v);
+      for (const auto &sub : o->regions)
+        self(self, *sub);
+      inside.insert(o->results.begin(), o->results.end());
+    }
+    for (Value *y : r.yields)
+      use(y);
+  };
+  for (const auto &r : op.regions)
+    walk(walk, *r);
+  return out;
+}
+
+std::vector<Value *> gradInputs(const Op &op) {
+  std::vector<Value *> in = op.operands;
+  if (!op.regions.empty()) {
+    std::vector<Value *> caps = regionCaptures(op);
+    in.insert(in.end(), caps.begin(), caps.end());
+  }
+  return in;
+}
+
 std::optional<std::string> gradUnsupported(const Op &op) {
   if (op.results.empty() || std::none_of(op.results.begin(), op.results.end(), isFloatValue))
     return std::nullopt;
   if (!op.regions.empty())
-    return fmt::format("gradients through '{}' are not supported yet", opInfo(op.kind).spelling);
+    return regionUnsupported(op);
   if (opInfo(op.kind).grad || opInfo(op.kind).placement == Placement::Structural || opInfo(op.kind).has(OpFlag::Fill) ||
       op.kind == OpKind::DimValue)
     return std::nullopt;
@@ -470,35 +600,18 @@ std::optional<std::string> gradUnsupported(const Op &op) {
 
 std::vector<Op *> gradPath(const Region &region, const Value *target, const std::vector<const Value *> &sources,
                            std::vector<bool> &reached) {
-  // Forward: values that depend on a source through float values; backward: ops the
-  // target depends on. The path is both.
-  std::unordered_set<const Value *> dependent(sources.begin(), sources.end());
-  std::vector<Op *> forward;
-  for (Op *op : region.ops) {
-    bool hit = std::any_of(op->operands.begin(), op->operands.end(), [&](const Value *v) { return dependent.count(v) && isFloatValue(v); });
-    if (!hit)
-      continue;
-    forward.push_back(op);
-    for (const Value *r : op->results)
-      if (isFloatValue(r))
-        dependent.insert(r);
-  }
-  std::unordered_set<const Value *> needed{target};
-  std::vector<Op *> path;
-  for (size_t i = forward.size(); i-- > 0;) {
-    Op *op = forward[i];
-    if (std::none_of(op->results.begin(), op->results.end(), [&](const Value *v) { return needed.count(v); }))
-      continue;
-    path.push_back(op);
-    for (const Value *v : op->operands)
-      if (dependent.count(v) && isFloatValue(v))
-        needed.insert(v);
-  }
-  std::reverse(path.begin(), path.end());
+  std::unordered_set<const Value *> dependent(sources.begin(), sources.end()), needed;
+  std::vector<Op *> path = pathOf(region.ops, {target}, dependent, needed);
   reached.clear();
   for (const Value *s : sources)
     reached.push_back(needed.count(s) != 0);
   return path;
+}
+
+std::optional<GradBlock> gradBlocker(const Region &region, const Value *target, const std::vector<const Value *> &sources) {
+  std::unordered_set<const Value *> dependent(sources.begin(), sources.end()), needed;
+  std::vector<Op *> path = pathOf(region.ops, {target}, dependent, needed);
+  return blockerIn(path, dependent);
 }
 
 } // namespace dnnc::ir

@@ -52,9 +52,23 @@ std::vector<Value *> maskedSelectGrad(GradContext &c, const Op &op, const std::v
 // none by nature: integer and bool results). Sema reports this as a [grad] diagnostic.
 std::optional<std::string> gradUnsupported(const Op &op);
 
+// The first op on a path from the sources to `target` that cannot pass its gradient, looking
+// into the bodies of the control-flow ops on the path, and why (gradUnsupported).
+struct GradBlock {
+  const Op *op;
+  std::string why;
+};
+std::optional<GradBlock> gradBlocker(const Region &region, const Value *target, const std::vector<const Value *> &sources);
+
+// The values read inside op's regions that are defined outside it (a loop body reading a
+// param), in first-use order: a control-flow op depends on them like on its operands.
+std::vector<Value *> regionCaptures(const Op &op);
+// What a gradient flows to from `op`: its operands, then (control flow) its captures.
+std::vector<Value *> gradInputs(const Op &op);
+
 // The ops of `region` on a path from any of `sources` to `target`, in program order: the
 // ops a gradient of `target` flows back through. Values defined outside the region are
-// leaves. `reached[i]` says whether sources[i] lies on such a path.
+// leaves; a control-flow op is on the path through its operands or captures. `reached[i]` says whether sources[i] lies on such a path.
 std::vector<Op *> gradPath(const Region &region, const Value *target, const std::vector<const Value *> &sources,
                            std::vector<bool> &reached);
 

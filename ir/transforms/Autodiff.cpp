@@ -5,7 +5,7 @@
 #include "ir/graph/GradRules.h"
 #include "ir/graph/OpRegistry.h"
 #include "ir/graph/Walk.h"
-#include "ir/transforms/GraphBuilder.h"
+#include "ir/transforms/AutodiffRegions.h"
 #include "ir/transforms/MemoryPlan.h"
 #include "ir/transforms/RankDimPropagation.h"
 
@@ -15,6 +15,40 @@
 #include <unordered_set>
 
 namespace dnnc::ir {
+
+void accumulate(GraphBuilder &bw, Adjoints &adjoint, const Value *v, Value *g) {
+  auto [it, fresh] = adjoint.emplace(v, g);
+  if (!fresh)
+    it->second = bw.emit(OpKind::Add, {it->second, g}, {});
+}
+
+void backprop(GraphBuilder &bw, const std::vector<Op *> &ops, Adjoints &adjoint) {
+  for (size_t i = ops.size(); i-- > 0;) {
+    const Op &op = *ops[i];
+    std::vector<Value *> resultGrads;
+    bool any = false;
+    for (const Value *r : op.results) {
+      auto it = adjoint.find(r);
+      resultGrads.push_back(it == adjoint.end() ? nullptr : it->second);
+      any = any || it != adjoint.end();
+    }
+    if (!any)
+      continue;
+    if (!op.regions.empty()) { // control flow: its operands and the outer values its body reads
+      for (auto [v, g] : regionGrad(bw, op, resultGrads))
+        accumulate(bw, adjoint, v, g);
+      continue;
+    }
+    GradRule rule = opInfo(op.kind).grad;
+    if (!rule)
+      throw InternalError(fmt::format("'{}' reached the differentiate pass without a gradient rule", opInfo(op.kind).spelling));
+    std::vector<Value *> grads = rule(bw, op, resultGrads);
+    for (size_t k = 0; k < op.operands.size() && k < grads.size(); ++k)
+      if (grads[k] && bw.wants(op.operands[k]))
+        accumulate(bw, adjoint, op.operands[k], grads[k]);
+  }
+}
+
 namespace {
 
 // Replaces `grad` (in `region` at position `at`) by its backward ops; returns how many ops
@@ -32,32 +66,9 @@ size_t expand(Graph &g, sym::Analyzer &an, Region &region, size_t at) {
     wanted.insert(op->results.begin(), op->results.end());
   GraphBuilder bw(g, an, grad.loc);
   bw.wanted = wanted;
-  std::unordered_map<const Value *, Value *> adjoint;
+  Adjoints adjoint;
   adjoint[y] = bw.constant(1.0, y->type.dtype);
-  for (size_t i = path.size(); i-- > 0;) {
-    const Op &op = *path[i];
-    std::vector<Value *> resultGrads;
-    bool any = false;
-    for (const Value *r : op.results) {
-      auto it = adjoint.find(r);
-      resultGrads.push_back(it == adjoint.end() ? nullptr : it->second);
-      any = any || it != adjoint.end();
-    }
-    if (!any)
-      continue;
-    GradRule rule = opInfo(op.kind).grad;
-    if (!rule)
-      throw InternalError(fmt::format("'{}' reached the differentiate pass without a gradient rule", opInfo(op.kind).spelling));
-    std::vector<Value *> grads = rule(bw, op, resultGrads);
-    for (size_t k = 0; k < op.operands.size() && k < grads.size(); ++k) {
-      const Value *v = op.operands[k];
-      if (!grads[k] || !wanted.count(v))
-        continue;
-      auto [it, fresh] = adjoint.emplace(v, grads[k]);
-      if (!fresh)
-        it->second = bw.emit(OpKind::Add, {it->second, grads[k]}, {});
-    }
-  }
+  backprop(bw, path, adjoint);
   // grad's results become the gradients (zeros for an x that y does not reach).
   std::unordered_map<const Value *, Value *> replaced;
   for (size_t k = 0; k < xs.size(); ++k) {

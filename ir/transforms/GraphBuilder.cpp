@@ -40,6 +40,15 @@ Value *GraphBuilder::dimValue(sym::ExprRef d, DType dt) {
   return emit(OpKind::Cast, {n}, {{"dtype", dt}});
 }
 
+sym::ExprRef GraphBuilder::freshDim(const std::string &hint) {
+  std::string name = hint;
+  for (int i = 2; g_.dimRanges.count(name); ++i)
+    name = hint + std::to_string(i);
+  g_.dimRanges[name] = {0, sym::Interval::kInf};
+  an_.declare(name, 0);
+  return sym::var(name);
+}
+
 Value *GraphBuilder::scalar(OpKind kind, std::map<std::string, Attr> attrs, DType dt) {
   Op *op = g_.newOp(kind, loc_);
   op->attrs = std::move(attrs);

@@ -21,6 +21,17 @@ public:
   Value *dimValue(sym::ExprRef d, DType dt) override;
   bool wants(const Value *v) const override { return wanted.count(v) != 0; }
 
+  // For the autodiff pass's region ops, which it makes itself (sema types control flow,
+  // not a rule): a builder for a nested region shares the graph, facts and location, and
+  // a made op joins `built` through append.
+  Graph &graph() const { return g_; }
+  const sym::Analyzer &analyzer() const { return an_; }
+  SourceRange loc() const { return loc_; }
+  void append(Op *op) { built.push_back(op); }
+  // A new dim known only by running (a while's trip count): named after `hint`, unique in
+  // the graph, at least 0; the graph's ranges and this builder's facts learn it.
+  sym::ExprRef freshDim(const std::string &hint);
+
   std::unordered_set<const Value *> wanted; // for gradient rules: the values whose gradients are needed
   std::vector<Op *> built;                  // every op made, in order
 

@@ -172,6 +172,66 @@ CASES = {
     "attention": ("softmax(a @ transpose(b) * 0.5, -1) @ c", lambda a, b, c: softmax(a @ b.T * 0.5, -1) @ c,
                   [MN, MN, MN], MN, "any"),
 }
+
+
+def loop(y, trips, step):
+    for i in range(trips):
+        y = step(i, y)
+    return y
+
+
+def while_twin(y, cond, step):
+    while cond(y):
+        y = step(y)
+    return y
+
+
+# Control flow (training.md §11: differentiated as executed): statements that set y. `if`
+# through the branch taken (both branches, by the operands' signs: kinds "pos" and "neg"),
+# `for` through every iteration (constant and symbolic trip counts, 0 and 1 at M = 1 and
+# N = 1, stacked rows w[l], nested loops, an if inside a loop, run-time bounds), `while` (a
+# counter, a data-dependent trip count, 0 trips). Twins run the same loops.
+def if_twin(a, b):
+    return a * b if a.sum() > 0 else np.exp(a)
+
+
+IF_BODY = "var y = a;\n  if sum(a) > 0.0 { y = a * b; } else { y = exp(a); }"
+CONTROL = {
+    "if_then": (IF_BODY, if_twin, [MN, N_], MN, "pos"),
+    "if_else": (IF_BODY, if_twin, [MN, N_], MN, "neg"),
+    "if_nested": ("var y = a;\n  if sum(a) > 0.0 { y = a * b;\n    if sum(b) < 0.0 { y = sin(y) + b; } }",
+                  lambda a, b: (np.sin(a * b) + b if b.sum() < 0 else a * b) if a.sum() > 0 else a, [MN, N_], MN, "neg_b"),
+    "for_const": ("var y = a;\n  for i in 0..3 { y = tanh(y * b) + a; }",
+                  lambda a, b: loop(a, 3, lambda i, y: np.tanh(y * b) + a), [MN, N_], MN, "any"),
+    "for_symbolic": ("var y = a;\n  for t in 0..N { y = tanh(y @ b); }",
+                     lambda a, b: loop(a, a.shape[1], lambda i, y: np.tanh(y @ b)), [MN, "N, N"], MN, "any"),
+    "for_trips_from_1": ("var y = a;\n  var z = b;\n  for t in 1..M { y = y * sigmoid(z) + 0.5 * y;  z = z * 0.5 + sum(y, 0); }\n"
+                         "  y = y + z;",
+                         lambda a, b: (lambda yz: yz[0] + yz[1])(loop((a, b), R["M"] - 1, lambda i, yz: (
+                             yz[0] * sigmoid(yz[1]) + 0.5 * yz[0],
+                             yz[1] * 0.5 + (yz[0] * sigmoid(yz[1]) + 0.5 * yz[0]).sum(0)))), [MN, N_], MN, "any"),
+    "for_stacked_rows": ("var y = a;\n  for l in 0..N { y = tanh(y * b[l] + c[l, 1]); }",
+                         lambda a, b, c: loop(a, a.shape[1], lambda l, y: np.tanh(y * b[l] + c[l, 1])),
+                         [MN, "N, N", "N, 2"], MN, "any"),
+    "for_negative_row": ("var y = a;\n  for l in 0..2 { y = y * b[l - 2]; }",
+                         lambda a, b: loop(a, 2, lambda l, y: y * b[l - 2]), [MN, "2, N"], MN, "any"),
+    "for_nested": ("var y = a;\n  for i in 0..2 {\n    for j in 0..N { y = sin(y) * b[j]; }\n    y = y + a;\n  }",
+                   lambda a, b: loop(a, 2, lambda i, y: loop(y, a.shape[1], lambda j, z: np.sin(z) * b[j]) + a),
+                   [MN, "N, N"], MN, "any"),
+    "for_if": ("var y = a;\n  for i in 0..N {\n    if i % 2 == 0 { y = y * b[i]; } else { y = exp(y * 0.5) - b[i]; }\n  }",
+               lambda a, b: loop(a, a.shape[1], lambda i, y: y * b[i] if i % 2 == 0 else np.exp(y * 0.5) - b[i]),
+               [MN, "N, N"], MN, "any"),
+    "for_runtime_bounds": ("var y = a;\n  for i in argmin(b)..argmax(b) + 1 { y = tanh(y * b[i]) + a; }",
+                           lambda a, b: loop(a, max(int(b.argmax()) + 1 - int(b.argmin()), 0),
+                                             lambda i, y: np.tanh(y * b[int(b.argmin()) + i]) + a), [MN, N_], MN, "distinct"),
+    # while: through every iteration run, the trip count found by running (0 at "while_none").
+    "while_counter": ("var y = a;\n  var k = 0.0;\n  while k < 3.0 { y = sin(y) * b; k = k + 1.0; }",
+                      lambda a, b: loop(a, 3, lambda i, y: np.sin(y) * b), [MN, N_], MN, "any"),
+    "while_data": ("var y = a;\n  while sum(y * y) < 40.0 { y = y * 1.5 + tanh(b) * 0.1; }",
+                   lambda a, b: while_twin(a, lambda y: (y * y).sum() < 40, lambda y: y * 1.5 + np.tanh(b) * 0.1),
+                   [MN, N_], MN, "any"),
+    "while_none": ("var y = a;\n  while sum(y) > 1000.0 { y = y * b; }", lambda a, b: a, [MN, N_], MN, "any"),
+}
 SHAPES = [{"M": 1, "N": 1}, {"M": 3, "N": 5}, {"M": 4, "N": 8}]
 R = {}  # the binding a NumPy twin may read (broadcast_to's target)
 
@@ -184,6 +244,10 @@ def values(rng, shape, kind, j):
     """Operand j's values: no two within 0.01 of each other or of a kink, across operands too."""
     x = rng.uniform(0.2, 1.5, shape) * np.where(rng.random(shape) < 0.5, -1, 1)
     if kind == "pos":
+        return np.abs(x)
+    if kind == "neg" or (kind == "neg_b" and j == 1):  # neg_b: a positive, b negative (the nested if's thens)
+        return -np.abs(x)
+    if kind == "neg_b":
         return np.abs(x)
     if kind == "distinct":  # ties and kinks of max/min/clip stay out of the differences' reach
         return (rng.permutation(np.prod(shape, dtype=int)).reshape(shape) - np.prod(shape) / 2) * 0.25 + 0.1 + 0.037 * j
@@ -210,12 +274,16 @@ class Gradients(unittest.TestCase):
     exe = None
 
     def check(self, name):
-        expr, twin, shapes, out, kind = CASES[name]
+        if name in CASES:
+            expr, twin, shapes, out, kind = CASES[name]
+            statements = f"let y = {expr};"
+        else:
+            statements, twin, shapes, out, kind = CONTROL[name]
         names = "abc"[:len(shapes)]
         params = ", ".join(f"{n}: f32[{s}]" for n, s in zip(names, shapes))
         result = ", ".join(f"f32[{s}]" for s in shapes)
         source = (f"dim M;\ndim N;\nmodel main({params}, r: f32[{out}]) -> (f32[], {result}) {{\n"
-                  f"  let y = {expr};\n  let loss = sum(y * r);\n"
+                  f"  {statements}\n  let loss = sum(y * r);\n"
                   f"  let g = grad(loss, [{', '.join(names)}]);\n  return (loss, {', '.join(f'g[{i}]' for i in range(len(shapes)))});\n}}\n")
         rng = np.random.default_rng(len(name))
         with tempfile.TemporaryDirectory() as d:
@@ -243,7 +311,7 @@ class Gradients(unittest.TestCase):
                             np.testing.assert_allclose(got, w, rtol=2e-3, atol=2e-3, err_msg=f"d loss / d {names[i]}\n{source}")
 
 
-for case in CASES:
+for case in list(CASES) + list(CONTROL):
     setattr(Gradients, f"test_{case}", lambda self, case=case: self.check(case))
 
 
