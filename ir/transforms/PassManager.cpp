@@ -4,6 +4,7 @@
 #include "base/Error.h"
 #include "ir/transforms/Autodiff.h"
 #include "ir/transforms/ExecutionOrder.h"
+#include "ir/transforms/FuseAttention.h"
 #include "ir/transforms/Fusion.h"
 #include "ir/transforms/Prepack.h"
 
@@ -17,6 +18,7 @@ namespace {
 
 // The entry points Passes.def names: each adapts a pass's own function to PassInfo::run.
 void runDifferentiate(Graph &g, PassState &) { differentiate(g); }
+void runFuseAttention(Graph &g, PassState &) { fuseAttention(g); }
 void runPrepack(Graph &g, PassState &) { prepackWeights(g); }
 void runFuse(Graph &g, PassState &) { fuseAll(g); }
 void runOrder(Graph &g, PassState &) { planExecutionOrder(g); }
