@@ -283,8 +283,8 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
 // scores are all -inf keeps l = 0 and divides to NaN, as the unfused softmax does; with no
 // keys at all the row is 0, as the unfused matmul over an empty dim gives.
 void CpuKernelEmitter::attentionStmt(const kir::Attention &a) {
-  const int64_t kKeyTile = 64;
-  const unsigned vw = vectorWidth_;
+  const int64_t kKeyTile = 64, kKeyGroup = 4;
+  const unsigned vw = vectorWidth_, kPvVectors = std::max(1u, 64 / vw);
   llvm::Type *f32 = b_.getFloatTy();
   auto *vec = llvm::FixedVectorType::get(f32, vw);
   auto align = llvm::Align(4);
@@ -299,7 +299,9 @@ void CpuKernelEmitter::attentionStmt(const kir::Attention &a) {
   llvm::AllocaInst *scores = entryAlloca(llvm::ArrayType::get(f32, kKeyTile), "scores");
   scores->setAlignment(llvm::Align(64));
   llvm::AllocaInst *runMax = entryAlloca(f32, "run.max"), *runSum = entryAlloca(f32, "run.sum"), *tileMax = entryAlloca(f32, "tile.max");
-  llvm::AllocaInst *acc = entryAlloca(vec, "acc");
+  std::vector<llvm::AllocaInst *> acc;
+  for (unsigned u = 0; u < std::max<unsigned>(kKeyGroup, kPvVectors); ++u)
+    acc.push_back(entryAlloca(vec, "acc"));
   std::vector<llvm::Constant *> lanes;
   for (unsigned l = 0; l < vw; ++l)
     lanes.push_back(b_.getInt64(l));
@@ -332,28 +334,49 @@ void CpuKernelEmitter::attentionStmt(const kir::Attention &a) {
     llvm::Value *end = a.causal ? b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, keys, b_.CreateAdd(i, b_.getInt64(1))) : keys;
     forLoop("att.j0", b_.getInt64(0), end, kKeyTile, [&](llvm::Value *j0) {
       llvm::Value *n = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.getInt64(kKeyTile), b_.CreateSub(end, j0));
-      // The tile's scores and their max (NaN propagates, as the unfused softmax's max).
-      b_.CreateStore(b_.CreateLoad(f32, runMax), tileMax);
-      forLoop("att.s", b_.getInt64(0), n, 1, [&](llvm::Value *jj) {
-        llvm::Value *j = b_.CreateAdd(j0, jj), *kRow = at(K, b_.CreateAdd(kBase, b_.CreateMul(j, d)));
-        b_.CreateStore(zeroVec, acc);
-        vectors("att.dot", d, [&](llvm::Value *x0, llvm::Value *mask) {
-          b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {loadVec(at(qRow, x0), mask), loadVec(at(kRow, x0), mask), b_.CreateLoad(vec, acc)}), acc);
-        });
-        llvm::Value *dot;
-        {
-          llvm::IRBuilderBase::FastMathFlagGuard guard(b_);
-          llvm::FastMathFlags fm;
-          fm.setAllowReassoc();
-          b_.setFastMathFlags(fm);
-          dot = b_.CreateFAddReduce(zero, b_.CreateLoad(vec, acc));
+      // Scores kKeyGroup keys at a time: as many independent FMA chains over d, sharing
+      // the loads of q's row; the group's remainder one key at a time.
+      auto scoreKeys = [&](llvm::Value *jj0, unsigned G) {
+        std::vector<llvm::Value *> kRows;
+        for (unsigned g = 0; g < G; ++g) {
+          kRows.push_back(at(K, b_.CreateAdd(kBase, b_.CreateMul(b_.CreateAdd(j0, b_.CreateAdd(jj0, b_.getInt64(g))), d))));
+          b_.CreateStore(zeroVec, acc[g]);
         }
-        llvm::Value *s = b_.CreateFMul(dot, scale);
-        if (M)
-          s = b_.CreateFAdd(s, b_.CreateLoad(f32, at(M, b_.CreateAdd(maskBase, b_.CreateAdd(b_.CreateMul(i, maskRow), b_.CreateMul(j, maskCol))))));
-        b_.CreateStore(s, at(scores, jj));
-        b_.CreateStore(b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, b_.CreateLoad(f32, tileMax), s), tileMax);
+        vectors("att.dot", d, [&](llvm::Value *x0, llvm::Value *mask) {
+          llvm::Value *qv = loadVec(at(qRow, x0), mask);
+          for (unsigned g = 0; g < G; ++g)
+            b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {qv, loadVec(at(kRows[g], x0), mask), b_.CreateLoad(vec, acc[g])}), acc[g]);
+        });
+        for (unsigned g = 0; g < G; ++g) {
+          llvm::Value *jj = b_.CreateAdd(jj0, b_.getInt64(g)), *j = b_.CreateAdd(j0, jj);
+          llvm::Value *dot;
+          {
+            llvm::IRBuilderBase::FastMathFlagGuard guard(b_);
+            llvm::FastMathFlags fm;
+            fm.setAllowReassoc();
+            b_.setFastMathFlags(fm);
+            dot = b_.CreateFAddReduce(zero, b_.CreateLoad(vec, acc[g]));
+          }
+          llvm::Value *s = b_.CreateFMul(dot, scale);
+          if (M)
+            s = b_.CreateFAdd(s, b_.CreateLoad(f32, at(M, b_.CreateAdd(maskBase, b_.CreateAdd(b_.CreateMul(i, maskRow), b_.CreateMul(j, maskCol))))));
+          b_.CreateStore(s, at(scores, jj));
+        }
+      };
+      llvm::Value *grouped = b_.CreateSub(n, b_.CreateSRem(n, b_.getInt64(kKeyGroup)));
+      forLoop("att.s", b_.getInt64(0), grouped, kKeyGroup, [&](llvm::Value *jj0) { scoreKeys(jj0, kKeyGroup); });
+      forLoop("att.s1", grouped, n, 1, [&](llvm::Value *jj) { scoreKeys(jj, 1); });
+      // The tile's max, a vector at a time (NaN propagates, as the unfused softmax's max;
+      // the lanes past n read -inf).
+      b_.CreateStore(llvm::ConstantVector::getSplat(llvm::ElementCount::getFixed(vw), llvm::cast<llvm::Constant>(minusInf)), acc[0]);
+      vectors("att.max", n, [&](llvm::Value *x0, llvm::Value *mask) {
+        llvm::Value *ptr = at(scores, x0), *infs = b_.CreateVectorSplat(vw, minusInf);
+        llvm::Value *x = mask ? static_cast<llvm::Value *>(b_.CreateMaskedLoad(vec, ptr, align, mask, infs)) : b_.CreateAlignedLoad(vec, ptr, align);
+        b_.CreateStore(b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, b_.CreateLoad(vec, acc[0]), x), acc[0]);
       });
+      b_.CreateStore(b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, b_.CreateLoad(f32, runMax),
+                                              b_.CreateUnaryIntrinsic(llvm::Intrinsic::vector_reduce_fmaximum, b_.CreateLoad(vec, acc[0]))),
+                     tileMax);
       // Rescale what the earlier tiles summed to the new max; an all -inf max shifts by 0
       // (exp(-inf - -inf) would be NaN where the unfused softmax has no such term yet).
       llvm::Value *newMax = b_.CreateLoad(f32, tileMax);
@@ -373,15 +396,36 @@ void CpuKernelEmitter::attentionStmt(const kir::Attention &a) {
       }));
       // o += p v over the tile's keys, a vector of the row at a time.
       llvm::Value *vTile = at(V, b_.CreateAdd(vBase, b_.CreateMul(j0, dv)));
-      vectors("att.pv", dv, [&](llvm::Value *y0, llvm::Value *mask) {
-        llvm::Value *ptr = at(oRow, y0);
-        b_.CreateStore(loadVec(ptr, mask), acc);
-        forLoop("att.pj", b_.getInt64(0), n, 1, [&](llvm::Value *jj) {
-          llvm::Value *p = b_.CreateVectorSplat(vw, b_.CreateLoad(f32, at(scores, jj)));
-          llvm::Value *vRow = at(vTile, b_.CreateAdd(b_.CreateMul(jj, dv), y0));
-          b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {p, loadVec(vRow, mask), b_.CreateLoad(vec, acc)}), acc);
-        });
-        storeVec(b_.CreateLoad(vec, acc), ptr, mask);
+      forLoop("att.pv", b_.getInt64(0), dv, kPvVectors * vw, [&](llvm::Value *y0) {
+        // kPvVectors vectors of the row stay in registers across the tile's keys, as many
+        // independent FMA chains; the block at the row's end is masked.
+        auto block = [&](bool masked) {
+          std::vector<llvm::Value *> masks(kPvVectors, nullptr), ptrs;
+          for (unsigned u = 0; u < kPvVectors; ++u) {
+            llvm::Value *y = b_.CreateAdd(y0, b_.getInt64(u * vw));
+            if (masked)
+              masks[u] = b_.CreateICmpSLT(b_.CreateAdd(b_.CreateVectorSplat(vw, y), iota), b_.CreateVectorSplat(vw, dv));
+            ptrs.push_back(at(oRow, y));
+            b_.CreateStore(loadVec(ptrs[u], masks[u]), acc[u]);
+          }
+          forLoop("att.pj", b_.getInt64(0), n, 1, [&](llvm::Value *jj) {
+            llvm::Value *p = b_.CreateVectorSplat(vw, b_.CreateLoad(f32, at(scores, jj)));
+            llvm::Value *vRow = at(vTile, b_.CreateAdd(b_.CreateMul(jj, dv), y0));
+            for (unsigned u = 0; u < kPvVectors; ++u)
+              b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {p, loadVec(at(vRow, b_.getInt64(u * vw)), masks[u]), b_.CreateLoad(vec, acc[u])}), acc[u]);
+          });
+          for (unsigned u = 0; u < kPvVectors; ++u)
+            storeVec(b_.CreateLoad(vec, acc[u]), ptrs[u], masks[u]);
+        };
+        auto *fullBB = llvm::BasicBlock::Create(ctx_, "pv.full", fn_), *tailBB = llvm::BasicBlock::Create(ctx_, "pv.tail", fn_),
+             *joinBB = llvm::BasicBlock::Create(ctx_, "pv.done", fn_);
+        b_.CreateCondBr(b_.CreateICmpSLE(b_.CreateAdd(y0, b_.getInt64(kPvVectors * vw)), dv), fullBB, tailBB);
+        for (bool masked : {false, true}) {
+          b_.SetInsertPoint(masked ? tailBB : fullBB);
+          block(masked);
+          b_.CreateBr(joinBB);
+        }
+        b_.SetInsertPoint(joinBB);
       });
     });
     onlyIf(b_.CreateICmpSGT(keys, b_.getInt64(0)), [&] {
