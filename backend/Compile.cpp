@@ -32,6 +32,7 @@ std::function<bool(const ir::Op &)> madeKernels(const lower::LoweredGraph &lower
 Lowered lowerFor(ir::Graph &g, const Target &target, const CompileOptions &options) {
   ir::PassOptions passOptions = options.passes;
   passOptions.prepack = options.constantParams && target.schedule().packedWeights;
+  passOptions.attention = options.passes.attention && target.schedule().fusedAttention;
   ir::PassManager passes(passOptions);
   ir::PassState state;
   passes.run(g, ir::defaultPipeline(passOptions), state);

@@ -12,6 +12,10 @@ shape; the per-call time, not process start). Outputs are compared with dnnc's.
 
     bench/peers.py --dnnc build/dnnc [--threads N] [--repeat R] [--rounds K]
                    [--models mlp,transformer,lstm,convnet,micro] [--peers eager,compile,ort]
+                   [--shapes "B=1,T=512;B=4,T=512"] [--variant=--no-fuse-attention]...
+
+A --variant is dnnc built with those flags too, one more column interleaved with the rest
+(e.g. a pass turned off, to measure what it gives); dnnc/best compares the plain build.
 
 Prints one row per (model, shape): milliseconds per call for each tool, dnnc/best-peer and
 the largest |difference| from dnnc's output; GF/s for the micro GEMMs.
@@ -169,12 +173,14 @@ def median_ms(fn, repeat):
 class Dnnc:
     name = "dnnc"
 
-    def __init__(self, exe, model, workdir, threads, repeat):
+    def __init__(self, exe, model, workdir, threads, repeat, flags=()):
         self.exe, self.dir, self.threads, self.repeat = exe, workdir, threads, repeat
+        if flags:
+            self.name = "dnnc" + "".join(flags)
         src = os.path.join(workdir, "model.dnn")
         open(src, "w").write(model.source)
-        self.artifact = os.path.join(workdir, "model.dnnc")
-        subprocess.run([exe, "build", src, "-o", self.artifact], check=True, capture_output=True)
+        self.artifact = os.path.join(workdir, f"model{abs(hash(self.name))}.dnnc")
+        subprocess.run([exe, "build", src, "-o", self.artifact, *flags], check=True, capture_output=True)
         self.weights = []
         self.input_name = model.input_name
 
@@ -279,6 +285,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per row")
     ap.add_argument("--models", default="mlp,transformer,lstm,convnet,micro")
     ap.add_argument("--peers", default="eager,compile,ort")
+    ap.add_argument("--shapes", default="", help="only these shape labels, ';'-separated (e.g. \"B=1,T=512;B=4,T=512\")")
+    ap.add_argument("--variant", action="append", default=[], help="dnnc build flags of one more dnnc column (repeatable)")
     a = ap.parse_args()
     warnings.filterwarnings("ignore")  # the ONNX exporter's deprecation notices
     wanted = a.peers.split(",") if a.peers else []
@@ -297,8 +305,10 @@ def main():
         import onnxruntime
         print(f"onnxruntime {onnxruntime.__version__}", end="; ")
     print(f"threads: {a.threads}; median of {a.rounds} interleaved rounds of {a.repeat} calls each")
-    cols = ["dnnc"] + peers
-    print(f"{'model':<12} {'shape':<16}" + "".join(f"{c + ' ms':>12}" for c in cols) +
+    variants = [v.split() for v in a.variant]
+    cols = ["dnnc"] + ["dnnc" + "".join(v) for v in variants] + peers
+    width = {c: max(12, len(c) + 5) for c in cols}
+    print(f"{'model':<12} {'shape':<16}" + "".join(f"{c + ' ms':>{width[c]}}" for c in cols) +
           f"{'dnnc/best':>10} {'max |diff|':>11}  notes")
     chosen = []
     for name in a.models.split(","):
@@ -308,13 +318,16 @@ def main():
     for name, model in chosen:
         with tempfile.TemporaryDirectory() as d:
             w = model.weights(rng)
-            tools = [Dnnc(a.dnnc, model, d, a.threads, a.repeat)]
-            tools[0].set_weights(w)
+            tools = [Dnnc(a.dnnc, model, d, a.threads, a.repeat, flags) for flags in [()] + variants]
+            for t in tools:
+                t.set_weights(w)
             makers = {"eager": Eager, "compile": Compiled}
             for p in peers:
                 tools.append(OnnxRuntime(model, w, d, a.repeat, a.threads) if p == "ort" else makers[p](model, w, d, a.repeat))
             for label, make_input in model.shapes:
                 x = make_input(rng)
+                if a.shapes and label not in a.shapes.split(";"):
+                    continue
                 times = {t.name: [] for t in tools}
                 outputs, notes = {}, []
                 for _ in range(a.rounds):
@@ -324,7 +337,7 @@ def main():
                         try:
                             ms, out = t.run(x)
                         except Exception as e:  # a peer that cannot run this model is reported, not fatal
-                            if t.name == "dnnc":
+                            if t.name.startswith("dnnc"):
                                 raise
                             notes.append(f"{t.name} failed: {str(e).splitlines()[0][:60]}")
                             outputs[t.name] = None
@@ -332,13 +345,13 @@ def main():
                         times[t.name].append(ms)
                         outputs[t.name] = out
                 med = {k: statistics.median(v) for k, v in times.items() if v}
-                best = min((v for k, v in med.items() if k != "dnnc"), default=None)
+                best = min((v for k, v in med.items() if not k.startswith("dnnc")), default=None)
                 ratio = med["dnnc"] / best if best else float("nan")
                 diff = max((float(np.abs(outputs["dnnc"].astype(np.float64) - o).max())
                             for k, o in outputs.items() if k != "dnnc" and o is not None), default=0.0)
                 if model.flops:
                     notes.append("GF/s: " + ", ".join(f"{k} {model.flops(x) / v / 1e6:.1f}" for k, v in med.items()))
-                row = "".join(f"{med[c]:>12.3f}" if c in med else f"{'-':>12}" for c in cols)
+                row = "".join(f"{med[c]:>{width[c]}.3f}" if c in med else f"{'-':>{width[c]}}" for c in cols)
                 print(f"{name:<12} {label:<16}{row}{ratio:>10.2f} {diff:>11.2e}  {'; '.join(notes)}", flush=True)
                 worst[name] = max(worst.get(name, 0.0), ratio) if not math.isnan(ratio) else worst.get(name, 0.0)
     if worst:

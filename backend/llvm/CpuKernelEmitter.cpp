@@ -1,5 +1,6 @@
 // The CPU's kernel emitter: the runtime's KernelFn signature, the parallel loop over the
-// chunk each call is handed, and GEMMs as vector FMA micro-kernels sized to the host.
+// chunk each call is handed, GEMMs as vector FMA micro-kernels sized to the host, and
+// attention as a tiled online softmax.
 #include "backend/llvm/KernelEmitter.h"
 
 #include <algorithm>
@@ -30,6 +31,7 @@ protected:
     collapsedChunk(nest);
   }
   void gemmStmt(const kir::Gemm &g) override;
+  void attentionStmt(const kir::Attention &a) override;
 
 private:
   void collapsedChunk(const std::vector<const kir::Stmt *> &nest);
@@ -268,6 +270,172 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
   b_.SetInsertPoint(doneBB);
   if (g.epilogue)
     stmt(*g.epilogue);
+}
+
+
+// The attention schedule, one query row at a time: the keys in tiles of kKeyTile, whose
+// scores (vector dot products over d) live in a stack array, never in memory the model
+// plans. Online softmax: a running max m and sum l; a tile with a larger max rescales l
+// and the output row (the accumulator, in cache) by exp(m_old - m_new) once per tile, not
+// per key. Causal: the key loop ends at the query's own index, so tiles past the diagonal
+// are never visited and the diagonal tile is cut short. The output row accumulates p v
+// one vector of dv at a time, held in a register across the tile's keys. A row whose
+// scores are all -inf keeps l = 0 and divides to NaN, as the unfused softmax does; with no
+// keys at all the row is 0, as the unfused matmul over an empty dim gives.
+void CpuKernelEmitter::attentionStmt(const kir::Attention &a) {
+  const int64_t kKeyTile = 64, kKeyGroup = 4;
+  const unsigned vw = vectorWidth_, kPvVectors = std::max(1u, 64 / vw);
+  llvm::Type *f32 = b_.getFloatTy();
+  auto *vec = llvm::FixedVectorType::get(f32, vw);
+  auto align = llvm::Align(4);
+  llvm::Value *Q = bufs_[a.q], *K = bufs_[a.k], *V = bufs_[a.v], *O = bufs_[a.o], *M = a.mask >= 0 ? bufs_[a.mask] : nullptr;
+  llvm::Value *qBase = index(a.qBase), *kBase = index(a.kBase), *vBase = index(a.vBase), *oBase = index(a.oBase);
+  llvm::Value *d = index(a.d), *dv = index(a.dv), *keys = index(a.keys), *row0 = index(a.row0);
+  llvm::Value *rowEnd = b_.CreateAdd(row0, index(a.rows));
+  llvm::Value *maskBase = M ? index(a.maskBase) : nullptr, *maskRow = M ? index(a.maskRow) : nullptr,
+              *maskCol = M ? index(a.maskCol) : nullptr;
+  llvm::Value *scale = llvm::ConstantFP::get(f32, a.scale), *zero = llvm::ConstantFP::get(f32, 0.0);
+  llvm::Value *minusInf = llvm::ConstantFP::getInfinity(f32, true), *zeroVec = llvm::Constant::getNullValue(vec);
+  llvm::AllocaInst *scores = entryAlloca(llvm::ArrayType::get(f32, kKeyTile), "scores");
+  scores->setAlignment(llvm::Align(64));
+  llvm::AllocaInst *runMax = entryAlloca(f32, "run.max"), *runSum = entryAlloca(f32, "run.sum"), *tileMax = entryAlloca(f32, "tile.max");
+  std::vector<llvm::AllocaInst *> acc;
+  for (unsigned u = 0; u < std::max<unsigned>(kKeyGroup, kPvVectors); ++u)
+    acc.push_back(entryAlloca(vec, "acc"));
+  std::vector<llvm::Constant *> lanes;
+  for (unsigned l = 0; l < vw; ++l)
+    lanes.push_back(b_.getInt64(l));
+  llvm::Value *iota = llvm::ConstantVector::get(lanes);
+  auto loadVec = [&](llvm::Value *ptr, llvm::Value *mask) -> llvm::Value * {
+    if (mask)
+      return b_.CreateMaskedLoad(vec, ptr, align, mask, zeroVec);
+    return b_.CreateAlignedLoad(vec, ptr, align);
+  };
+  auto storeVec = [&](llvm::Value *v, llvm::Value *ptr, llvm::Value *mask) {
+    if (mask)
+      b_.CreateMaskedStore(v, ptr, align, mask);
+    else
+      b_.CreateAlignedStore(v, ptr, align);
+  };
+  // body(x0, mask) over [0, n) in whole vectors, then one masked vector for the tail.
+  auto vectors = [&](const std::string &name, llvm::Value *n, const std::function<void(llvm::Value *, llvm::Value *)> &body) {
+    llvm::Value *whole = b_.CreateSub(n, b_.CreateURem(n, b_.getInt64(vw)));
+    forLoop(name, b_.getInt64(0), whole, vw, [&](llvm::Value *x0) { body(x0, nullptr); });
+    onlyIf(b_.CreateICmpSLT(whole, n), [&] {
+      body(whole, b_.CreateICmpSLT(b_.CreateAdd(b_.CreateVectorSplat(vw, whole), iota), b_.CreateVectorSplat(vw, n)));
+    });
+  };
+  auto at = [&](llvm::Value *base, llvm::Value *i) { return b_.CreateInBoundsGEP(f32, base, i); };
+  forLoop("att.i", row0, rowEnd, 1, [&](llvm::Value *i) {
+    llvm::Value *qRow = at(Q, b_.CreateAdd(qBase, b_.CreateMul(i, d))), *oRow = at(O, b_.CreateAdd(oBase, b_.CreateMul(i, dv)));
+    vectors("att.zero", dv, [&](llvm::Value *y0, llvm::Value *mask) { storeVec(zeroVec, at(oRow, y0), mask); });
+    b_.CreateStore(minusInf, runMax);
+    b_.CreateStore(zero, runSum);
+    llvm::Value *end = a.causal ? b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, keys, b_.CreateAdd(i, b_.getInt64(1))) : keys;
+    forLoop("att.j0", b_.getInt64(0), end, kKeyTile, [&](llvm::Value *j0) {
+      llvm::Value *n = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.getInt64(kKeyTile), b_.CreateSub(end, j0));
+      // Scores kKeyGroup keys at a time: as many independent FMA chains over d, sharing
+      // the loads of q's row; the group's remainder one key at a time.
+      auto scoreKeys = [&](llvm::Value *jj0, unsigned G) {
+        std::vector<llvm::Value *> kRows;
+        for (unsigned g = 0; g < G; ++g) {
+          kRows.push_back(at(K, b_.CreateAdd(kBase, b_.CreateMul(b_.CreateAdd(j0, b_.CreateAdd(jj0, b_.getInt64(g))), d))));
+          b_.CreateStore(zeroVec, acc[g]);
+        }
+        vectors("att.dot", d, [&](llvm::Value *x0, llvm::Value *mask) {
+          llvm::Value *qv = loadVec(at(qRow, x0), mask);
+          for (unsigned g = 0; g < G; ++g)
+            b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {qv, loadVec(at(kRows[g], x0), mask), b_.CreateLoad(vec, acc[g])}), acc[g]);
+        });
+        for (unsigned g = 0; g < G; ++g) {
+          llvm::Value *jj = b_.CreateAdd(jj0, b_.getInt64(g)), *j = b_.CreateAdd(j0, jj);
+          llvm::Value *dot;
+          {
+            llvm::IRBuilderBase::FastMathFlagGuard guard(b_);
+            llvm::FastMathFlags fm;
+            fm.setAllowReassoc();
+            b_.setFastMathFlags(fm);
+            dot = b_.CreateFAddReduce(zero, b_.CreateLoad(vec, acc[g]));
+          }
+          llvm::Value *s = b_.CreateFMul(dot, scale);
+          if (M)
+            s = b_.CreateFAdd(s, b_.CreateLoad(f32, at(M, b_.CreateAdd(maskBase, b_.CreateAdd(b_.CreateMul(i, maskRow), b_.CreateMul(j, maskCol))))));
+          b_.CreateStore(s, at(scores, jj));
+        }
+      };
+      llvm::Value *grouped = b_.CreateSub(n, b_.CreateSRem(n, b_.getInt64(kKeyGroup)));
+      forLoop("att.s", b_.getInt64(0), grouped, kKeyGroup, [&](llvm::Value *jj0) { scoreKeys(jj0, kKeyGroup); });
+      forLoop("att.s1", grouped, n, 1, [&](llvm::Value *jj) { scoreKeys(jj, 1); });
+      // The tile's max, a vector at a time (NaN propagates, as the unfused softmax's max;
+      // the lanes past n read -inf).
+      b_.CreateStore(llvm::ConstantVector::getSplat(llvm::ElementCount::getFixed(vw), llvm::cast<llvm::Constant>(minusInf)), acc[0]);
+      vectors("att.max", n, [&](llvm::Value *x0, llvm::Value *mask) {
+        llvm::Value *ptr = at(scores, x0), *infs = b_.CreateVectorSplat(vw, minusInf);
+        llvm::Value *x = mask ? static_cast<llvm::Value *>(b_.CreateMaskedLoad(vec, ptr, align, mask, infs)) : b_.CreateAlignedLoad(vec, ptr, align);
+        b_.CreateStore(b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, b_.CreateLoad(vec, acc[0]), x), acc[0]);
+      });
+      b_.CreateStore(b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, b_.CreateLoad(f32, runMax),
+                                              b_.CreateUnaryIntrinsic(llvm::Intrinsic::vector_reduce_fmaximum, b_.CreateLoad(vec, acc[0]))),
+                     tileMax);
+      // Rescale what the earlier tiles summed to the new max; an all -inf max shifts by 0
+      // (exp(-inf - -inf) would be NaN where the unfused softmax has no such term yet).
+      llvm::Value *newMax = b_.CreateLoad(f32, tileMax);
+      llvm::Value *shift = b_.CreateSelect(b_.CreateFCmpOEQ(newMax, minusInf), zero, newMax);
+      llvm::Value *corr = math(MathFn::Exp, {b_.CreateFSub(b_.CreateLoad(f32, runMax), shift)});
+      b_.CreateStore(b_.CreateFMul(b_.CreateLoad(f32, runSum), corr), runSum);
+      b_.CreateStore(newMax, runMax);
+      vectors("att.rescale", dv, [&](llvm::Value *y0, llvm::Value *mask) {
+        llvm::Value *ptr = at(oRow, y0);
+        storeVec(b_.CreateFMul(loadVec(ptr, mask), b_.CreateVectorSplat(vw, corr)), ptr, mask);
+      });
+      // p = exp(s - max) in place of the scores, summed (the vectorizer widens the exp).
+      markVectorize(forLoop("att.p", b_.getInt64(0), n, 1, [&](llvm::Value *jj) {
+        llvm::Value *p = math(MathFn::Exp, {b_.CreateFSub(b_.CreateLoad(f32, at(scores, jj)), shift)});
+        b_.CreateStore(p, at(scores, jj));
+        b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(f32, runSum), p), runSum);
+      }));
+      // o += p v over the tile's keys, a vector of the row at a time.
+      llvm::Value *vTile = at(V, b_.CreateAdd(vBase, b_.CreateMul(j0, dv)));
+      forLoop("att.pv", b_.getInt64(0), dv, kPvVectors * vw, [&](llvm::Value *y0) {
+        // kPvVectors vectors of the row stay in registers across the tile's keys, as many
+        // independent FMA chains; the block at the row's end is masked.
+        auto block = [&](bool masked) {
+          std::vector<llvm::Value *> masks(kPvVectors, nullptr), ptrs;
+          for (unsigned u = 0; u < kPvVectors; ++u) {
+            llvm::Value *y = b_.CreateAdd(y0, b_.getInt64(u * vw));
+            if (masked)
+              masks[u] = b_.CreateICmpSLT(b_.CreateAdd(b_.CreateVectorSplat(vw, y), iota), b_.CreateVectorSplat(vw, dv));
+            ptrs.push_back(at(oRow, y));
+            b_.CreateStore(loadVec(ptrs[u], masks[u]), acc[u]);
+          }
+          forLoop("att.pj", b_.getInt64(0), n, 1, [&](llvm::Value *jj) {
+            llvm::Value *p = b_.CreateVectorSplat(vw, b_.CreateLoad(f32, at(scores, jj)));
+            llvm::Value *vRow = at(vTile, b_.CreateAdd(b_.CreateMul(jj, dv), y0));
+            for (unsigned u = 0; u < kPvVectors; ++u)
+              b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {p, loadVec(at(vRow, b_.getInt64(u * vw)), masks[u]), b_.CreateLoad(vec, acc[u])}), acc[u]);
+          });
+          for (unsigned u = 0; u < kPvVectors; ++u)
+            storeVec(b_.CreateLoad(vec, acc[u]), ptrs[u], masks[u]);
+        };
+        auto *fullBB = llvm::BasicBlock::Create(ctx_, "pv.full", fn_), *tailBB = llvm::BasicBlock::Create(ctx_, "pv.tail", fn_),
+             *joinBB = llvm::BasicBlock::Create(ctx_, "pv.done", fn_);
+        b_.CreateCondBr(b_.CreateICmpSLE(b_.CreateAdd(y0, b_.getInt64(kPvVectors * vw)), dv), fullBB, tailBB);
+        for (bool masked : {false, true}) {
+          b_.SetInsertPoint(masked ? tailBB : fullBB);
+          block(masked);
+          b_.CreateBr(joinBB);
+        }
+        b_.SetInsertPoint(joinBB);
+      });
+    });
+    onlyIf(b_.CreateICmpSGT(keys, b_.getInt64(0)), [&] {
+      llvm::Value *l = b_.CreateVectorSplat(vw, b_.CreateLoad(f32, runSum));
+      vectors("att.norm", dv, [&](llvm::Value *y0, llvm::Value *mask) {
+        llvm::Value *ptr = at(oRow, y0);
+        storeVec(b_.CreateFDiv(loadVec(ptr, mask), l), ptr, mask);
+      });
+    });
+  });
 }
 
 } // namespace

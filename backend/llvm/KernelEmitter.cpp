@@ -419,6 +419,7 @@ void KernelEmitter::stmt(const kir::Stmt &s) {
         stmt(*c);
     });
   case kir::Stmt::Kind::Gemm: return gemmStmt(s.gemm);
+  case kir::Stmt::Kind::Attention: return attentionStmt(s.attention);
   case kir::Stmt::Kind::For: return forStmt(s);
   }
 }
@@ -436,13 +437,20 @@ void KernelEmitter::loopOver(const kir::Stmt &s, llvm::Value *start, llvm::Value
     vars_[s.var] = saved;
   });
   bool straight = std::none_of(s.body.begin(), s.body.end(), [](const kir::StmtPtr &c) { return c->kind == kir::Stmt::Kind::For; });
-  if (s.schedule == kir::Stmt::Schedule::Vectorize || (s.schedule == kir::Stmt::Schedule::Parallel && straight)) {
-    llvm::Metadata *enable[] = {llvm::MDString::get(ctx_, "llvm.loop.vectorize.enable"), llvm::ConstantAsMetadata::get(b_.getTrue())};
-    llvm::Metadata *ops[] = {nullptr, llvm::MDNode::get(ctx_, enable)};
-    llvm::MDNode *loopId = llvm::MDNode::getDistinct(ctx_, ops);
-    loopId->replaceOperandWith(0, loopId);
-    latch->setMetadata(llvm::LLVMContext::MD_loop, loopId);
-  }
+  if (s.schedule == kir::Stmt::Schedule::Vectorize || (s.schedule == kir::Stmt::Schedule::Parallel && straight))
+    markVectorize(latch);
+}
+
+void KernelEmitter::markVectorize(llvm::BranchInst *latch) {
+  llvm::Metadata *enable[] = {llvm::MDString::get(ctx_, "llvm.loop.vectorize.enable"), llvm::ConstantAsMetadata::get(b_.getTrue())};
+  llvm::Metadata *ops[] = {nullptr, llvm::MDNode::get(ctx_, enable)};
+  llvm::MDNode *loopId = llvm::MDNode::getDistinct(ctx_, ops);
+  loopId->replaceOperandWith(0, loopId);
+  latch->setMetadata(llvm::LLVMContext::MD_loop, loopId);
+}
+
+void KernelEmitter::attentionStmt(const kir::Attention &) {
+  throw InternalError("kernel " + k_.name + ": this target has no attention kernel (its schedule keeps the unfused ops)");
 }
 
 llvm::AllocaInst *KernelEmitter::entryAlloca(llvm::Type *t, const std::string &name) {

@@ -64,6 +64,9 @@ protected:
   // The base runs the loop serially over its whole extent.
   virtual void forStmt(const kir::Stmt &s);
   virtual void gemmStmt(const kir::Gemm &g) = 0;
+  // The base has none: only targets whose schedule makes attention ops (fusedAttention,
+  // backend/lower/Schedule.h) emit it; anything else is an internal error.
+  virtual void attentionStmt(const kir::Attention &a);
 
   // ---- function and ABI ----
   void beginFunction(const std::vector<llvm::Type *> &params);
@@ -103,6 +106,8 @@ protected:
   // the vectorizer when its schedule says so.
   void loopOver(const kir::Stmt &s, llvm::Value *start, llvm::Value *end, llvm::Value *step);
   llvm::AllocaInst *entryAlloca(llvm::Type *t, const std::string &name);
+  // Tells the loop vectorizer to widen the loop whose latch branch this is.
+  void markVectorize(llvm::BranchInst *latch);
 
   // for (i = start; i < end; i += step) body(i); returns the latch branch and leaves the
   // builder after the loop.

@@ -157,6 +157,7 @@ private:
   StmtPtr reduction();
   StmtPtr softmax();
   StmtPtr matmul(const ir::Op &mm);
+  StmtPtr attention();
   StmtPtr window(bool conv);
   StmtPtr copyFlat();
   // With `panels`, stores the [K, N] result in the prepacked GEMM panels (kir::Gemm::bPanels).
@@ -537,6 +538,58 @@ StmtPtr Lowering::matmul(const ir::Op &mm) {
   return loopNest(loopShape, oIdx, std::move(body));
 }
 
+// attention: one parallel task per (batch, block of kAttentionRowBlock query rows), each a
+// kir::Attention over its rows; q, k, v and the result share their batch dims, and the
+// mask's dims broadcast (a dim of 1 reads index 0, a stride of 0).
+StmtPtr Lowering::attention() {
+  const Dims &q = in(0), &k = in(1), &v = in(2);
+  size_t r = q.size(), batch = r - 2;
+  ExprRef tq = q[r - 2];
+  ExprRef blocks = sym::floorDiv(sym::add(tq, c(kAttentionRowBlock - 1)), c(kAttentionRowBlock));
+  ExprRef tasks = blocks, p = sym::var(kir::loopVar(next_++));
+  for (size_t a = 0; a < batch; ++a)
+    tasks = sym::mul(tasks, q[a]);
+  ExprRef batchFlat = sym::floorDiv(p, blocks);
+  Dims full(batch);
+  ExprRef stride = c(1);
+  for (size_t a = batch; a-- > 0;) {
+    full[a] = sym::mod(sym::floorDiv(batchFlat, stride), q[a]);
+    stride = sym::mul(stride, q[a]);
+  }
+  auto base = [&](const Dims &d) {
+    Dims idx(full);
+    idx.push_back(c(0));
+    idx.push_back(c(0));
+    return kir::flatIndex(d, idx);
+  };
+  kir::Attention att;
+  att.q = 0, att.k = 1, att.v = 2, att.o = out();
+  att.qBase = base(q), att.kBase = base(k), att.vBase = base(v), att.oBase = base(dims(out()));
+  att.row0 = sym::mul(sym::mod(p, blocks), c(kAttentionRowBlock));
+  att.rows = sym::min(c(kAttentionRowBlock), sym::sub(tq, att.row0));
+  att.keys = k[r - 2], att.d = q[r - 1], att.dv = v[r - 1];
+  att.scale = op_.has("scale") ? op_.get<double>("scale") : 1.0;
+  att.causal = op_.has("causal") && op_.get<bool>("causal");
+  if (op_.operands.size() > 3) {
+    const Dims &m = in(3);
+    size_t lead = r - m.size(); // the mask's axis a is the scores' axis lead + a
+    att.mask = 3, att.maskBase = c(0), att.maskRow = c(0), att.maskCol = c(0);
+    ExprRef s = c(1);
+    for (size_t a = m.size(); a-- > 0;) {
+      ExprRef st = m[a]->asConst() == 1 ? c(0) : s;
+      size_t axis = lead + a;
+      if (axis == r - 1)
+        att.maskCol = st;
+      else if (axis == r - 2)
+        att.maskRow = st;
+      else
+        att.maskBase = sym::add(att.maskBase, sym::mul(full[axis], st));
+      s = sym::mul(s, m[a]);
+    }
+  }
+  return kir::loop(p->asVar()->name, tasks, one(kir::attention(std::move(att))), Stmt::Schedule::Parallel);
+}
+
 // conv2d (other dtypes) and the pools: an accumulation over a window, skipping padded positions.
 StmtPtr Lowering::window(bool conv) {
   const Dims &x = dims(0), &o = dims(out());
@@ -757,6 +810,7 @@ std::optional<kir::Kernel> Lowering::run() {
   case OpKind::Softmax:
   case OpKind::LogSoftmax: body = softmax(); break;
   case OpKind::Matmul: body = matmul(op_); break;
+  case OpKind::Attention: body = attention(); break;
   case OpKind::Conv2d:
     if (schedule_.vectorizedConv2d && dtype(0) == DType::F32 && dtype(out()) == DType::F32) {
       Conv2d conv{dims(0), dims(1), dims(out()), intAttr("stride"), intAttr("padding"), intAttr("dilation"), intAttr("groups"), out()};
@@ -854,6 +908,10 @@ ExprRef workOf(const Stmt &s) {
   case Stmt::Kind::Gemm: {
     ExprRef w = sym::mul(sym::mul(s.gemm.rows, s.gemm.n), s.gemm.depth);
     return s.gemm.epilogue ? sym::add(w, workOf(*s.gemm.epilogue)) : w;
+  }
+  case Stmt::Kind::Attention: { // a dot product over d and an update over dv per (row, key)
+    const kir::Attention &a = s.attention;
+    return sym::mul(sym::mul(a.rows, a.keys), sym::add(a.d, a.dv));
   }
   case Stmt::Kind::For:
   case Stmt::Kind::Block:

@@ -527,6 +527,35 @@ std::vector<TensorType> indexRule(const RuleContext &c, DType dt) {
   return {{dt, out}};
 }
 
+// attention(q [..., Tq, d], k [..., Tk, d], v [..., Tk, dv] [, mask]) -> [..., Tq, dv]: q, k
+// and v share their batch dims (the pass proves it); the mask broadcasts to [..., Tq, Tk].
+std::vector<TensorType> attentionRule(const RuleContext &c, DType dt) {
+  const DimList &q = c.in(0).dims, &k = c.in(1).dims, &v = c.in(2).dims;
+  for (int i = 0; i < 3; ++i)
+    if (c.in(i).rank() < 2 || c.in(i).rank() != q.size())
+      c.error(DiagKind::Rank, fmt::format("'attention' needs q, k and v of one rank, 2 or more, not {}", typeText(c, i)));
+  auto same = [&](ExprRef a, ExprRef b, const std::string &what, int ia, int ib) {
+    if (!(a == b || c.analyzer.canProve(a, Rel::EQ, b)))
+      c.requireEqual(a, b, what, ia, ib);
+  };
+  size_t r = q.size();
+  for (size_t a = 0; a + 2 < r; ++a) {
+    same(q[a], k[a], fmt::format("dim {}", a), 0, 1);
+    same(q[a], v[a], fmt::format("dim {}", a), 0, 2);
+  }
+  same(q[r - 1], k[r - 1], "the head dims", 0, 1);
+  same(k[r - 2], v[r - 2], "the key counts", 1, 2);
+  DimList out = q;
+  out.back() = v.back();
+  if (c.op.operands.size() > 3) { // the additive mask broadcasts to the scores
+    DimList scores(q.begin(), q.end() - 1);
+    scores.push_back(k[r - 2]);
+    if (broadcastShapes(c, scores, c.in(3).dims, 0, 3).size() != scores.size())
+      c.error(DiagKind::Rank, fmt::format("the mask of 'attention' has more dims than its scores: {}", typeText(c, 3)));
+  }
+  return {{dt, out}};
+}
+
 const std::vector<OpInfo> &table() {
   static const std::vector<OpInfo> ops = [] {
     std::vector<OpInfo> v;
@@ -536,7 +565,7 @@ const std::vector<OpInfo> &table() {
               Squeeze = squeezeRule, Concat = concatRule, Stack = stackRule, Split = splitRule,
               Flatten = flattenRule, Pad = padRule, Take = takeRule, IndexAdd = indexAddRule, LikeFirst = likeFirstRule, Dropout = dropoutRule, OneHot = oneHotRule, Topk = topkRule,
               Resize = resizeRule, Nonzero = nonzeroRule, MaskedSelect = maskedSelectRule, Unique = uniqueRule,
-              Creation = creationRule, Arange = arangeRule, Index = indexRule;
+              Creation = creationRule, Arange = arangeRule, Index = indexRule, Attention = attentionRule;
     using namespace opflag;
     constexpr unsigned NoFlags = 0;
     constexpr GradRule NoGrad = nullptr;
@@ -639,6 +668,11 @@ sym::ExprRef flopCount(const Op &op) {
   switch (op.kind) {
   case OpKind::Matmul: // each result element: a dot product over the last dim of a
     return sym::mul(sym::constant(2), sym::mul(numel(op.results[0]->type), op.operands[0]->type.dims.back()));
+  case OpKind::Attention: { // q k^T and p v as the unfused matmuls count them (causal skips about half)
+    const auto &k = op.operands[1]->type.dims;
+    sym::ExprRef keys = k[k.size() - 2];
+    return sym::mul(sym::constant(2), sym::mul(keys, sym::add(numel(op.operands[0]->type), numel(op.results[0]->type))));
+  }
   case OpKind::Conv2d: { // each result element: C/groups * KH * KW multiply-adds, w's dims after the first
     const auto &w = op.operands[1]->type.dims;
     return sym::mul(sym::constant(2), sym::mul(numel(op.results[0]->type), sym::mul(w[1], sym::mul(w[2], w[3]))));

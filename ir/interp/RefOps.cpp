@@ -479,6 +479,56 @@ Tensor softmax(const RefContext &c, bool logarithm) {
   return r;
 }
 
+// attention: the unfused ops' values, each rounded to f32 where that op would store it
+// (the scores after q k^T, after the scale, the mask and the causal fill; the
+// probabilities), so that the op computes exactly what the ops it replaced did.
+Tensor attention(const RefContext &c) {
+  const Tensor &q = *c.in[0], &k = *c.in[1], &v = *c.in[2];
+  const Tensor *mask = c.in.size() > 3 ? c.in[3] : nullptr;
+  size_t r = q.shape.size();
+  int64_t tq = q.shape[r - 2], d = q.shape[r - 1], tk = k.shape[r - 2], dv = v.shape[r - 1];
+  Shape batch(q.shape.begin(), q.shape.end() - 2), outShape = batch;
+  outShape.push_back(tq);
+  outShape.push_back(dv);
+  Tensor out = Tensor::zeros(q.dtype, outShape);
+  double scale = c.floatAttr("scale", 1.0), fill = static_cast<float>(c.floatAttr("fill", -1e9));
+  bool causal = c.boolAttr("causal", false);
+  std::vector<double> s(static_cast<size_t>(tk));
+  forEach(batch, [&](const Shape &idx, size_t b) {
+    size_t qo = b * tq * d, ko = b * tk * d, vo = b * tk * dv, oo = b * tq * dv;
+    for (int64_t i = 0; i < tq; ++i) {
+      double mx = -INFINITY, sum = 0;
+      for (int64_t j = 0; j < tk; ++j) {
+        double dot = 0;
+        for (int64_t p = 0; p < d; ++p)
+          dot += q.get(qo + i * d + p) * k.get(ko + j * d + p);
+        double x = static_cast<float>(static_cast<float>(dot) * scale);
+        if (mask) {
+          Shape at = idx;
+          at.push_back(i);
+          at.push_back(j);
+          x = static_cast<float>(x + mask->get(broadcastFlat(*mask, at)));
+        }
+        if (causal && j > i)
+          x = fill;
+        s[j] = x;
+        mx = binaryFn(BinaryOp::Maximum, mx, x);
+      }
+      for (int64_t j = 0; j < tk; ++j)
+        sum += std::exp(s[j] - mx);
+      for (int64_t j = 0; j < tk; ++j)
+        s[j] = static_cast<float>(std::exp(s[j] - mx) / sum);
+      for (int64_t y = 0; y < dv; ++y) {
+        double acc = 0;
+        for (int64_t j = 0; j < tk; ++j)
+          acc += s[j] * v.get(vo + j * dv + y);
+        out.set(oo + i * dv + y, acc);
+      }
+    }
+  });
+  return out;
+}
+
 Tensor matmul(const RefContext &c) {
   Tensor a = *c.in[0], b = *c.in[1];
   bool vecA = a.shape.size() == 1, vecB = b.shape.size() == 1;
@@ -901,6 +951,7 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
   case OpKind::Softmax: return one(softmax(c, false));
   case OpKind::LogSoftmax: return one(softmax(c, true));
   case OpKind::Matmul: return one(matmul(c));
+  case OpKind::Attention: return one(attention(c));
   case OpKind::Conv2d: return one(conv2d(c));
   case OpKind::MaxPool2d: return one(pool2d(c, true));
   case OpKind::AvgPool2d: return one(pool2d(c, false));

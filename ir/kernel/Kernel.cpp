@@ -123,6 +123,12 @@ StmtPtr gemm(Gemm g) {
   return st;
 }
 
+StmtPtr attention(Attention a) {
+  auto st = makeStmt(Stmt::Kind::Attention);
+  st->attention = std::move(a);
+  return st;
+}
+
 StmtPtr reduceLoop(const std::string &var, sym::ExprRef extent, std::vector<StmtPtr> body, std::vector<Reduction> reductions) {
   StmtPtr st = loop(var, extent, std::move(body), Stmt::Schedule::Reduce);
   st->reductions = std::move(reductions);
@@ -165,6 +171,11 @@ void collectDims(const Stmt &s, std::set<std::string> &out) {
       collectDims(e, out);
   if (s.gemm.epilogue)
     collectDims(*s.gemm.epilogue, out);
+  if (s.kind == Stmt::Kind::Attention) {
+    const Attention &a = s.attention;
+    for (sym::ExprRef e : {a.qBase, a.kBase, a.vBase, a.oBase, a.maskBase, a.maskRow, a.maskCol, a.row0, a.rows, a.keys, a.d, a.dv})
+      collectDims(e, out);
+  }
   for (const StmtPtr &b : s.body)
     collectDims(*b, out);
 }
@@ -215,6 +226,18 @@ void printStmt(const Kernel &k, const Stmt &s, int depth, std::string &out) {
       out += pad + "  then:\n";
       printStmt(k, *g.epilogue, depth + 2, out);
     }
+    break;
+  }
+  case Stmt::Kind::Attention: {
+    const Attention &a = s.attention;
+    out += fmt::format("{}attention rows [{}, {} + {}) keys {}{} d {} dv {} scale {}:\n", pad, a.row0->str(), a.row0->str(),
+                       a.rows->str(), a.keys->str(), a.causal ? " (causal: j <= i)" : "", a.d->str(), a.dv->str(), a.scale);
+    out += fmt::format("{}  s(i, j) = sum_x b{}[{} + i*{} + x] * b{}[{} + j*{} + x] * scale", pad, a.q, a.qBase->str(), a.d->str(),
+                       a.k, a.kBase->str(), a.d->str());
+    if (a.mask >= 0)
+      out += fmt::format(" + b{}[{} + i*{} + j*{}]", a.mask, a.maskBase->str(), a.maskRow->str(), a.maskCol->str());
+    out += fmt::format("\n{}  b{}[{} + i*{} + y] = sum_j softmax_j(s(i, .)) * b{}[{} + j*{} + y]\n", pad, a.o, a.oBase->str(),
+                       a.dv->str(), a.v, a.vBase->str(), a.dv->str());
     break;
   }
   }

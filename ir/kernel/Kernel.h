@@ -58,6 +58,22 @@ struct Gemm {
   std::shared_ptr<const Stmt> epilogue;
 };
 
+// Attention over one block of query rows of one (batch, head) (the `attention` op, see
+// ir/transforms/FuseAttention.h), which each back end emits with its own schedule:
+//   s(i, j) = sum_x Q[q + i*d + x] * K[k + j*d + x] * scale  (+ M[mask + i*maskRow + j*maskCol])
+//   O[o + i*dv + y] = sum_j softmax_j(s(i, .)) * V[v + j*dv + y]
+// for i in [row0, row0 + rows), j in [0, keys), x in [0, d), y in [0, dv); with `causal`
+// only the keys j <= i take part (the rest have the fill value, whose weight is 0 unless
+// every visible score lies within 104 of it, where f32's exp underflows).
+struct Attention {
+  int q = -1, k = -1, v = -1, o = -1, mask = -1; // buffers (mask: -1 for none)
+  sym::ExprRef qBase = nullptr, kBase = nullptr, vBase = nullptr, oBase = nullptr, row0 = nullptr, rows = nullptr, keys = nullptr,
+               d = nullptr, dv = nullptr;
+  sym::ExprRef maskBase = nullptr, maskRow = nullptr, maskCol = nullptr; // with a mask
+  double scale = 1;
+  bool causal = false;
+};
+
 // A combine of a reduction loop: after the loop, partial values of `local` kept by
 // separate workers merge with `combine` (Add, Mul, Maximum, Minimum). With an `argLocal`,
 // `combine` is the comparison (Gt, Lt) that picked a better `local`, and `argLocal` the
@@ -70,7 +86,7 @@ struct Reduction {
 
 using StmtPtr = std::unique_ptr<Stmt>;
 struct Stmt {
-  enum class Kind { For, Store, Block, Let, Assign, If, Gemm };
+  enum class Kind { For, Store, Block, Let, Assign, If, Gemm, Attention };
   // Reduce: a loop whose iterations only fold values into `reductions`' locals, in any
   // order (serial on the CPU; split across a warp's lanes on the GPU).
   enum class Schedule { Serial, Parallel, Vectorize, Reduce };
@@ -83,6 +99,7 @@ struct Stmt {
   ValuePtr value;            // Store/Let/Assign value; If condition
   std::vector<StmtPtr> body; // For/Block/If
   Gemm gemm;                 // Gemm
+  Attention attention;       // Attention
   std::vector<Reduction> reductions; // For with Schedule::Reduce
 };
 
@@ -94,6 +111,7 @@ StmtPtr let(const std::string &name, ValuePtr v);
 StmtPtr assign(const std::string &name, ValuePtr v);
 StmtPtr when(ValuePtr cond, std::vector<StmtPtr> body);
 StmtPtr gemm(Gemm g);
+StmtPtr attention(Attention a);
 StmtPtr reduceLoop(const std::string &var, sym::ExprRef extent, std::vector<StmtPtr> body, std::vector<Reduction> reductions);
 
 struct Buffer {

@@ -5,6 +5,7 @@
 #include "ir/transforms/Autodiff.h"
 #include "ir/transforms/Dropout.h"
 #include "ir/transforms/ExecutionOrder.h"
+#include "ir/transforms/FuseAttention.h"
 #include "ir/transforms/Fusion.h"
 #include "ir/transforms/Prepack.h"
 
@@ -19,6 +20,7 @@ namespace {
 // The entry points Passes.def names: each adapts a pass's own function to PassInfo::run.
 void runDropoutMode(Graph &g, PassState &) { resolveDropout(g); }
 void runDifferentiate(Graph &g, PassState &) { differentiate(g); }
+void runFuseAttention(Graph &g, PassState &) { fuseAttention(g); }
 void runPrepack(Graph &g, PassState &) { prepackWeights(g); }
 void runFuse(Graph &g, PassState &) { fuseAll(g); }
 void runOrder(Graph &g, PassState &) { planExecutionOrder(g); }

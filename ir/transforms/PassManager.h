@@ -55,6 +55,7 @@ struct PassOptions {
   bool fuse = true;        // --no-fuse drops fusion from the default pipeline
   bool reorder = true;     // execution-order planning in the default pipeline
   bool prepack = false;    // prepack-weights in the default pipeline: the target's choice (its schedule)
+  bool attention = true;   // fuse-attention (--no-fuse-attention drops it; a target without the kernel too)
   bool verifyEach = false; // --verify-each
   // Pass names, or "all" for every pass (--print-before, --print-after).
   std::set<std::string> printBefore, printAfter;

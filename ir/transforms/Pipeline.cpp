@@ -9,6 +9,11 @@ std::vector<PassInfo> defaultPipeline(const PassOptions &options) {
   // Differentiation next, always: the backward ops it makes are ordinary ops that every
   // later pass (and the reference interpreter) treats like the forward ones.
   std::vector<PassInfo> passes{passInfo(PassId::DropoutMode), passInfo(PassId::Differentiate)};
+  // Attention after differentiation (the attention op has no gradient rule: a backward
+  // graph reads the probabilities, which keeps those ops unfused) and before anything that
+  // would see the scores as separate kernels.
+  if (options.attention)
+    passes.push_back(passInfo(PassId::FuseAttention));
   // Prepacking before fusion: a GEMM fused with its epilogue then reads the packed copy.
   if (options.prepack)
     passes.push_back(passInfo(PassId::Prepack));

@@ -101,7 +101,7 @@ class BadInputs(unittest.TestCase):
         os.environ["DNNC_MAX_MEMORY"] = "10000000"
         try:
             self.fails("transformer.dnn", ["--bind", "B=8,T=512", "--device", "cpu"],
-                       "out of memory: 88080384 bytes for the planned intermediates, more than the 10000000 bytes available")
+                       "out of memory: 29360128 bytes for the planned intermediates, more than the 10000000 bytes available")
         finally:
             os.environ.pop("DNNC_MAX_MEMORY")
 

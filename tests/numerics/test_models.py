@@ -75,7 +75,7 @@ class Models(unittest.TestCase):
              "ln_g": 1 + f32(rng, L, 2, D, scale=0.1), "ln_b": f32(rng, L, 2, D, scale=0.1),
              "wqkv": f32(rng, L, D, 3 * D, scale=0.05), "wo": f32(rng, L, D, D, scale=0.05),
              "w1": f32(rng, L, D, 4 * D, scale=0.05), "w2": f32(rng, L, 4 * D, D, scale=0.05)}
-        for b, t in ((1, 1), (2, 7), (3, 13)):
+        for b, t in ((1, 1), (2, 7), (3, 13), (1, 70)):  # T = 70: the fused attention's second key tile
             tokens = rng.integers(0, V, (b, t)).astype(np.int32)
             x = w["wte"][tokens].astype(np.float64) + w["wpe"][:t]
             for l in range(L):

@@ -3,6 +3,7 @@
 at several shapes (dims of 1, primes, sizes of 8 and more)."""
 import math
 import os
+import subprocess
 import tempfile
 import unittest
 
@@ -351,6 +352,86 @@ def make_reduction_test(name, expr, result, ref):
     return test
 
 
+# Attention as the fuse-attention pass (ir/transforms/FuseAttention.h) finds it, one model per
+# form: the stdlib's causal where with -1e9 (and its mirror spelling), no scale or mask, an
+# additive mask with rows fully masked (all -1e9: a uniform average of v) and one that
+# broadcasts over heads and queries (key padding). q f32[B, H, T, D], k f32[B, H, S, D],
+# v f32[B, H, S, E]. On ref and cpu the model runs as one attention op (the oracle's and the
+# CPU kernel: key tiles of 64, so T = 67 and 130 cross tiles), on cuda-sim as the unfused ops.
+# The NumPy twin rounds the scores to f32 where the ops store them (-1e9 + s is -1e9 in f32).
+# Tolerance: rtol = atol = 2e-5.
+ATTENTION_SHAPES = [(1, 1, 1, 1, 1, 1, 1), (2, 3, 7, 7, 5, 5, 3), (1, 2, 67, 67, 16, 16, 9), (2, 1, 130, 130, 64, 64, 64),
+                    (1, 2, 0, 0, 4, 4, 4), (1, 1, 5, 9, 3, 3, 2)]  # (B, H, T, S, D, D, E)
+ATTENTION_HEADER = "dim B; dim H; dim T in 0..4096; dim S in 0..4096; dim D; dim E;"
+CAUSAL = "unsqueeze(arange(T), 0) <= unsqueeze(arange(T), 1)"
+ATTENTION_MODELS = {  # name: (args, expression, scale, causal, mask shape (of B, H, T, S) or None, causal only when T = S)
+    "causal": ("q: f32[B, H, T, D], k: f32[B, H, T, D], v: f32[B, H, T, E]",
+               f"softmax(where({CAUSAL}, q @ transpose(k) * 0.125, -1e9), axis = -1) @ v", 0.125, True, None),
+    "causal_mirror": ("q: f32[B, H, T, D], k: f32[B, H, T, D], v: f32[B, H, T, E]",
+                      "softmax(where(unsqueeze(arange(T), 1) >= unsqueeze(arange(T), 0), 0.5 * (q @ transpose(k)), -1e9)) @ v",
+                      0.5, True, None),
+    "plain": ("q: f32[B, H, T, D], k: f32[B, H, S, D], v: f32[B, H, S, E]", "softmax(q @ transpose(k), axis = -1) @ v", 1.0, False, None),
+    "masked": ("q: f32[B, H, T, D], k: f32[B, H, S, D], v: f32[B, H, S, E], mask: f32[T, S]",
+               "softmax(q @ transpose(k) * 0.25 + mask, axis = -1) @ v", 0.25, False, lambda b, h, t, s: (t, s)),
+    "key_padding": ("q: f32[B, H, T, D], k: f32[B, H, S, D], v: f32[B, H, S, E], mask: f32[B, 1, 1, S]",
+                    "softmax(mask + q @ transpose(k), axis = -1) @ v", 1.0, False, lambda b, h, t, s: (b, 1, 1, s)),
+}
+
+
+def attention_ref(q, k, v, scale, causal, mask):
+    s = (q.astype(np.float64) @ np.swapaxes(k, -1, -2).astype(np.float64)).astype(np.float32) * np.float32(scale)
+    if mask is not None:
+        s = s + mask
+    if causal:
+        t = s.shape[-1]
+        s = np.where(np.arange(t)[None, :] <= np.arange(t)[:, None], s, np.float32(-1e9))
+    p = sm(s.astype(np.float64)) if s.shape[-1] else s.astype(np.float64)
+    return p @ v.astype(np.float64)
+
+
+class Attention(unittest.TestCase):
+    dnnc: Dnnc
+
+    def test_models_fuse(self):
+        # Every form becomes one attention op (what the CPU runs), the scores gone.
+        with tempfile.TemporaryDirectory() as d:
+            for name, (args, expr, _, _, _) in ATTENTION_MODELS.items():
+                model = write_model(d, f"attention_{name}", ATTENTION_HEADER, args, "f32[B, H, T, E]", expr)
+                p = subprocess.run([self.dnnc.exe, "emit", model, "--emit=opt"], capture_output=True, text=True, timeout=600)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertEqual(p.stdout.count("= attention("), 1, p.stdout)
+                self.assertNotIn("softmax(", p.stdout)
+
+
+def make_attention_test(name, args, expr, scale, causal, mask_shape):
+    def test(self):
+        rng = np.random.default_rng(13)
+        with tempfile.TemporaryDirectory() as d:
+            model = write_model(d, f"attention_{name}", ATTENTION_HEADER, args, "f32[B, H, T, E]", expr)
+            for b, h, t, s, dq, _, e in ATTENTION_SHAPES:
+                if causal:
+                    s = t
+                q, k, v = (rng.standard_normal(shape).astype(np.float32) for shape in ((b, h, t, dq), (b, h, s, dq), (b, h, s, e)))
+                inputs = {"q": q, "k": k, "v": v}
+                mask = None
+                if mask_shape:
+                    mask = (rng.standard_normal(mask_shape(b, h, t, s)) * 2).astype(np.float32)
+                    mask[(..., slice(None, None, 3), slice(None)) if name == "masked" else (..., slice(None, None, 2))] = -1e9
+                    if name == "masked" and t > 1:
+                        mask[1] = -1e9  # a row with every key masked
+                    inputs["mask"] = mask
+                outs, p = self.dnnc.run(model, None, inputs)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                want = attention_ref(q, k, v, scale, causal, mask)
+                self.assertEqual(outs[0].shape, want.shape)
+                assert_matches(outs[0], want, 2e-5, 2e-5, f"B={b}, H={h}, T={t}, S={s}, D={dq}, E={e}")
+    return test
+
+
+for _name, _model in ATTENTION_MODELS.items():
+    setattr(Attention, f"test_attention_{_name}", make_attention_test(_name, *_model))
+
+
 for _name, (_expr, _result, _ref) in REDUCTIONS.items():
     setattr(Ops, f"test_reduce_{_name}", make_reduction_test(_name, _expr, _result, _ref))
 
@@ -364,4 +445,4 @@ for _name, (_expr, _result, _ref) in OPS.items():
     setattr(Ops, f"test_{_name}", make_test(_name, _expr, _result, _ref))
 
 if __name__ == "__main__":
-    run_tests([Ops, Windows], verbosity=1)
+    run_tests([Ops, Windows, Attention], verbosity=1)

@@ -126,7 +126,7 @@ struct PassFlags {
 
 po::options_description passOptions(PassFlags &f) {
   po::options_description d("pass options");
-  d.add_options()("no-fuse", "one kernel per op (no fusion)")("verify-each", "verify the IR after every pass")(
+  d.add_options()("no-fuse", "one kernel per op (no fusion)")("no-fuse-attention", "keep attention as its separate ops (the scores stored)")("verify-each", "verify the IR after every pass")(
       "print-before", po::value(&f.printBefore)->composing(), "PASS[,PASS]: print the IR before these passes (or all), to stderr")(
       "print-after", po::value(&f.printAfter)->composing(), "PASS[,PASS]: print the IR after these passes (or all), to stderr");
   return d;
@@ -135,6 +135,7 @@ po::options_description passOptions(PassFlags &f) {
 // The pass options the flags ask for; false (with the usage error printed) for an unknown pass.
 bool readPassOptions(const po::variables_map &vm, const PassFlags &f, ir::PassOptions &out) {
   out.fuse = vm.count("no-fuse") == 0;
+  out.attention = vm.count("no-fuse-attention") == 0;
   out.verifyEach = vm.count("verify-each") > 0;
   for (auto [flags, names] : {std::pair{&f.printBefore, &out.printBefore}, std::pair{&f.printAfter, &out.printAfter}})
     for (const std::string &list : *flags) {
