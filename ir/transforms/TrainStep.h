@@ -27,6 +27,7 @@ struct TrainStep {
   std::vector<std::string> scalars; // the optimizer's scalar inputs: lr, and for Adam step_size = lr / (1 - β1^t), bc2_sqrt = sqrt(1 - β2^t)
   std::vector<std::string> params;  // the trained params
   size_t statesPerParam = 0;        // 0 (SGD), 1 (momentum), 2 (Adam: m, v)
+  std::vector<std::string> stateNames; // PyTorch's names of those: momentum_buffer; exp_avg, exp_avg_sq
 };
 
 // Rewrites `g` into its training step; DataError when the first output is not a float

@@ -19,7 +19,7 @@ SAFE_DTYPES = {np.dtype("float32"): "F32", np.dtype("float16"): "F16", np.dtype(
 def write_safetensors(path, tensors):
     header, blobs, offset = {}, [], 0
     for name, a in tensors.items():
-        a = np.ascontiguousarray(a)
+        a = np.ascontiguousarray(a).reshape(np.shape(a))  # ascontiguousarray makes a 0-d array 1-d
         raw = a.tobytes()
         header[name] = {"dtype": SAFE_DTYPES[a.dtype], "shape": list(a.shape), "data_offsets": [offset, offset + len(raw)]}
         blobs.append(raw)
