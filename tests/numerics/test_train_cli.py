@@ -12,6 +12,8 @@
 - SIGINT: a run interrupted while it checkpoints every step leaves complete, mutually
   consistent files and no temporary ones, and resumes from them; interrupted before its
   first checkpoint it leaves none.
+- docs/training.md's worked example (scripts/charlm.py's data, examples/train/charlm.dnn)
+  trains a few steps.
 """
 import json
 import os
@@ -140,6 +142,24 @@ class TrainCli(unittest.TestCase):
                 self.assertEqual(p.stdout, "")  # no step ran
                 self.assertTrue(p.stderr.startswith("dnnc: error: " + message), p.stderr)
                 self.assertFalse(os.path.exists(save))
+
+    def test_worked_example_trains(self):
+        """docs/training.md's worked example, shortened: scripts/charlm.py's folder of
+        variable-length windows of examples/data/lighthouse.txt trains
+        examples/train/charlm.dnn (a few steps, on the reference interpreter)."""
+        root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+        folder = self.path("charlm")
+        p = subprocess.run([sys.executable, os.path.join(root, "scripts", "charlm.py"), "data",
+                            os.path.join(root, "examples", "data", "lighthouse.txt"), folder, "--steps", "3", "--batch", "2"],
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        p = subprocess.run([self.exe, "train", os.path.join(root, "examples", "train", "charlm.dnn"), "--data", folder,
+                            "--optimizer", "adam", "--lr", "3e-3", "--device", "ref", "--json"], capture_output=True, text=True,
+                           timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        losses = [json.loads(v)["loss"] for v in p.stdout.splitlines()]
+        self.assertEqual(len(losses), 3)
+        self.assertTrue(all(0 < v < 10 for v in losses), losses)  # cross-entropy over 128 codes, from random weights
 
     # --save and --resume
 
