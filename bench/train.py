@@ -5,7 +5,9 @@ For the example transformer (B=8, T=128 and T=512) and the example LSTM (B=8, T=
 cross-entropy loss, one Adam step (lr 1e-3) from the same weights on the same data with the
 same thread count: dnnc's per-step time is the median of the `ms` that `dnnc train --json`
 logs for steps 2..N (one compile serves them all; the first step is not timed), PyTorch's
-the median of forward + backward + `optimizer.step()` over as many steps after one warm-up.
+the median of forward + backward + `optimizer.step()` over as many steps after one warm-up;
+the two alternate for --rounds rounds and each one's best round counts (the machine's
+load varies).
 The first step's losses are compared (they start from the same weights). PyTorch comes
 from the bench venv (bench/peers.py finds it the same way; without torch only dnnc's
 figures print).
@@ -151,13 +153,14 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--steps", type=int, default=6, help="steps per run (the first is not timed)")
     ap.add_argument("--models", default="transformer,lstm")
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds; each tool's best round counts")
     a = ap.parse_args()
     if HAVE_TORCH:
         torch.set_num_threads(a.threads)
         print(f"torch {torch.__version__} (MKL: {torch.backends.mkl.is_available()}); ", end="")
     else:
         print("torch is not installed: dnnc only; ", end="")
-    print(f"threads: {a.threads}; Adam, median of steps 2..{a.steps}")
+    print(f"threads: {a.threads}; Adam; per-step median of steps 2..{a.steps}, best of {a.rounds} interleaved rounds")
     print(f"{'model':<12} {'shape':<11} {'source':<22} {'dnnc ms':>9} {'torch ms':>9} {'dnnc/torch':>10} {'|loss diff|':>11}"
           f" {'arena MiB':>10} {'live MiB':>9} {'arena/live':>10}")
     rng = np.random.default_rng(0)
@@ -184,9 +187,16 @@ def main():
                 w = lstm_weights(rng)
                 data = {"xs": f32(rng, b, t, 64), "labels": np.eye(10, dtype=np.float32)[rng.integers(0, 10, b)]}
                 forward, loss_of = lstm_torch, lstm_loss
-            ms, loss = dnnc_step(a.dnnc, path, data, w, a.threads, a.steps, d)
+            ms, torch_ms = [], []
+            for _ in range(a.rounds):  # interleaved, so a change in the machine's load hits both alike
+                step_ms, loss = dnnc_step(a.dnnc, path, data, w, a.threads, a.steps, d)
+                ms.append(step_ms)
+                if HAVE_TORCH:
+                    step_ms, torch_loss = torch_step(forward, loss_of, data, w, a.steps)
+                    torch_ms.append(step_ms)
+            ms, torch_ms = min(ms), min(torch_ms) if torch_ms else float("nan")
+            torch_loss = torch_loss if HAVE_TORCH else float("nan")
             arena, live = planned_memory(a.dnnc, path, f"B={b}" + ("" if "const T" in src else f" T={t}"))
-            torch_ms, torch_loss = torch_step(forward, loss_of, data, w, a.steps) if HAVE_TORCH else (float("nan"), float("nan"))
             print(f"{name:<12} {f'B={b},T={t}':<11} {source:<22} {ms:>9.1f} {torch_ms:>9.1f} {ms / torch_ms:>10.2f} "
                   f"{abs(loss - torch_loss):>11.2e} {arena / 2**20:>10.1f} {live / 2**20:>9.1f} {arena / live:>10.2f}",
                   flush=True)

@@ -209,6 +209,8 @@ class TrainCli(unittest.TestCase):
             (self.train("--steps", "4", "--resume", save + ".state", "--weights", save), 2,
              "--resume continues from the params in its checkpoint: it takes no --weights"),
             (self.train("--steps", "4", "--save-every", "2"), 2, "--save-every needs --save OUT"),
+            (self.train("--batch", "4", data=["--data", self.d]), 2,
+             f"--batch slices NAME=X.npy data; the batches of --data {self.d} are its step folders"),
         ]
         state = read_safetensors(save + ".state")
         state["w1"] = state["w1"][:3]

@@ -289,7 +289,9 @@ private:
     backend::CompileOptions options = compile_;
     options.constantParams = false;
     t.plan = std::move(*backend::lowerFor(*t.graph, *backend::findTarget("cpu"), options).plan);
-    t.total = model_->analyzer.simplify(sym::add(sym::add(sym::add(t.params, t.state), sym::add(t.inputs, t.outputs)), t.plan.arena));
+    // Not through the analyzer: its simplify is exponential in a training step's nest of
+    // max(...) (an unrolled 4-step LSTM took minutes); sym::add already folds the sums.
+    t.total = sym::add(sym::add(sym::add(t.params, t.state), sym::add(t.inputs, t.outputs)), t.plan.arena);
     return &trainPlans_.emplace(key, std::move(t)).first->second;
   }
 
@@ -319,6 +321,9 @@ private:
     const TrainMemory *t = trainMemory(optimizer.empty() ? "adam" : optimizer);
     if (!t)
       return;
+    // As bytesText, but with nothing bound the formula prints as sym::add built it (see
+    // trainMemory on the analyzer).
+    auto bytesText = [&](sym::ExprRef e) { return binding_.empty() ? e->str() : this->bytesText(e); };
     std::string states = fmt::format("{}", fmt::join(t->step.stateNames, ", "));
     out(fmt::format("training step ({}, no recomputation): {} bytes", optimizer.empty() ? "adam" : optimizer, bytesText(t->total)));
     out(fmt::format("  params: {} bytes ({} tensors, {} trained)", bytesText(t->params), t->paramCount, t->step.params.size()));

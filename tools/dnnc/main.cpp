@@ -576,8 +576,13 @@ int cmdTrain(int argc, char **argv) {
     return kUsage;
   }
   o.optimizer.kind = kind->kind;
-  if (data.size() == 1 && data[0].find('=') == std::string::npos) // --data DIR
+  if (data.size() == 1 && data[0].find('=') == std::string::npos) { // --data DIR
     o.dataDir = data[0];
+    if (vm.count("batch")) {
+      std::cerr << "dnnc: error: --batch slices NAME=X.npy data; the batches of --data " << o.dataDir << " are its step folders\n";
+      return kUsage;
+    }
+  }
   if (!readPassOptions(vm, flags, o.compile.passes) || !readThreads(vm, threads, threadCount) ||
       (o.dataDir.empty() && !readNamedFiles(data, "--data", o.data)))
     return kUsage;
