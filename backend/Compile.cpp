@@ -1,10 +1,13 @@
 // The compile sequence (see Compile.h).
 #include "backend/Compile.h"
 
+#include <atomic>
 #include <unordered_set>
 
 namespace dnnc::backend {
 namespace {
+
+std::atomic<size_t> compiledKernels{0};
 
 // The plan in the runtime's terms: offsets by value, the late arena's members.
 rt::ArenaPlan arenaPlan(const ir::MemoryPlan &plan) {
@@ -47,12 +50,15 @@ Lowered lowerFor(ir::Graph &g, const Target &target, const CompileOptions &optio
 
 std::unique_ptr<rt::Executable> compile(ir::Graph &g, const Target &target, const CompileOptions &options) {
   Lowered lowered = lowerFor(g, target, options);
+  compiledKernels += lowered.kernels.kernelInfos().size();
   auto exe = std::make_unique<rt::Executable>(g, lowered.kernels.kernelOf(), lowered.kernels.kernelInfos(),
                                               target.makeDevice(lowered.kernels, options.target));
   if (lowered.plan)
     exe->setArenaPlan(arenaPlan(*lowered.plan));
   return exe;
 }
+
+size_t kernelsCompiled() { return compiledKernels.load(); }
 
 void buildArtifact(ir::Graph &g, const Target &target, const CompileOptions &options, const std::string &path) {
   Lowered lowered = lowerFor(g, target, options);

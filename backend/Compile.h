@@ -32,6 +32,10 @@ Lowered lowerFor(ir::Graph &g, const Target &target, const CompileOptions &optio
 
 // Compiled now, on a new device of `target`.
 std::unique_ptr<rt::Executable> compile(ir::Graph &g, const Target &target, const CompileOptions &options);
+// How many kernels compile() has compiled in this process, all calls together: what
+// `dnnc train --verbose` reads before and after its steps to show that no batch shape
+// compiled anything again.
+size_t kernelsCompiled();
 // `dnnc build`: compiled into an artifact (runtime/Artifact.h) at `path`.
 void buildArtifact(ir::Graph &g, const Target &target, const CompileOptions &options, const std::string &path);
 

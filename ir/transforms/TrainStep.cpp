@@ -52,13 +52,15 @@ TrainStep makeTrainStep(Graph &g, const Optimizer &opt) {
     step.rng = true;
     trainDropouts(dropouts, input("rng", {DType::I64, {sym::constant(2)}}));
   }
-  step.statesPerParam = adam ? 2 : opt.kind == Optimizer::Kind::Momentum ? 1 : 0;
+  step.stateNames = adam ? std::vector<std::string>{"exp_avg", "exp_avg_sq"}
+                         : opt.kind == Optimizer::Kind::Momentum ? std::vector<std::string>{"momentum_buffer"}
+                                                                 : std::vector<std::string>{};
+  step.statesPerParam = step.stateNames.size();
   std::vector<std::vector<Value *>> states;
   for (size_t i = 0; i < params.size(); ++i) {
     states.emplace_back();
-    for (size_t k = 0; k < step.statesPerParam; ++k)
-      states.back().push_back(input(fmt::format("{}.{}", step.params[i], adam ? (k ? "exp_avg_sq" : "exp_avg") : "momentum_buffer"),
-                                    params[i]->type));
+    for (const std::string &state : step.stateNames)
+      states.back().push_back(input(fmt::format("{}.{}", step.params[i], state), params[i]->type));
   }
   // d loss / d params: a grad op for the differentiate pass.
   Op *grad = g.newOp(OpKind::Grad, loc);

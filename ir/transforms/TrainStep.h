@@ -28,6 +28,7 @@ struct TrainStep {
   std::vector<std::string> params;  // the trained params
   size_t statesPerParam = 0;        // 0 (SGD), 1 (momentum), 2 (Adam: m, v)
   bool rng = false;                 // an input `rng` (i64[2]: --seed, the step from 1) follows the scalars (a dropout trains)
+  std::vector<std::string> stateNames; // PyTorch's names of those: momentum_buffer; exp_avg, exp_avg_sq
 };
 
 // Rewrites `g` into its training step; DataError when the first output is not a float

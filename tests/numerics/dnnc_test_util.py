@@ -36,7 +36,7 @@ def dropout_keep(shape, p, seed=0, step=0, stream=0):
 def write_safetensors(path, tensors):
     header, blobs, offset = {}, [], 0
     for name, a in tensors.items():
-        a = np.ascontiguousarray(a)
+        a = np.ascontiguousarray(a).reshape(np.shape(a))  # ascontiguousarray makes a 0-d array 1-d
         raw = a.tobytes()
         header[name] = {"dtype": SAFE_DTYPES[a.dtype], "shape": list(a.shape), "data_offsets": [offset, offset + len(raw)]}
         blobs.append(raw)

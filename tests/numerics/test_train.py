@@ -225,11 +225,39 @@ class Train(unittest.TestCase):
             np.testing.assert_allclose(losses[device], losses["ref"], rtol=1e-3, err_msg=device)
 
     def test_log_lines(self):
+        """The spec's log line with the metrics after the time; stderr is not a terminal
+        here, so no progress bar (stderr stays empty)."""
         p = self.dnnc_train("--steps", "3", "--batch", "4", "--device", "cpu", "--log-every", "2")
         self.assertEqual(p.returncode, 0, p.stderr)
         lines = p.stdout.splitlines()
         self.assertEqual(len(lines), 2, p.stdout)  # steps 2 and 3 (the last is always logged)
-        self.assertRegex(lines[0], r"^step 2/3  loss [0-9.e+-]+  [0-9.]+ ms/step$")
+        self.assertRegex(lines[0], r"^step 2/3  loss [0-9]+\.[0-9]{4}  [0-9.]+ ms/step  accuracy [0-9]\.[0-9]{4}$")
+        self.assertEqual(p.stderr, "")
+
+    def test_progress_bar_on_a_terminal(self):
+        """With stderr a terminal (a pseudo-terminal here) a bar is drawn there, and
+        stdout carries the same log lines as without one."""
+        import pty
+        master, slave = pty.openpty()
+        d = self.dir.name
+        with subprocess.Popen([self.exe, "train", os.path.join(d, "m.dnn"), "--data", f"x={d}/x.npy", "--data", f"y={d}/y.npy",
+                               "--steps", "3", "--batch", "4", "--device", "ref"], stdout=subprocess.PIPE, stderr=slave,
+                              text=True) as p:
+            os.close(slave)
+            out, _ = p.communicate(timeout=300)
+            err = b""
+            while True:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:  # the terminal's other side closed
+                    break
+                if not chunk:
+                    break
+                err += chunk
+        os.close(master)
+        self.assertEqual(p.returncode, 0)
+        self.assertEqual(len(out.splitlines()), 3, out)
+        self.assertIn(b"[" + b"#" * 30 + b"] 3/3  loss ", err)
 
     def test_errors(self):
         d = self.dir.name

@@ -6,6 +6,7 @@
 #include "ir/transforms/TrainStep.h"
 
 #include <map>
+#include <optional>
 #include <ostream>
 #include <string>
 
@@ -40,15 +41,21 @@ int runModel(Program &p, const RunOptions &o);
 // lines; then the executor's own time and the total. `order`: "time" or "order".
 void printProfile(const ir::Graph &g, rt::Executable &exe, const std::string &order, std::ostream &os);
 struct TrainOptions {
-  std::string model, weights, save, device = "auto";
+  std::string model, weights, save, resume, device = "auto";
   std::vector<std::pair<std::string, std::string>> data; // NAME=FILE.npy
-  int64_t batch = 32, epochs = 1, steps = 0, logEvery = 1;
+  std::string dataDir;                                   // --data DIR: per-step batches DIR/000000/NAME.npy, ...
+  int64_t batch = 32, epochs = 1, steps = 0, logEvery = 1, saveEvery = 0;
   double lr = 1e-3;
   ir::Optimizer optimizer;
+  std::string optimizerName = "sgd";
   uint64_t seed = 0;
-  bool json = false;
+  bool json = false, verbose = false;
   backend::CompileOptions compile;
 };
+// An optimizer by its --optimizer/--train/:mem train name (sgd, momentum, adam, adamw),
+// with the default hyperparameters; nullopt for any other name.
+std::optional<ir::Optimizer> parseOptimizer(const std::string &name);
+std::string unknownOptimizer(const std::string &name); // the error for one
 // `dnnc train` (docs/training.md).
 int trainModel(Program &p, const TrainOptions &o);
 // `dnnc run ARTIFACT`: loads and runs a `dnnc build` artifact with no compiling.

@@ -1,14 +1,18 @@
 // `dnnc repl`: shape queries on a loaded model; nothing runs.
 #include "backend/Compile.h"
 #include "ir/graph/Serialize.h"
+#include "ir/transforms/Autodiff.h"
 #include "tools/dnnc/Driver.h"
 #include "tools/dnnc/Repl.h"
 
 #include <editline/readline.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
+#include <set>
 #include <cmath>
 #include <cstdlib>
 #include <optional>
@@ -32,6 +36,12 @@ const char *kHelp = R"(commands:
                         bound), params/inputs/outputs totals and the largest buffers
   :solve mem <= 16GiB for B
                         the largest B (other dims bound) whose arena fits
+  :mem train [adam]     the memory of one training step (dnnc train; sgd, momentum, adam or
+                        adamw, default adam), no recomputation: params + optimizer state +
+                        inputs + the step's outputs + its arena (gradients, stashed
+                        activations and workspace), each a formula of the dims
+  :solve train mem <= 16GiB for B
+                        the largest B whose training step (adam) fits
   :help                 this text
   :quit                 leave
 )";
@@ -114,10 +124,16 @@ private:
       dims();
     else if (cmd == ":class")
       shapeClass(arg);
-    else if (cmd == ":mem")
+    else if (cmd == ":mem" && arg.rfind("train", 0) == 0)
+      memTrain(trim(arg.substr(5)));
+    else if (cmd == ":mem" && arg.empty())
       mem();
+    else if (cmd == ":mem")
+      error(fmt::format(":mem takes nothing or 'train [OPTIMIZER]', not '{}'", arg));
+    else if (cmd == ":solve" && arg.rfind("train", 0) == 0)
+      solveTrain(arg.substr(5));
     else if (cmd == ":solve")
-      solve(arg);
+      solve(arg, plan().arena, "the arena");
     else
       error(fmt::format("unknown command '{}'; :help lists them", cmd));
     return true;
@@ -225,6 +241,105 @@ private:
       it = plans_.emplace(model_, std::move(p)).first;
     }
     return it->second.plan;
+  }
+
+  // A training step's memory (`:mem train`), made from a copy of the model as `dnnc train`
+  // makes it (ir/transforms/TrainStep.h; params change every step, so nothing prepacks),
+  // once per model and optimizer.
+  struct TrainMemory {
+    std::unique_ptr<ir::Graph> graph;
+    ir::MemoryPlan plan;
+    ir::TrainStep step;
+    size_t paramCount = 0;
+    sym::ExprRef params, trained, state, stash, inputs, outputs, total;
+  };
+  const TrainMemory *trainMemory(const std::string &optimizer) {
+    auto key = std::make_pair(model_, optimizer);
+    auto it = trainPlans_.find(key);
+    if (it != trainPlans_.end())
+      return &it->second;
+    std::optional<ir::Optimizer> opt = parseOptimizer(optimizer);
+    if (!opt) {
+      error(unknownOptimizer(optimizer));
+      return nullptr;
+    }
+    TrainMemory t;
+    t.graph = ir::cloneGraph(*model_->graph);
+    try {
+      t.step = ir::makeTrainStep(*t.graph, *opt);
+    } catch (const DataError &e) {
+      error(e.what());
+      return nullptr;
+    }
+    ir::Region &body = t.graph->body;
+    std::vector<const ir::Value *> params, trained, state, inputs;
+    for (const ir::Op *op : body.ops)
+      if (op->kind == ir::OpKind::Param) {
+        params.push_back(op->results[0]);
+        if (std::count(t.step.params.begin(), t.step.params.end(), op->get<std::string>("name")))
+          trained.push_back(op->results[0]);
+      }
+    t.paramCount = params.size();
+    for (size_t k = 0; k < body.args.size(); ++k) // the optimizer's scalars (lr, ...) count as inputs
+      (k < t.step.modelInputs + t.step.scalars.size() ? inputs : state).push_back(body.args[k]);
+    t.params = totalBytes(params), t.trained = totalBytes(trained), t.inputs = totalBytes(inputs);
+    t.state = totalBytes(state);
+    t.outputs = totalBytes(body.yields);
+    t.stash = stashedBytes(*t.graph);
+    backend::CompileOptions options = compile_;
+    options.constantParams = false;
+    t.plan = std::move(*backend::lowerFor(*t.graph, *backend::findTarget("cpu"), options).plan);
+    // Not through the analyzer: its simplify is exponential in a training step's nest of
+    // max(...) (an unrolled 4-step LSTM took minutes); sym::add already folds the sums.
+    t.total = sym::add(sym::add(sym::add(t.params, t.state), sym::add(t.inputs, t.outputs)), t.plan.arena);
+    return &trainPlans_.emplace(key, std::move(t)).first->second;
+  }
+
+  // The forward values the backward pass reads (without recomputation, each is kept from
+  // where the forward pass makes it until the backward pass is done with it): on a copy
+  // differentiated but not yet fused, the results of ops before the grad op that an op
+  // made by differentiation uses. Params are counted as params.
+  sym::ExprRef stashedBytes(const ir::Graph &step) {
+    std::unique_ptr<ir::Graph> g = ir::cloneGraph(step);
+    std::set<const ir::Op *> forward;
+    for (const ir::Op *op : g->body.ops) {
+      if (op->kind == ir::OpKind::Grad)
+        break;
+      forward.insert(op);
+    }
+    ir::differentiate(*g);
+    std::set<const ir::Value *> stashed;
+    for (const ir::Op *op : g->body.ops)
+      if (!forward.count(op))
+        for (const ir::Value *v : op->operands)
+          if (v->def && forward.count(v->def) && v->def->kind != ir::OpKind::Param)
+            stashed.insert(v);
+    return totalBytes(stashed);
+  }
+
+  void memTrain(const std::string &optimizer) {
+    const TrainMemory *t = trainMemory(optimizer.empty() ? "adam" : optimizer);
+    if (!t)
+      return;
+    // As bytesText, but with nothing bound the formula prints as sym::add built it (see
+    // trainMemory on the analyzer).
+    auto bytesText = [&](sym::ExprRef e) { return binding_.empty() ? e->str() : this->bytesText(e); };
+    std::string states = fmt::format("{}", fmt::join(t->step.stateNames, ", "));
+    out(fmt::format("training step ({}, no recomputation): {} bytes", optimizer.empty() ? "adam" : optimizer, bytesText(t->total)));
+    out(fmt::format("  params: {} bytes ({} tensors, {} trained)", bytesText(t->params), t->paramCount, t->step.params.size()));
+    out(fmt::format("  optimizer state: {} bytes ({})", bytesText(t->state), states.empty() ? "none" : states));
+    out(fmt::format("  inputs (and the optimizer's scalars): {} bytes; the step's outputs (loss, metrics, updated params and state): {} bytes", bytesText(t->inputs),
+                    bytesText(t->outputs)));
+    out(fmt::format("  arena: {} bytes, planned over the forward and backward passes; in it:", bytesText(t->plan.arena)));
+    out(fmt::format("    gradients: {} bytes", bytesText(t->trained)));
+    out(fmt::format("    stashed activations: {} bytes (forward values the backward pass reads)", bytesText(t->stash)));
+    if (sym::evaluate(t->plan.arena, binding_))
+      out(fmt::format("  most live at once: {} bytes (the arena's lower bound)", t->plan.liveLowerBound(binding_)));
+  }
+
+  void solveTrain(const std::string &text) {
+    if (const TrainMemory *t = trainMemory("adam"))
+      solve(text, t->total, "the training step");
   }
 
   // An expression under the binding: a number when every dim is bound.
@@ -352,12 +467,13 @@ private:
     return q;
   }
 
-  // The arena grows with every dim, so a binary search over the dim's range finds the
-  // largest value that fits. An arena beyond 64 bits exceeds every limit.
-  void solve(const std::string &text) {
+  // `bytes` (the arena, or a training step's total) grows with every dim, so a binary
+  // search over the dim's range finds the largest value that fits. Bytes beyond 64 bits
+  // exceed every limit.
+  void solve(const std::string &text, sym::ExprRef bytes, const std::string &what) {
     auto q = parseSolve(text);
     if (!q) {
-      error("usage: :solve mem <= SIZE[B|KiB|MiB|GiB|TiB] for DIM, e.g. :solve mem <= 16GiB for B");
+      error("usage: :solve [train] mem <= SIZE[B|KiB|MiB|GiB|TiB] for DIM, e.g. :solve mem <= 16GiB for B");
       return;
     }
     const std::map<std::string, double> units{{"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
@@ -374,17 +490,16 @@ private:
       error(fmt::format("model '{}' has no dim '{}'", model_->name, dim));
       return;
     }
-    const ir::MemoryPlan &p = plan();
-    for (const std::string &n : sym::freeVars(p.arena))
+    for (const std::string &n : sym::freeVars(bytes))
       if (n != dim && !binding_.count(n)) {
-        error(fmt::format("the arena also depends on {}: bind it first (:bind {}=...)", n, n));
+        error(fmt::format("{} also depends on {}: bind it first (:bind {}=...)", what, n, n));
         return;
       }
     Binding b = binding_;
     // The arena's bytes at dim = v; nullopt when they do not fit in 64 bits.
     auto arenaAt = [&](int64_t v) {
       b[dim] = v;
-      return sym::evaluate(p.arena, b);
+      return sym::evaluate(bytes, b);
     };
     auto fits = [&](std::optional<int64_t> bytes) { return bytes && static_cast<double>(*bytes) <= limit; };
     auto needs = [](std::optional<int64_t> bytes) {
@@ -408,7 +523,7 @@ private:
       (fits(arenaAt(mid)) ? lo : hi) = mid;
     }
     if (!arenaAt(hi)) // the budget was not what stopped the search
-      out(fmt::format("{} = {} (at {} = {} the arena needs more than 2^63 - 1 bytes, which dnnc does not size)", dim, lo, dim, hi));
+      out(fmt::format("{} = {} (at {} = {} {} needs more than 2^63 - 1 bytes, which dnnc does not size)", dim, lo, dim, hi, what));
     else
       out(fmt::format("{} = {}", dim, lo));
   }
@@ -416,6 +531,7 @@ private:
   std::vector<std::string> includes_;
   backend::CompileOptions compile_; // how :mem's plan is made
   std::map<const ModelInfo *, Planned> plans_;
+  std::map<std::pair<const ModelInfo *, std::string>, TrainMemory> trainPlans_;
   bool interactive_;
   std::unique_ptr<Program> program_;
   ModelInfo *model_ = nullptr;

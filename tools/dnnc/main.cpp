@@ -42,7 +42,7 @@ commands:
                                   compile a model into an artifact the runtime loads
   run FILE [--weights W] [--input NAME=X.npy]... [--bind B=2] [--out DIR] [--device auto|cpu|cuda|ref] [--seed N]
                                   compile a model (or load an artifact) and run it
-  train FILE --data NAME=X.npy... [--batch N] [--epochs E | --steps S] [--optimizer sgd|momentum|adam|adamw] [--lr X] [--save OUT]
+  train FILE --data NAME=X.npy...|DIR [--batch N] [--epochs E | --steps S] [--optimizer sgd|momentum|adam|adamw] [--lr X] [--save OUT] [--resume OUT.state]
                                   train a model's params (its first output is the loss)
   repl [FILE]                     the shape-query REPL
 
@@ -230,17 +230,19 @@ int cmdShapes(int argc, char **argv) {
 int cmdEmit(int argc, char **argv) {
   CommonOptions c;
   PassFlags flags;
-  std::string stage, out, targetName = "cpu";
+  std::string stage, out, targetName = "cpu", train;
   backend::CompileOptions options;
   po::options_description desc = commonOptions(c);
   desc.add_options()("emit", po::value(&stage)->required(),
                      "the stage: ast, ir, ir-json (the graph IR as JSON, for dnnc opt), opt (after fusion), kernels, llvm, ptx or plan (the memory plan)")(
       "target", po::value(&targetName), "for --emit=llvm: cpu (this host, the default) or cuda")(
       "arch", po::value(&options.target.arch), "the GPU architecture for PTX (default sm_80)")(
-      "output,o", po::value(&out), "write to this file, not stdout");
+      "output,o", po::value(&out), "write to this file, not stdout")(
+      "train", po::value(&train)->implicit_value("sgd"),
+      "emit each model's training step, as dnnc train compiles it, with this optimizer (sgd, the default, momentum, adam or adamw)");
   desc.add(passOptions(flags));
   po::variables_map vm;
-  const char *usage = "usage: dnnc emit FILE --emit=ast|ir|ir-json|grad|opt|kernels|llvm|ptx|plan [--target cpu|cuda] [--arch sm_90] [--no-fuse] [-o OUT]\n";
+  const char *usage = "usage: dnnc emit FILE --emit=ast|ir|ir-json|grad|opt|kernels|llvm|ptx|plan [--target cpu|cuda] [--arch sm_90] [--no-fuse] [--train[=OPTIMIZER]] [-o OUT]\n";
   if (int rc = parseOptions(argc, argv, desc, usage, true, c, vm); rc >= 0)
     return rc;
   const std::vector<std::string> stages{"ast", "ir", "ir-json", "grad", "opt", "kernels", "llvm", "ptx", "plan"};
@@ -254,10 +256,31 @@ int cmdEmit(int argc, char **argv) {
     return kUsage;
   if (stage == "ptx") // PTX is the cuda target's, whatever --target says
     target = backend::findTarget("cuda");
+  std::optional<ir::Optimizer> optimizer;
+  if (vm.count("train")) {
+    optimizer = parseOptimizer(train);
+    if (!optimizer) {
+      std::cerr << "dnnc: error: " << unknownOptimizer(train) << "\n";
+      return kUsage;
+    }
+    if (stage == "ast") {
+      std::cerr << "dnnc: error: --train makes a training step of the graph IR; --emit=ast is the syntax tree\n";
+      return kUsage;
+    }
+  }
   Program p;
   DiagnosticEngine diags(p.sources());
   if (!loadProgram(p, c, diags))
     return kUserError;
+  if (optimizer) {
+    try {
+      for (ModelInfo &m : p.models())
+        ir::makeTrainStep(*m.graph, *optimizer);
+    } catch (const DataError &e) {
+      std::cerr << "dnnc: error: " << e.what() << "\n";
+      return kUserError;
+    }
+  }
   std::string text;
   if (stage == "ast") {
     DiagnosticEngine parseDiags(p.sources());
@@ -504,7 +527,9 @@ int cmdTrain(int argc, char **argv) {
   int threadCount = 0;
   po::options_description desc = commonOptions(c);
   desc.add_options()("model", po::value(&o.model), "the model to train (default: main, or the first)")(
-      "data", po::value(&data)->composing(), "NAME=FILE.npy for each input; the first axis is the sample axis (repeatable)")(
+      "data", po::value(&data)->composing(),
+      "NAME=FILE.npy for each input, the first axis the sample axis (repeatable); or a folder DIR of per-step batches "
+      "DIR/000000/NAME.npy, DIR/000001/NAME.npy, ... each with its own shapes")(
       "batch", po::value(&o.batch), "samples per step (default 32; the last batch of an epoch may be shorter)")(
       "epochs", po::value(&o.epochs), "passes over the data (default 1)")(
       "steps", po::value(&o.steps), "steps to run instead, cycling through the data")(
@@ -513,27 +538,36 @@ int cmdTrain(int argc, char **argv) {
       "weight-decay", po::value(&o.optimizer.weightDecay), "L2 penalty (decoupled for adamw; default 0)")(
       "momentum", po::value(&o.optimizer.momentum), "momentum for --optimizer momentum (default 0.9)")(
       "weights", po::value(&o.weights), "initial params from a .safetensors file (default: each param's initializer)")(
-      "save", po::value(&o.save), "write the trained params to a .safetensors file (dnnc run --weights reads it)")(
+      "save", po::value(&o.save),
+      "write the trained params to OUT, a .safetensors file that dnnc run --weights reads, and the optimizer state and step "
+      "to OUT.state (for --resume); after the last step, and every --save-every steps")(
+      "save-every", po::value(&o.saveEvery), "also write the --save checkpoint every K steps")(
+      "resume", po::value(&o.resume), "continue from a checkpoint's OUT.state file (--steps/--epochs count from the start)")(
+      "verbose", "report on stderr how many kernels were compiled, and that no step after the first compiled more")(
       "device", po::value(&o.device), "auto, cpu, cuda, ref or cuda-sim, as for dnnc run")(
       "seed", po::value(&o.seed), "seed for the initializers (default 0)")(
       "threads", po::value(&threads), "CPU threads, 1 to 1024 (default: DNNC_NUM_THREADS, else one per core)")(
       "log-every", po::value(&o.logEvery), "log every K steps (default 1)")("json", "log JSON lines");
   desc.add(passOptions(flags));
   po::variables_map vm;
-  const char *usage = "usage: dnnc train FILE --data NAME=X.npy... [--batch N] (--epochs E | --steps S) "
-                      "[--optimizer sgd|momentum|adam|adamw] [--lr 1e-3] [--weights INIT] [--save OUT] [--device ...]\n";
+  const char *usage = "usage: dnnc train FILE --data NAME=X.npy...|DIR [--batch N] (--epochs E | --steps S) "
+                      "[--optimizer sgd|momentum|adam|adamw] [--lr 1e-3] [--weights INIT] [--save OUT [--save-every K]] "
+                      "[--resume OUT.state] [--device ...]\n";
   if (int rc = parseOptions(argc, argv, desc, usage, true, c, vm); rc >= 0)
     return rc;
   o.json = vm.count("json") > 0;
-  const std::map<std::string, ir::Optimizer::Kind> kinds{{"sgd", ir::Optimizer::Kind::Sgd},
-                                                         {"momentum", ir::Optimizer::Kind::Momentum},
-                                                         {"adam", ir::Optimizer::Kind::Adam},
-                                                         {"adamw", ir::Optimizer::Kind::AdamW}};
+  o.verbose = vm.count("verbose") > 0;
+  o.optimizerName = optimizer;
+  std::optional<ir::Optimizer> kind = parseOptimizer(optimizer);
   std::string err;
-  if (!kinds.count(optimizer))
-    err = fmt::format("unknown optimizer '{}' (optimizers: sgd, momentum, adam, adamw)", optimizer);
-  else if (o.batch < 1 || o.epochs < 1 || o.steps < 0 || o.logEvery < 1)
-    err = "--batch, --epochs and --log-every take positive counts, --steps a count";
+  if (!kind)
+    err = unknownOptimizer(optimizer);
+  else if (o.batch < 1 || o.epochs < 1 || o.steps < 0 || o.logEvery < 1 || o.saveEvery < 0)
+    err = "--batch, --epochs and --log-every take positive counts, --steps and --save-every counts";
+  else if (!o.resume.empty() && !o.weights.empty())
+    err = "--resume continues from the params in its checkpoint: it takes no --weights";
+  else if (o.saveEvery > 0 && o.save.empty())
+    err = "--save-every needs --save OUT (where the checkpoints go)";
   else if (!std::isfinite(o.lr) || o.lr <= 0 || !std::isfinite(o.optimizer.weightDecay) || o.optimizer.weightDecay < 0)
     err = "--lr takes a positive number, --weight-decay a non-negative one";
   else if (data.empty())
@@ -544,9 +578,16 @@ int cmdTrain(int argc, char **argv) {
     std::cerr << "dnnc: error: " << err << "\n";
     return kUsage;
   }
-  o.optimizer.kind = kinds.at(optimizer);
+  o.optimizer.kind = kind->kind;
+  if (data.size() == 1 && data[0].find('=') == std::string::npos) { // --data DIR
+    o.dataDir = data[0];
+    if (vm.count("batch")) {
+      std::cerr << "dnnc: error: --batch slices NAME=X.npy data; the batches of --data " << o.dataDir << " are its step folders\n";
+      return kUsage;
+    }
+  }
   if (!readPassOptions(vm, flags, o.compile.passes) || !readThreads(vm, threads, threadCount) ||
-      !readNamedFiles(data, "--data", o.data))
+      (o.dataDir.empty() && !readNamedFiles(data, "--data", o.data)))
     return kUsage;
   if (threadCount > 0)
     rt::ThreadPool::setGlobalThreads(static_cast<unsigned>(threadCount));
