@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Training-step time and memory: dnnc train against PyTorch eager on this CPU.
 
-For the example transformer (B=8, T=128 and T=512) and the example LSTM (B=8, T=8) with a
+For the example transformer (B=8, T=128 and T=512) and the example LSTM (B=8, T=8 and T=64) with a
 cross-entropy loss, one Adam step (lr 1e-3) from the same weights on the same data with the
 same thread count: dnnc's per-step time is the median of the `ms` that `dnnc train --json`
 logs for steps 2..N (one compile serves them all; the first step is not timed), PyTorch's
@@ -16,12 +16,9 @@ Memory: the training step's planned arena (`:mem train adam` in the REPL, no
 recomputation) against the most bytes live at once in that plan (the live-set lower bound
 no placement can beat), at each shape.
 
-The examples' layers are `for` loops. While `dnnc train` cannot differentiate through a
-`for` yet (checked at start: `dnnc emit --emit=grad --train` shows no loop in the backward
-pass), the bench runs the same model with the loop unrolled in the source (the LSTM over a
-fixed T, since an unrolled loop needs a constant trip count; T=8 because compiling the
-unrolled step grows faster than linearly in T: 7 s at T=4, 18 s at T=8 on 2 idle threads,
-not done in 8 minutes at T=16 on a loaded one); each row says which it ran.
+The examples themselves run: their layers are `for` loops, which the training step
+differentiates (the backward pass is a `for` too, recomputing each iteration from its
+stashed inputs). The bench checks that at start and stops if a loop has no backward `for`.
 
     DNNC_BENCH_VENV=/work/bench-venv $DNNC_BENCH_VENV/bin/python bench/train.py --dnnc build/dnnc [--threads 2] [--steps 6] [--models transformer,lstm]
 """
@@ -64,22 +61,6 @@ def with_loss(name):
         assert old in src, (name, old)
         src = src.replace(old, new)
     return src
-
-
-def unroll(src, trips):
-    """The one `for v in 0..N { ... }` of `src` written out N = trips times: `v` becomes
-    each index, and every name a copy declares with `let` gets the copy's suffix."""
-    m = re.search(r"^( *)for (\w+) in 0\.\.(\w+) \{\n(.*?)^\1\}\n", src, re.S | re.M)
-    var, body = m.group(2), m.group(4)
-    declared = set(re.findall(r"\blet \(?([\w, ]+)\)?\s*=", body))
-    names = {n.strip() for group in declared for n in group.split(",")}
-    copies = []
-    for k in range(trips):
-        text = re.sub(rf"\b{var}\b", str(k), body)
-        for n in names:
-            text = re.sub(rf"\b{n}\b", f"{n}_{k}", text)
-        copies.append(text)
-    return src[:m.start()] + "".join(copies) + src[m.end():]
 
 
 def differentiable(exe, path):
@@ -164,7 +145,7 @@ def main():
     print(f"{'model':<12} {'shape':<11} {'source':<22} {'dnnc ms':>9} {'torch ms':>9} {'dnnc/torch':>10} {'|loss diff|':>11}"
           f" {'arena MiB':>10} {'live MiB':>9} {'arena/live':>10}")
     rng = np.random.default_rng(0)
-    rows = [r for r in [("transformer", 8, 128), ("transformer", 8, 512), ("lstm", 8, 8)] if r[0] in a.models.split(",")]
+    rows = [r for r in [("transformer", 8, 128), ("transformer", 8, 512), ("lstm", 8, 8), ("lstm", 8, 64)] if r[0] in a.models.split(",")]
     with tempfile.TemporaryDirectory() as d:
         for name, b, t in rows:
             src = with_loss(name)
@@ -172,12 +153,7 @@ def main():
             open(path, "w").write(src)
             source = f"examples/{name}.dnn"
             if not differentiable(a.dnnc, path):
-                if name == "lstm":  # a constant trip count to unroll
-                    src = src.replace("dim T in 1..4096;", f"const T = {t};")
-                src = unroll(src, 2 if name == "transformer" else t)
-                path = os.path.join(d, f"{name}_unrolled_{t}.dnn")
-                open(path, "w").write(src)
-                source = "unrolled " + ("L=2 layers" if name == "transformer" else f"T={t} steps")
+                sys.exit(f"{source}: the training step has no backward loop (dnnc emit --emit=grad --train)")
             if name == "transformer":
                 w = transformer_weights(rng)
                 seq = rng.integers(0, V, (b, t + 1)).astype(np.int32)
@@ -196,7 +172,7 @@ def main():
                     torch_ms.append(step_ms)
             ms, torch_ms = min(ms), min(torch_ms) if torch_ms else float("nan")
             torch_loss = torch_loss if HAVE_TORCH else float("nan")
-            arena, live = planned_memory(a.dnnc, path, f"B={b}" + ("" if "const T" in src else f" T={t}"))
+            arena, live = planned_memory(a.dnnc, path, f"B={b} T={t}")
             print(f"{name:<12} {f'B={b},T={t}':<11} {source:<22} {ms:>9.1f} {torch_ms:>9.1f} {ms / torch_ms:>10.2f} "
                   f"{abs(loss - torch_loss):>11.2e} {arena / 2**20:>10.1f} {live / 2**20:>9.1f} {arena / live:>10.2f}",
                   flush=True)
