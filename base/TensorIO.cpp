@@ -292,11 +292,25 @@ void writeNpy(const std::string &path, const Tensor &t) {
 
 std::map<std::string, Tensor> readSafetensors(const std::string &path) { return readSafetensorsBytes(readFile(path), path); }
 
+std::map<std::string, Tensor> readSafetensorsBytes(const std::string &bytes, const std::string &path) {
+  SafetensorsFile file = parseSafetensors(bytes, path);
+  std::map<std::string, Tensor> out;
+  for (const auto &[name, e] : file.entries) {
+    if (e.f64) // no DType holds it: only the weights loader converts it (to a param's float dtype)
+      throw DataError(fmt::format("'{}' is not a valid .safetensors file: tensor '{}': dtype \"F64\" is not supported (F32, F16, "
+                                  "BF16, I32, I64, BOOL are)", path, printable(name)));
+    out.emplace(name, file.tensor(name));
+  }
+  return out;
+}
+
+SafetensorsFile openSafetensors(const std::string &path) { return parseSafetensors(readFile(path), path); }
+
 // Validated as the safetensors crate does: a bounded header inside the file, a JSON
 // object, known dtypes, non-negative shapes, and data_offsets that tile the data buffer
 // exactly (in order, no gap, no overlap, nothing past its end), each tensor's bytes
 // equal to numel * itemsize with every product overflow-checked.
-std::map<std::string, Tensor> readSafetensorsBytes(const std::string &bytes, const std::string &path) {
+SafetensorsFile parseSafetensors(std::string bytes, const std::string &path) {
   auto bad = [&](const std::string &why) {
     return DataError(fmt::format("'{}' is not a valid .safetensors file: {}", path, why));
   };
@@ -317,14 +331,11 @@ std::map<std::string, Tensor> readSafetensorsBytes(const std::string &bytes, con
     throw bad("its JSON header does not parse");
   if (!header.is_object())
     throw bad("its header is not a JSON object");
+  SafetensorsFile file;
+  file.path = path;
   uint64_t dataSize = bytes.size() - 8 - headerLen;
-  const char *data = bytes.data() + 8 + headerLen;
-  struct Entry {
-    std::string name;
-    Tensor tensor;
-    uint64_t begin, end;
-  };
-  std::vector<Entry> entries;
+  file.dataStart_ = 8 + headerLen;
+  std::vector<std::pair<std::string, SafetensorsFile::Entry>> entries;
   for (auto &[name, entry] : header.items()) {
     std::string shown = printable(name);
     if (name == "__metadata__") {
@@ -344,16 +355,17 @@ std::map<std::string, Tensor> readSafetensorsBytes(const std::string &bytes, con
       throw badEntry("dtype is not a string");
     std::string dtype = entry["dtype"].get<std::string>();
     auto dt = kSafeDType.find(dtype);
-    if (dt == kSafeDType.end())
-      throw badEntry(fmt::format("dtype \"{}\" is not supported (F32, F16, BF16, I32, I64, BOOL are)", printable(dtype)));
-    Entry e{name, Tensor(), 0, 0};
-    e.tensor.dtype = dt->second;
+    SafetensorsFile::Entry e;
+    e.f64 = dtype == "F64";
+    if (dt == kSafeDType.end() && !e.f64)
+      throw badEntry(fmt::format("dtype \"{}\" is not supported (F64, F32, F16, BF16, I32, I64, BOOL are)", printable(dtype)));
+    e.dtype = e.f64 ? DType::F32 : dt->second;
     if (!entry["shape"].is_array())
       throw badEntry("shape is not a list");
     for (auto &d : entry["shape"]) {
       if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
         throw badEntry("shape holds something other than non-negative 64-bit integers");
-      e.tensor.shape.push_back(d.get<int64_t>());
+      e.shape.push_back(d.get<int64_t>());
     }
     auto &off = entry["data_offsets"];
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
@@ -364,36 +376,81 @@ std::map<std::string, Tensor> readSafetensorsBytes(const std::string &bytes, con
       throw badEntry(fmt::format("its data_offsets [{}, {}) end before they begin", e.begin, e.end));
     if (e.end > dataSize)
       throw badEntry(fmt::format("its data [{}, {}) lies outside the {} data bytes", e.begin, e.end, dataSize));
-    auto need = static_cast<uint64_t>(
-        checkedBytes(e.tensor.dtype, e.tensor.shape, fmt::format("tensor '{}' in '{}'", shown, path)));
+    // An F64 tensor is sized as twice its F32 count (no DType has 8-byte floats).
+    auto need = static_cast<uint64_t>(checkedBytes(e.dtype, e.shape, fmt::format("tensor '{}' in '{}'", shown, path)));
+    if (e.f64 && need > std::numeric_limits<uint64_t>::max() / 2)
+      throw badEntry(fmt::format("{}: its byte count overflows 64 bits", file.typeText(e)));
+    need *= e.f64 ? 2 : 1;
     if (e.end - e.begin != need)
-      throw badEntry(fmt::format("{} needs {} bytes but data_offsets give {}", e.tensor.typeText(), need, e.end - e.begin));
-    entries.push_back(std::move(e));
+      throw badEntry(fmt::format("{} needs {} bytes but data_offsets give {}", file.typeText(e), need, e.end - e.begin));
+    entries.emplace_back(name, std::move(e));
   }
   // The tensors must tile the data buffer: sorted by offset, each starts where the last ended.
-  std::vector<const Entry *> order;
-  for (const Entry &e : entries)
+  std::vector<const std::pair<std::string, SafetensorsFile::Entry> *> order;
+  for (const auto &e : entries)
     order.push_back(&e);
-  std::sort(order.begin(), order.end(), [](const Entry *a, const Entry *b) {
-    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  std::sort(order.begin(), order.end(), [](const auto *a, const auto *b) {
+    return a->second.begin != b->second.begin ? a->second.begin < b->second.begin : a->second.end < b->second.end;
   });
   uint64_t at = 0;
   for (size_t k = 0; k < order.size(); ++k) {
-    const Entry &e = *order[k];
+    const SafetensorsFile::Entry &e = order[k]->second;
     if (e.begin < at)
-      throw bad(fmt::format("tensors '{}' and '{}' overlap: [{}, {}) and [{}, {})", printable(order[k - 1]->name),
-                            printable(e.name), order[k - 1]->begin, order[k - 1]->end, e.begin, e.end));
+      throw bad(fmt::format("tensors '{}' and '{}' overlap: [{}, {}) and [{}, {})", printable(order[k - 1]->first),
+                            printable(order[k]->first), order[k - 1]->second.begin, order[k - 1]->second.end, e.begin, e.end));
     if (e.begin > at)
       throw bad(fmt::format("the data bytes [{}, {}) belong to no tensor", at, e.begin));
     at = e.end;
   }
   if (at != dataSize)
     throw bad(fmt::format("the data bytes [{}, {}) belong to no tensor", at, dataSize));
-  std::map<std::string, Tensor> out;
-  for (Entry &e : entries) {
-    decodeValues(e.tensor, data + e.begin, e.end - e.begin);
-    out.emplace(e.name, std::move(e.tensor));
+  for (auto &[name, e] : entries)
+    file.entries.emplace(name, std::move(e));
+  file.bytes_ = std::move(bytes);
+  return file;
+}
+
+std::string SafetensorsFile::typeText(const Entry &e) const {
+  std::string text = shapeText(e.dtype, e.shape);
+  return e.f64 ? "f64" + text.substr(text.find('[')) : text;
+}
+
+bool SafetensorsFile::isFloat(const Entry &e) const { return e.f64 || dnnc::isFloat(e.dtype); }
+
+Tensor SafetensorsFile::tensor(const std::string &name) const {
+  const Entry &e = entries.at(name);
+  if (e.f64)
+    throw InternalError("an F64 tensor is only read converted");
+  Tensor t;
+  t.dtype = e.dtype;
+  t.shape = e.shape;
+  try {
+    decodeValues(t, bytes_.data() + dataStart_ + e.begin, e.end - e.begin);
+  } catch (const DataError &err) {
+    throw DataError(fmt::format("'{}' is not a valid .safetensors file: tensor '{}': {}", path, printable(name), err.what()));
   }
+  return t;
+}
+
+Tensor SafetensorsFile::tensorAs(const std::string &name, DType as) const {
+  const Entry &e = entries.at(name);
+  if (!e.f64 && e.dtype == as)
+    return tensor(name);
+  if (!isFloat(e) || !dnnc::isFloat(as))
+    throw InternalError("only float tensors convert");
+  Tensor out = Tensor::zeros(as, e.shape);
+  const char *data = bytes_.data() + dataStart_ + e.begin;
+  if (e.f64) {
+    for (size_t k = 0; k < out.numel(); ++k) {
+      double v;
+      std::memcpy(&v, data + 8 * k, 8);
+      out.set(k, v);
+    }
+    return out;
+  }
+  Tensor in = tensor(name);
+  for (size_t k = 0; k < out.numel(); ++k)
+    out.set(k, in.get(k));
   return out;
 }
 

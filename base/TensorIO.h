@@ -20,6 +20,35 @@ std::map<std::string, Tensor> readSafetensors(const std::string &path);
 std::map<std::string, Tensor> readSafetensorsBytes(const std::string &bytes, const std::string &name);
 void writeSafetensors(const std::string &path, const std::map<std::string, Tensor> &tensors);
 
+// A .safetensors file with its header validated, each tensor decoded when asked for: what
+// the weights loader reads, converting float tensors (F64 too, which no DType holds) to a
+// param's dtype.
+class SafetensorsFile {
+public:
+  struct Entry {
+    DType dtype = DType::F32; // F32 for an F64 tensor, which `f64` marks
+    bool f64 = false;
+    std::vector<int64_t> shape;
+    uint64_t begin = 0, end = 0;
+  };
+  std::string path;
+  std::map<std::string, Entry> entries; // "__metadata__" is skipped
+
+  std::string typeText(const Entry &e) const; // "bf16[4, 3]", "f64[2]"
+  bool isFloat(const Entry &e) const;
+  // The tensor `name` (an entry's name) in its own dtype; not for F64 entries.
+  Tensor tensor(const std::string &name) const;
+  // The float tensor `name` rounded to the float dtype `as`.
+  Tensor tensorAs(const std::string &name, DType as) const;
+
+private:
+  friend SafetensorsFile parseSafetensors(std::string bytes, const std::string &path);
+  std::string bytes_;
+  uint64_t dataStart_ = 0;
+};
+SafetensorsFile openSafetensors(const std::string &path);
+SafetensorsFile parseSafetensors(std::string bytes, const std::string &path);
+
 // A whole file's bytes (DataError when it cannot be read), and writing one through a
 // temporary file so that a failure leaves nothing behind.
 std::string readFile(const std::string &path);

@@ -76,15 +76,24 @@ public:
       line(0, "Dim " + d.name + (d.value ? " in " + printExpr(*d.value) + ".." + printExpr(*d.hi) : "") + at);
       break;
     case Decl::Kind::Param:
-      line(0, std::string(d.frozen ? "Param frozen " : "Param ") + d.name + ": " + printType(*d.type) + (d.value ? " = " + printExpr(*d.value) : "") + at);
+      line(0, std::string(d.frozen ? "Param frozen " : "Param ") + d.name + ": " + printType(*d.type) +
+                  (d.from.empty() ? "" : " from \"" + d.from + "\"") + (d.value ? " = " + printExpr(*d.value) : "") + at);
       break;
     case Decl::Kind::Fn:
     case Decl::Kind::Model: {
       std::vector<std::string> ps;
       for (const Param &p : d.params)
         ps.push_back(p.name + ": " + printType(*p.type) + (p.defaultValue ? " = " + printExpr(*p.defaultValue) : ""));
-      line(0, std::string(d.kind == Decl::Kind::Fn ? "Fn " : "Model ") + d.name + "(" + join(ps, ", ") + ") -> " +
-                  printType(*d.type) + at);
+      std::string result = printType(*d.type);
+      if (!d.outputNames.empty()) { // named outputs print as they were written
+        std::vector<std::string> items;
+        for (size_t k = 0; k < d.outputNames.size(); ++k) {
+          const Type &t = d.outputNames.size() == 1 ? *d.type : *d.type->elements[k];
+          items.push_back((d.outputNames[k].empty() ? "" : d.outputNames[k] + ": ") + printType(t));
+        }
+        result = "(" + join(items, ", ") + ")";
+      }
+      line(0, std::string(d.kind == Decl::Kind::Fn ? "Fn " : "Model ") + d.name + "(" + join(ps, ", ") + ") -> " + result + at);
       block(d.body, 1);
       break;
     }

@@ -99,6 +99,12 @@ struct Decl {
   ExprPtr hi;         // Dim range end
   TypePtr type;       // Param type, Fn/Model result type
   bool frozen = false; // Param: `param frozen` (dnnc train leaves it as it is)
+  std::string from;    // Param: the tensor name `from "..."` gives, placeholders and all (empty: its own name)
+  SourceRange fromRange;
+  // Model: each output's name from `-> (emb: f32[B, D], ...)`, "" where unnamed; empty when
+  // the result type is a plain type.
+  std::vector<std::string> outputNames;
+  std::vector<SourceRange> outputNameRanges;
   std::vector<Param> params;
   Block body;
 };

@@ -97,21 +97,53 @@ public:
         d->hi = expr(x->hi);
       }
     } else if (auto *x = dynamic_cast<P::ParamDeclContext *>(c)) {
-      named(ast::Decl::Kind::Param, x->ID());
+      named(ast::Decl::Kind::Param, x->ID(0));
       d->frozen = x->frozen != nullptr;
       d->type = type(x->type());
+      if (x->fromKw) {
+        if (x->fromKw->getText() != "from")
+          fail(DiagKind::Parse, {loc(x->fromKw), endLoc(x->fromKw), loc(x->fromKw)}, fmt::format("expected 'from', '=' or ';' after the type of param '{}', not '{}'",
+                                                              d->name, x->fromKw->getText()));
+        std::string raw = x->STRING()->getText();
+        d->from = raw.substr(1, raw.size() - 2);
+        d->fromRange = range(x->STRING());
+      }
       if (x->expr())
         d->value = expr(x->expr());
     } else if (auto *x = dynamic_cast<P::FuncDeclContext *>(c)) {
       named(x->kw->getText() == "fn" ? ast::Decl::Kind::Fn : ast::Decl::Kind::Model, x->ID());
       for (auto *p : x->param())
         d->params.push_back(param(p));
-      d->type = type(x->type());
+      result(x->result(), *d);
       d->body = block(x->block());
     } else {
       throw InternalError("unknown declaration form");
     }
     return d;
+  }
+
+  // A plain result type, or named outputs: their types become the tuple type (one named
+  // output: its own type) and their names go to outputNames.
+  void result(P::ResultContext *c, ast::Decl &d) {
+    if (auto *x = dynamic_cast<P::PlainResultContext *>(c)) {
+      d.type = type(x->type());
+      return;
+    }
+    auto *x = dynamic_cast<P::NamedResultContext *>(c);
+    auto tuple = std::make_unique<ast::Type>();
+    tuple->kind = ast::Type::Kind::Tuple;
+    tuple->range = range(c);
+    for (auto *o : x->output()) {
+      d.outputNames.push_back(o->ID() ? o->ID()->getText() : "");
+      d.outputNameRanges.push_back(o->ID() ? range(o->ID()) : range(o));
+      tuple->elements.push_back(type(o->type()));
+    }
+    if (tuple->elements.size() == 1) {
+      d.type = std::move(tuple->elements[0]);
+      d.type->range = tuple->range;
+    } else {
+      d.type = std::move(tuple);
+    }
   }
 
   ast::Param param(P::ParamContext *c) {

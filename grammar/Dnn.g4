@@ -10,9 +10,19 @@ topDecl
   | 'const' ID '=' expr ';'                                  # constDecl
   | 'dim' ID ('in' lo=expr '..' hi=expr)? ';'                # dimDecl
   // `param frozen w: ...`: a param dnnc train leaves as it is (spec training.md §12)
-  | 'param' frozen='frozen'? ID ':' type ('=' expr)? ';'     # paramDecl
-  | kw=('fn' | 'model') ID '(' (param (',' param)*)? ')' '->' type block   # funcDecl
+  // `param w: ... from "encoder.layer.{l}.weight"` (interop.md §15); `from` is a word only
+  // here (the parser glue checks the ID), so it stays usable as a name elsewhere
+  | 'param' frozen='frozen'? ID ':' type (fromKw=ID STRING)? ('=' expr)? ';'   # paramDecl
+  | kw=('fn' | 'model') ID '(' (param (',' param)*)? ')' '->' result block   # funcDecl
   ;
+
+// A result type, or named outputs `(emb: f32[B, D], ...)` (a plain tuple type wins where
+// no item has a name: the first alternative)
+result
+  : type                                                     # plainResult
+  | '(' output (',' output)* ')'                             # namedResult
+  ;
+output : (ID ':')? type ;
 
 param : ID ':' type ('=' expr)? ;
 

@@ -14,7 +14,7 @@ using namespace dnnc;
 struct dnnc_model {
   std::unique_ptr<rt::Executable> exe;
   std::string deviceName;
-  std::string weightsPath;
+  std::vector<std::string> weightsFiles; // none: every param from its initializer
   uint64_t seed = 0;
 };
 
@@ -87,7 +87,16 @@ int dnnc_set_weights_file(dnnc_model *m, const char *path) {
     lastError = "dnnc_set_weights_file: null argument";
     return -1;
   }
-  m->weightsPath = path;
+  m->weightsFiles = {path};
+  return 0;
+}
+
+int dnnc_add_weights_file(dnnc_model *m, const char *path) {
+  if (!m || !path) {
+    lastError = "dnnc_add_weights_file: null argument";
+    return -1;
+  }
+  m->weightsFiles.push_back(path);
   return 0;
 }
 
@@ -96,7 +105,7 @@ int dnnc_set_weights_seed(dnnc_model *m, uint64_t seed) {
     lastError = "dnnc_set_weights_seed: null model";
     return -1;
   }
-  m->weightsPath.clear();
+  m->weightsFiles.clear();
   m->seed = seed;
   return 0;
 }
@@ -129,7 +138,9 @@ int dnnc_run(dnnc_model *m, const dnnc_tensor *inputs, size_t numInputs, dnnc_te
     for (const rt::Tensor &t : in)
       given.push_back(&t);
     rt::Binding b = ir::bindInputs(m->exe->graph(), given, {});
-    auto params = rt::loadWeights(g, m->weightsPath, b, m->seed);
+    // The loader of dnnc run: with files, a missing param is an error; its notes (unused
+    // tensors) are not printed by a library.
+    auto params = rt::loadWeights(g, {m->weightsFiles, m->weightsFiles.empty(), false, false, m->seed, ""}, b).params;
     m->exe->paramsChanged(); // loaded afresh: their memory may be a freed param's
     std::vector<rt::Tensor> out = m->exe->run(in, params);
     for (const rt::Tensor &t : out)

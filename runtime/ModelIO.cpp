@@ -1,12 +1,18 @@
 // Weights and random inputs (see ModelIO.h).
 #include "runtime/ModelIO.h"
 
+#include "base/Size.h"
 #include "base/TensorIO.h"
+#include "base/WeightNames.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
+#include <cstring>
+#include <filesystem>
 #include <random>
 #include <regex>
+#include <set>
 
 namespace dnnc::rt {
 namespace {
@@ -16,6 +22,7 @@ struct ParamSpec {
   std::string name;
   ir::TensorType type;
   std::string init; // initializer text, e.g. "normal(0, 0.02)"; empty means the default
+  std::optional<std::string> from; // the `from "..."` name
 };
 
 // Every param of `g`, in program order.
@@ -23,7 +30,8 @@ std::vector<ParamSpec> paramsOf(const ir::Graph &g) {
   std::vector<ParamSpec> out;
   for (const ir::Op *op : g.body.ops)
     if (op->kind == ir::OpKind::Param)
-      out.push_back({op->get<std::string>("name"), op->results[0]->type, op->has("init") ? op->get<std::string>("init") : ""});
+      out.push_back({op->get<std::string>("name"), op->results[0]->type, op->has("init") ? op->get<std::string>("init") : "",
+                     op->has("from") ? std::optional(op->get<std::string>("from")) : std::nullopt});
   return out;
 }
 
@@ -83,35 +91,216 @@ Tensor randomInput(const ir::Value &arg, const Binding &b, uint64_t seed) {
   return t;
 }
 
-std::map<std::string, Tensor> loadWeights(const ir::Graph &g, const std::string &path, const Binding &b,
-                                          uint64_t seed) {
-  auto specs = paramsOf(g);
-  std::map<std::string, Tensor> out;
-  if (path.empty()) {
-    for (size_t k = 0; k < specs.size(); ++k)
-      out[specs[k].name] = initialize(specs[k].type, specs[k].init, b, seed * 1000003 + k);
+namespace {
+
+namespace fs = std::filesystem;
+
+// The opened weights files and which of them holds each tensor.
+struct Checkpoint {
+  std::vector<SafetensorsFile> files;
+  std::map<std::string, size_t> where; // tensor name -> its file
+
+  void add(SafetensorsFile f) {
+    for (const auto &[name, e] : f.entries)
+      if (auto [it, fresh] = where.emplace(name, files.size()); !fresh)
+        throw DataError(fmt::format("tensor '{}' is in both '{}' and '{}': a param could read either", name,
+                                    files[it->second].path, f.path));
+    files.push_back(std::move(f));
+  }
+  const SafetensorsFile &fileOf(const std::string &name) const { return files[where.at(name)]; }
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    for (const auto &[name, file] : where)
+      out.push_back(name);
     return out;
   }
-  auto file = rt::readSafetensors(path);
-  for (const auto &spec : specs) {
-    auto it = file.find(spec.name);
-    if (it == file.end())
-      throw DataError(fmt::format("'{}' has no tensor '{}' for param {}", path, spec.name, spec.type.str()));
-    const Tensor &t = it->second;
-    auto want = ir::expectedShape(spec.type, b);
-    bool same = t.dtype == spec.type.dtype && t.shape.size() == want.size();
-    for (size_t k = 0; same && k < want.size(); ++k)
-      same = !want[k] || *want[k] == t.shape[k];
-    if (!same)
-      throw DataError(fmt::format("tensor '{}' in '{}' is {} but param '{}' is {}", spec.name, path, t.typeText(),
-                                  spec.name, spec.type.str()));
-    out[spec.name] = t;
+};
+
+// A Hugging Face shard index, {"metadata": {...}, "weight_map": {TENSOR: SHARD, ...}}: its
+// shards, files beside it, each opened once and checked to hold what the index says.
+void addIndex(Checkpoint &c, const std::string &path) {
+  auto bad = [&](const std::string &why) { return DataError(fmt::format("'{}' is not a safetensors index: {}", path, why)); };
+  nlohmann::json j = nlohmann::json::parse(readFile(path), nullptr, false);
+  if (j.is_discarded())
+    throw bad("it does not parse as JSON");
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    throw bad("it has no \"weight_map\" object");
+  std::map<std::string, std::vector<std::string>> byShard;
+  for (const auto &[name, shard] : j["weight_map"].items()) {
+    if (!shard.is_string())
+      throw bad(fmt::format("the shard of tensor '{}' is not a file name", name));
+    std::string file = shard.get<std::string>();
+    if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..")
+      throw bad(fmt::format("the shard of tensor '{}' is '{}', not the name of a file beside the index", name, file));
+    byShard[file].push_back(name);
   }
-  for (auto &[name, t] : file)
-    if (!out.count(name))
-      throw DataError(fmt::format("'{}' has a tensor '{}' ({}) that matches no param of model '{}'", path, name,
-                                  t.typeText(), g.name));
+  for (const auto &[file, names] : byShard) {
+    SafetensorsFile f = openSafetensors((fs::path(path).parent_path() / file).string());
+    for (const std::string &name : names)
+      if (!f.entries.count(name))
+        throw bad(fmt::format("it puts tensor '{}' in '{}', which has no such tensor", name, f.path));
+    c.add(std::move(f));
+  }
+}
+
+// "f32[L, D, D]", or with the dims `b` binds, "f32[2, 4, 4]".
+std::string boundType(const ir::TensorType &t, const Binding &b) {
+  std::vector<std::string> dims;
+  auto shape = ir::expectedShape(t, b);
+  for (size_t k = 0; k < shape.size(); ++k)
+    dims.push_back(shape[k] ? std::to_string(*shape[k]) : t.dims[k]->str());
+  return fmt::format("{}[{}]", dtypeName(t.dtype), fmt::join(dims, ", "));
+}
+
+// Reads param `spec` from `c`: the tensors its name gives, converted and stacked. Returns
+// nullopt when one is absent, with `missing` set to its name and `why` to a line that says so.
+std::optional<Tensor> readParam(const Checkpoint &c, const ParamSpec &spec, const Binding &b, std::set<std::string> &used,
+                                std::string &missing, std::string &why) {
+  const std::string pattern = spec.from.value_or(spec.name);
+  FromName from;
+  size_t at = 0;
+  if (std::string err = parseFromName(pattern, from, at); !err.empty())
+    throw DataError(fmt::format("param '{}' reads the tensors \"{}\": {}", spec.name, pattern, err));
+  auto want = ir::expectedShape(spec.type, b);
+  const size_t stacked = from.placeholders.size();
+  if (stacked > want.size())
+    throw DataError(fmt::format("param '{}' ({}) has fewer axes than \"{}\" has placeholders", spec.name, spec.type.str(), pattern));
+  std::string described = fmt::format("param '{}' ({}{})", spec.name, boundType(spec.type, b),
+                                      spec.from ? fmt::format(" from \"{}\"", pattern) : "");
+  // The tensor `name` (whole: the param's own name, or one index of a stacked param),
+  // checked against the param's dims from axis `first` on and converted to its dtype.
+  auto read = [&](const std::string &name, size_t first) {
+    const SafetensorsFile &file = c.fileOf(name);
+    const SafetensorsFile::Entry &e = file.entries.at(name);
+    bool floats = file.isFloat(e) && isFloat(spec.type.dtype);
+    if (!floats && (e.f64 || e.dtype != spec.type.dtype))
+      throw DataError(fmt::format("tensor '{}' in '{}' is {} but {} is {}: only float tensors (f16, bf16, f32, f64) convert, "
+                                  "to a float param", name, file.path, file.typeText(e), described, dtypeName(spec.type.dtype)));
+    bool fits = e.shape.size() + first == want.size();
+    for (size_t k = 0; fits && k < e.shape.size(); ++k)
+      fits = !want[first + k] || *want[first + k] == e.shape[k];
+    if (!fits)
+      throw DataError(first ? fmt::format("tensor '{}' in '{}' is {} but {} stacks tensors of {}[{}]", name, file.path,
+                                          file.typeText(e), described, dtypeName(spec.type.dtype),
+                                          boundType(spec.type, b).substr(boundType(spec.type, b).find('[') + 1))
+                            : fmt::format("tensor '{}' in '{}' is {} but {} is {}", name, file.path, file.typeText(e), described,
+                                          boundType(spec.type, b)));
+    used.insert(name);
+    return file.tensorAs(name, spec.type.dtype);
+  };
+  // The leading axes the placeholders index, and how many tensors that makes.
+  std::vector<int64_t> lead;
+  int64_t count = 1;
+  for (size_t k = 0; k < stacked; ++k) {
+    if (!want[k])
+      throw DataError(fmt::format("{} stacks tensors on axis {}, whose dim {} is not bound: bind it with --bind", described, k,
+                                  spec.type.dims[k]->str()));
+    lead.push_back(*want[k]);
+    count *= *want[k];
+  }
+  std::vector<std::string> names;
+  std::vector<int64_t> index(stacked, 0);
+  for (int64_t n = 0; n < count && missing.empty(); ++n) {
+    names.push_back(from.expand(index));
+    if (!c.where.count(names.back()))
+      missing = names.back();
+    for (size_t k = stacked; k-- > 0 && ++index[k] == lead[k];) // the next index, the last axis fastest
+      index[k] = 0;
+  }
+  if (!missing.empty()) {
+    if (spec.from && c.where.count(spec.name)) { // written under the param's own name (dnnc train --save)
+      missing.clear();
+      return read(spec.name, 0);
+    }
+    why = fmt::format("{}: no tensor '{}'{}", described, missing,
+                          stacked ? fmt::format(" (one of the {} it stacks)", count) : "");
+    return std::nullopt;
+  }
+  if (!stacked)
+    return read(names[0], 0);
+  std::vector<Tensor> slices;
+  for (const std::string &name : names) {
+    slices.push_back(read(name, stacked));
+    if (slices.back().shape != slices.front().shape)
+      throw DataError(fmt::format("tensor '{}' is {} but '{}' is {}: {} stacks tensors of one shape", name,
+                                  slices.back().typeText(), names[0], slices.front().typeText(), described));
+  }
+  std::vector<int64_t> shape = lead;
+  shape.insert(shape.end(), slices[0].shape.begin(), slices[0].shape.end());
+  requireMemory(checkedBytes(spec.type.dtype, shape, described), described);
+  Tensor out = Tensor::zeros(spec.type.dtype, shape);
+  for (size_t k = 0; k < slices.size(); ++k)
+    if (slices[k].byteSize())
+      std::memcpy(out.data() + k * slices[k].byteSize(), slices[k].data(), slices[k].byteSize());
   return out;
 }
 
+// "'a', 'b', 'c' and 4 more"
+std::string someNames(const std::vector<std::string> &names, size_t shown) {
+  std::vector<std::string> quoted;
+  for (size_t k = 0; k < names.size() && k < shown; ++k)
+    quoted.push_back("'" + names[k] + "'");
+  std::string out = fmt::format("{}", fmt::join(quoted, ", "));
+  return names.size() > shown ? fmt::format("{} and {} more", out, names.size() - shown) : out;
+}
+
+} // namespace
+
+Weights loadWeights(const ir::Graph &g, const WeightsSource &source, const Binding &b) {
+  Checkpoint c;
+  for (const std::string &path : source.files) {
+    if (path.size() > 5 && path.substr(path.size() - 5) == ".json")
+      addIndex(c, path);
+    else
+      c.add(openSafetensors(path));
+  }
+  auto specs = paramsOf(g);
+  Weights out;
+  std::set<std::string> used;
+  std::vector<std::string> missing;
+  for (size_t k = 0; k < specs.size(); ++k) {
+    const ParamSpec &spec = specs[k];
+    std::string absent, why = fmt::format("param '{}' ({})", spec.name, boundType(spec.type, b));
+    if (!c.files.empty())
+      if (auto t = readParam(c, spec, b, used, absent, why)) {
+        out.params[spec.name] = std::move(*t);
+        continue;
+      }
+    if (!source.fillMissing) {
+      std::vector<std::string> close;
+      for (const std::string &n : closestNames(absent, c.names(), 3))
+        close.push_back("'" + n + "'");
+      missing.push_back(why + (close.empty() ? "" : fmt::format("; closest: {}", fmt::join(close, ", "))));
+      continue;
+    }
+    out.params[spec.name] = initialize(spec.type, spec.init, b, source.seed * 1000003 + k);
+    if (source.noteFilled)
+      out.notes.push_back(fmt::format("param '{}' ({}) filled from its initializer {}: {}", spec.name,
+                                      out.params[spec.name].typeText(),
+                                      !spec.init.empty() ? spec.init : isFloat(spec.type.dtype) ? "normal(0.0, 0.02)" : "zeros()",
+                                      c.files.empty() ? "no weights were given" : "it is in no weights file"));
+  }
+  if (!missing.empty()) {
+    std::vector<std::string> paths;
+    for (const SafetensorsFile &f : c.files)
+      paths.push_back("'" + f.path + "'");
+    if (paths.empty())
+      paths.push_back("none was given");
+    throw DataError(fmt::format("{} of model '{}' {} in no weights file ({}):\n  {}{}", missing.size() == 1 ? "a param" : fmt::format("{} params", missing.size()),
+                                g.name, missing.size() == 1 ? "is" : "are", fmt::join(paths, ", "), fmt::join(missing, "\n  "),
+                                source.missingHint.empty() ? "" : "\n" + source.missingHint));
+  }
+  std::vector<std::string> unused;
+  for (const auto &[name, file] : c.where)
+    if (!used.count(name))
+      unused.push_back(name);
+  if (!unused.empty()) {
+    std::string text = fmt::format("{} tensor{} in the weights {} used by no param of model '{}': {}", unused.size(),
+                                   unused.size() == 1 ? "" : "s", unused.size() == 1 ? "is" : "are", g.name, someNames(unused, 5));
+    if (source.strict)
+      throw DataError(text + " (--strict)");
+    out.notes.push_back(text);
+  }
+  return out;
+}
 } // namespace dnnc::rt

@@ -43,10 +43,13 @@ int32_t dnnc_input_rank(const dnnc_model *model, size_t i);
 /* The device the model runs on, e.g. "cpu, 8 threads". */
 const char *dnnc_device_name(const dnnc_model *model);
 
-/* Where the params come from: a .safetensors file (checked against the params' names,
- * dtypes and shapes at each run), or each param's initializer with `seed` (the default,
- * seed 0). */
+/* Where the params come from: a .safetensors file or a Hugging Face *.safetensors.index.json
+ * (read as `dnnc run --weights` reads it: each param by its name or `from` name, float
+ * tensors converted, checked against the params' dtypes and shapes at each run; every
+ * missing param is named in the error), more files added as shards, or each param's
+ * initializer with `seed` (the default, seed 0). */
 int dnnc_set_weights_file(dnnc_model *model, const char *safetensors_path);
+int dnnc_add_weights_file(dnnc_model *model, const char *safetensors_path);
 int dnnc_set_weights_seed(dnnc_model *model, uint64_t seed);
 
 /* Runs the model on `inputs` (one per model input, in order); dims are bound from their

@@ -40,10 +40,22 @@ void Sema::buildModel(ModuleCtx &m, const ast::Decl &d, ModelInfo &info) {
   checkAgainst(result, *d.type, scope, fmt::format("the result of model '{}'", d.name), DiagKind::Annotation, d.type->range, true);
   std::vector<SVal> outs = (result.kind == SVal::Kind::Tuple || result.kind == SVal::Kind::List) ? result.items
                                                                                                   : std::vector<SVal>{result};
+  if (d.kind == ast::Decl::Kind::Model && !d.outputNames.empty()) {
+    // Named outputs become files (`emb.npy`): every output's name, given or out{k}, is distinct.
+    std::map<std::string, size_t> seen;
+    for (size_t i = 0; i < d.outputNames.size(); ++i) {
+      std::string name = d.outputNames[i].empty() ? fmt::format("out{}", i) : d.outputNames[i];
+      if (auto [it, fresh] = seen.emplace(name, i); !fresh)
+        fail(DiagKind::Redefinition, d.outputNameRanges[i],
+             fmt::format("output {} of model '{}' is named '{}', as output {} is", i, d.name, name, it->second),
+             {{d.outputNameRanges[it->second], "that output is here"}});
+    }
+    info.graph->outputNames = d.outputNames;
+  }
   for (size_t i = 0; i < outs.size(); ++i) {
     ir::Value *v = materialize(outs[i], std::nullopt, d.type->range);
     info.graph->body.yields.push_back(v);
-    record(fmt::format("out{}", i), "output", SVal::ofTensor(v), d.type->range);
+    record(ir::outputName(*info.graph, i), "output", SVal::ofTensor(v), d.type->range);
   }
   // Params the model uses come first, in declaration order.
   std::vector<NamedValue> params;

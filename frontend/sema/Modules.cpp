@@ -1,5 +1,6 @@
 // Sema: module files, imports and the declaration of globals (consts, dims, params).
 #include "frontend/sema/SemaInternal.h"
+#include "base/WeightNames.h"
 #include "frontend/Parser.h"
 
 #include <filesystem>
@@ -117,6 +118,22 @@ void Sema::declareGlobals(ModuleCtx &m) {
     case ast::Decl::Kind::Param: {
       g.kind = Global::Kind::Param;
       g.paramType = declaredType(*d.type, scope, false, "");
+      if (!d.from.empty() || d.fromRange.begin.line) {
+        FromName name;
+        size_t at = 0;
+        std::string err = parseFromName(d.from, name, at);
+        if (err.empty() && name.placeholders.size() > g.paramType.rank()) {
+          at = name.offsets[g.paramType.rank()];
+          err = fmt::format("{} placeholders stack on {} leading axes, but param '{}' is {}", name.placeholders.size(),
+                            name.placeholders.size(), d.name, g.paramType.str());
+        }
+        if (!err.empty()) {
+          SourceRange r = d.fromRange; // the caret at the trouble, inside the quotes
+          r.caret.col = r.begin.col + 1 + static_cast<int>(at);
+          fail(DiagKind::FromName, r, fmt::format("bad tensor name \"{}\": {}", d.from, err),
+               {{{}, "`from \"encoder.layer.{l}.weight\"` reads a tensor per index l of the param's first axis and stacks them"}});
+        }
+      }
       if (d.value) {
         static const std::map<std::string, size_t> initArity = {
             {"normal", 2}, {"uniform", 2}, {"zeros", 0}, {"ones", 0}, {"full", 1}};

@@ -1,5 +1,6 @@
 // Sema: values, scopes and names (lookup, binding, params, what `dnnc shapes` records).
 #include "frontend/sema/SemaInternal.h"
+#include "base/WeightNames.h"
 
 namespace dnnc::sema {
 
@@ -29,21 +30,6 @@ SVal makeList(std::vector<SVal> items, SVal::Kind k) {
 
 void Sema::unknownName(const std::string &name, ScopePtr scope, SourceRange loc, const std::string &what) {
   // Suggest the closest visible name (edit distance <= 2).
-  auto distance = [](const std::string &a, const std::string &b) {
-    std::vector<size_t> row(b.size() + 1);
-    for (size_t j = 0; j <= b.size(); ++j)
-      row[j] = j;
-    for (size_t i = 1; i <= a.size(); ++i) {
-      size_t prev = row[0];
-      row[0] = i;
-      for (size_t j = 1; j <= b.size(); ++j) {
-        size_t cur = row[j];
-        row[j] = std::min({row[j] + 1, row[j - 1] + 1, prev + (a[i - 1] != b[j - 1])});
-        prev = cur;
-      }
-    }
-    return row[b.size()];
-  };
   std::vector<std::string> candidates;
   for (Scope *s = scope.get(); s; s = s->parent.get())
     for (auto &[n, b] : s->names)
@@ -57,7 +43,7 @@ void Sema::unknownName(const std::string &name, ScopePtr scope, SourceRange loc,
   std::string best;
   size_t bestD = 3;
   for (const std::string &c : candidates)
-    if (size_t dist = distance(name, c); dist < bestD && dist < name.size())
+    if (size_t dist = editDistance(name, c); dist < bestD && dist < name.size())
       best = c, bestD = dist;
   std::vector<Note> notes;
   if (!best.empty())
@@ -113,6 +99,8 @@ ir::Value *Sema::materializeParam(ModuleCtx &m, const ast::Decl &d) {
   op->attrs["name"] = name;
   if (d.value)
     op->attrs["init"] = ast::printExpr(*d.value);
+  if (d.fromRange.begin.line) // the tensor name in the weights file (interop.md §15)
+    op->attrs["from"] = d.from;
   if (d.frozen) // printed in IR dumps and kept by the JSON form like any attr
     op->attrs["frozen"] = true;
   ir::Value *v = st_->graph->newValue(m.globals.at(d.name).paramType, name, d.nameRange);

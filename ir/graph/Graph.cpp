@@ -28,6 +28,10 @@ Op *Graph::newOp(OpKind kind, SourceRange loc) {
   return ops_.back().get();
 }
 
+std::string outputName(const Graph &g, size_t k) {
+  return k < g.outputNames.size() && !g.outputNames[k].empty() ? g.outputNames[k] : fmt::format("out{}", k);
+}
+
 std::string sourceLine(const Graph &g, const SourceRange &loc) {
   if (!loc.valid())
     return "";

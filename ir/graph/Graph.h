@@ -91,6 +91,9 @@ public:
   // The inclusive range of every dim the model knows (fresh dims start at 0); the
   // runtime checks bound dims against it.
   std::map<std::string, std::pair<int64_t, int64_t>> dimRanges;
+  // The model's output names from `-> (emb: f32[B, D], ...)`, "" where unnamed; empty when
+  // none is named. outputName() gives every output's name.
+  std::vector<std::string> outputNames;
 
   Value *newValue(TensorType type, std::string name = "", SourceRange loc = {});
   Op *newOp(OpKind kind, SourceRange loc);
@@ -100,6 +103,10 @@ private:
   std::vector<std::unique_ptr<Value>> values_;
   std::vector<std::unique_ptr<Op>> ops_;
 };
+
+// Output k's name: its name in the model's signature, else out{k} (what `dnnc run` calls
+// its file and `dnnc shapes` lists).
+std::string outputName(const Graph &g, size_t k);
 
 // "line 18" in the model's file, "nn.dnn:16" in another; "" without a location.
 std::string sourceLine(const Graph &g, const SourceRange &loc);

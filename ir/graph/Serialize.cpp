@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -301,8 +302,11 @@ json toJson(const Graph &g) {
   json files = json::object();
   for (const auto &[id, name] : g.fileNames)
     files[std::to_string(id)] = name;
-  return {{"name", g.name}, {"main_file", g.mainFile}, {"files", std::move(files)}, {"dim_ranges", std::move(ranges)},
-          {"values", std::move(values)}, {"body", regionToJson(g.body)}};
+  json out = {{"name", g.name}, {"main_file", g.mainFile}, {"files", std::move(files)}, {"dim_ranges", std::move(ranges)},
+              {"values", std::move(values)}, {"body", regionToJson(g.body)}};
+  if (!g.outputNames.empty()) // only models with named outputs carry the key
+    out["output_names"] = g.outputNames;
+  return out;
 }
 
 namespace {
@@ -381,6 +385,15 @@ std::unique_ptr<Graph> fromJson(const json &j) {
     g->newValue(std::move(t), get<std::string>(at(v, "name"), "name"), locFromJson(at(v, "loc")));
   }
   Reader(*g).region(at(j, "body"), g->body);
+  if (j.contains("output_names")) {
+    g->outputNames = get<std::vector<std::string>>(j["output_names"], "output_names");
+    if (g->outputNames.size() != g->body.yields.size())
+      bad("'output_names' does not name every output");
+    for (const std::string &name : g->outputNames) // they become file names: identifiers only
+      if (!name.empty() && (std::isdigit(static_cast<unsigned char>(name[0])) ||
+                            !std::all_of(name.begin(), name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; })))
+        bad("an output name is not an identifier");
+  }
   try {
     verify(*g);
   } catch (const InternalError &e) {

@@ -24,8 +24,12 @@ std::string checkBinding(const ModelInfo &m, const Binding &b);
 ModelInfo *selectModel(Program &p, const std::string &name, std::string &error);
 
 struct RunOptions {
-  std::string model, weights, outDir = "out", device = "auto";
+  std::string model, outDir = "out", device = "auto";
+  std::vector<std::string> weights;                        // .safetensors files and *.index.json shard indexes
   std::vector<std::pair<std::string, std::string>> inputs; // NAME=FILE.npy
+  // Random values only where asked (interop.md §15): with no --weights/--input at all, or these.
+  bool randomParams = false, randomInputs = false;
+  bool strict = false; // --strict: a tensor of the weights no param uses is an error
   Binding binding;
   uint64_t seed = 0;
   int threads = 0; // 0: the runtime's default
@@ -41,7 +45,9 @@ int runModel(Program &p, const RunOptions &o);
 // lines; then the executor's own time and the total. `order`: "time" or "order".
 void printProfile(const ir::Graph &g, rt::Executable &exe, const std::string &order, std::ostream &os);
 struct TrainOptions {
-  std::string model, weights, save, resume, device = "auto";
+  std::string model, save, resume, device = "auto";
+  std::vector<std::string> weights; // as dnnc run's; none: each param from its initializer
+  bool strict = false;
   std::vector<std::pair<std::string, std::string>> data; // NAME=FILE.npy
   std::string dataDir;                                   // --data DIR: per-step batches DIR/000000/NAME.npy, ...
   int64_t batch = 32, epochs = 1, steps = 0, logEvery = 1, saveEvery = 0;

@@ -22,11 +22,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Writes out0.npy, out1.npy, ... into `dir` all or nothing: every file is written into a
-// private folder inside `dir` first, and only when all of them are complete are they moved
-// into place and the outputs an earlier run left beyond this run's count (a stale out2.npy
-// beside a new out0.npy) removed. Returns the lines that report each output.
-std::vector<std::string> writeOutputs(const std::vector<Tensor> &outputs, const std::string &dir) {
+// Writes each output as NAME.npy (its name in the model's signature, else out0, out1, ...)
+// into `dir` all or nothing: every file is written into a private folder inside `dir`
+// first, and only when all of them are complete are they moved into place and the outK.npy
+// files an earlier run left that this run did not write (a stale out2.npy beside a new
+// out0.npy) removed. Returns the lines that report each output.
+std::vector<std::string> writeOutputs(const ir::Graph &g, const std::vector<Tensor> &outputs, const std::string &dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec)
@@ -43,25 +44,28 @@ std::vector<std::string> writeOutputs(const std::vector<Tensor> &outputs, const 
     }
   } cleanup{staging};
   std::vector<std::string> lines;
+  std::vector<std::string> names;
   for (size_t k = 0; k < outputs.size(); ++k)
-    rt::writeNpy((staging / fmt::format("out{}.npy", k)).string(), outputs[k]);
+    names.push_back(ir::outputName(g, k));
+  for (size_t k = 0; k < outputs.size(); ++k)
+    rt::writeNpy((staging / (names[k] + ".npy")).string(), outputs[k]);
   for (size_t k = 0; k < outputs.size(); ++k) { // what would stop a move, before any is made
-    fs::path path = fs::path(dir) / fmt::format("out{}.npy", k);
+    fs::path path = fs::path(dir) / (names[k] + ".npy");
     if (fs::is_directory(path, ec))
       throw DataError(fmt::format("cannot write '{}': it is a directory", path.string()));
   }
   for (size_t k = 0; k < outputs.size(); ++k) {
-    fs::path path = fs::path(dir) / fmt::format("out{}.npy", k);
+    fs::path path = fs::path(dir) / (names[k] + ".npy");
     fs::rename(staging / path.filename(), path, ec);
     if (ec)
       throw DataError(fmt::format("cannot write '{}': {}", path.string(), ec.message()));
-    lines.push_back(fmt::format("out{}: {} -> {}", k, outputs[k].typeText(), path.string()));
+    lines.push_back(fmt::format("{}: {} -> {}", names[k], outputs[k].typeText(), path.string()));
   }
   for (const fs::directory_entry &e : fs::directory_iterator(dir, ec)) {
     std::string name = e.path().filename().string();
     if (name.size() > 7 && name.size() < 24 && name.rfind("out", 0) == 0 && name.substr(name.size() - 4) == ".npy" &&
         std::all_of(name.begin() + 3, name.end() - 4, [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }) &&
-        std::stoull(name.substr(3, name.size() - 7)) >= outputs.size())
+        std::find(names.begin(), names.end(), name.substr(0, name.size() - 4)) == names.end())
       fs::remove(e.path(), ec);
   }
   return lines;
@@ -88,14 +92,34 @@ int execute(const ir::Graph &g, rt::Executable *compiled, const RunOptions &o) {
     std::vector<const Tensor *> given;
     for (auto &t : inputs)
       given.push_back(t ? &*t : nullptr);
-    ir::Binding b = ir::bindInputs(g, given, o.binding);
+    // Random inputs only for a demo (no --input at all) or with --random-inputs; else every
+    // missing input is named at once.
+    std::vector<std::string> missing;
     for (size_t k = 0; k < inputs.size(); ++k)
       if (!inputs[k])
+        missing.push_back(fmt::format("'{}' ({})", g.body.args[k]->name, g.body.args[k]->type.str()));
+    if (!missing.empty() && !o.inputs.empty() && !o.randomInputs)
+      throw DataError(fmt::format("no --input for {} of model '{}': {}\npass --input NAME=FILE.npy for each, or "
+                                  "--random-inputs for random values",
+                                  missing.size() == 1 ? "an input" : fmt::format("{} inputs", missing.size()), g.name,
+                                  fmt::join(missing, ", ")));
+    ir::Binding b = ir::bindInputs(g, given, o.binding);
+    for (size_t k = 0; k < inputs.size(); ++k)
+      if (!inputs[k]) {
         inputs[k] = rt::randomInput(*g.body.args[k], b, o.seed * 7919 + k + 1);
+        std::cerr << fmt::format("dnnc: note: input '{}' ({}) filled with random values (seed {}): {}\n", g.body.args[k]->name,
+                                 inputs[k]->typeText(), o.seed, o.inputs.empty() ? "no --input was given" : "with --random-inputs");
+      }
     std::vector<Tensor> all;
     for (auto &t : inputs)
       all.push_back(std::move(*t));
-    auto params = rt::loadWeights(g, o.weights, b, o.seed);
+    rt::Weights loaded = rt::loadWeights(
+        g, {o.weights, o.randomParams || o.weights.empty(), true, o.strict, o.seed,
+            "pass --weights for each file that holds them, or --random-params to fill them from their initializers"},
+        b);
+    for (const std::string &note : loaded.notes)
+      std::cerr << "dnnc: note: " << note << "\n";
+    const std::map<std::string, Tensor> &params = loaded.params;
     auto runOnce = [&] { return compiled ? compiled->run(all, params, o.binding) : oracle->run(all, params, o.binding); };
     if (compiled && !o.profile.empty())
       compiled->setProfiling(true);
@@ -111,7 +135,7 @@ int execute(const ir::Graph &g, rt::Executable *compiled, const RunOptions &o) {
       runOnce();
       times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
     }
-    for (const std::string &line : writeOutputs(outputs, o.outDir))
+    for (const std::string &line : writeOutputs(g, outputs, o.outDir))
       std::cout << line << "\n";
     if (o.stats) {
       std::string dims;

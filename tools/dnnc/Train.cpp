@@ -319,7 +319,11 @@ int trainModel(Program &p, const TrainOptions &o) {
     std::unique_ptr<interp::Interpreter> oracle;
     if (!compiled)
       oracle = std::make_unique<interp::Interpreter>(g);
-    std::map<std::string, Tensor> params = rt::loadWeights(g, o.weights, binding, o.seed);
+    // Without --weights, training starts from the initializers (no notes: that is what they are for).
+    rt::Weights loaded = rt::loadWeights(g, {o.weights, o.weights.empty(), false, o.strict, o.seed, ""}, binding);
+    for (const std::string &note : loaded.notes)
+      std::cerr << "dnnc: note: " << note << "\n";
+    std::map<std::string, Tensor> params = std::move(loaded.params);
     std::vector<Tensor> states;
     for (const std::string &name : step.params)
       for (size_t k = 0; k < step.statesPerParam; ++k)

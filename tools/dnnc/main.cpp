@@ -40,7 +40,7 @@ commands:
                                   run graph passes and print the IR they leave
   build FILE -o OUT [--target cpu|cuda] [--arch sm_90]
                                   compile a model into an artifact the runtime loads
-  run FILE [--weights W] [--input NAME=X.npy]... [--bind B=2] [--out DIR] [--device auto|cpu|cuda|ref] [--seed N]
+  run FILE [--weights W]... [--input NAME=X.npy]... [--bind B=2] [--out DIR] [--device auto|cpu|cuda|ref] [--seed N]
                                   compile a model (or load an artifact) and run it
   train FILE --data NAME=X.npy...|DIR [--batch N] [--epochs E | --steps S] [--optimizer sgd|momentum|adam|adamw] [--lr X] [--save OUT] [--resume OUT.state]
                                   train a model's params (its first output is the loss)
@@ -452,8 +452,13 @@ int cmdRun(int argc, char **argv) {
   std::vector<std::string> inputs;
   po::options_description desc = commonOptions(c);
   desc.add_options()("model", po::value(&o.model), "the model to run (default: main, or the first)")(
-      "weights", po::value(&o.weights), "a .safetensors file with every param, by name")(
-      "input", po::value(&inputs)->composing(), "NAME=FILE.npy for an input (repeatable); others are random")(
+      "weights", po::value(&o.weights)->composing(),
+      "a .safetensors file, or a Hugging Face *.safetensors.index.json and its shards (repeatable): each param by its name "
+      "or its `from` name")(
+      "strict", "a tensor of the weights that no param uses is an error (default: one note)")(
+      "random-params", "fill the params no --weights file has from their initializers (each named in a note)")(
+      "input", po::value(&inputs)->composing(), "NAME=FILE.npy for an input (repeatable)")(
+      "random-inputs", "fill the inputs no --input gives with seeded random values (each named in a note)")(
       "bind", po::value(&bind), "bind dims, e.g. B=2,T=8 (sizes for random inputs)")(
       "out", po::value(&o.outDir), "where out0.npy, out1.npy, ... go (default: out)")(
       "device", po::value(&o.device), "auto (the GPU if one works, else the CPU), cpu, cuda, ref (the reference interpreter), or cuda-sim (the GPU kernels on a CPU simulator, for testing)")(
@@ -469,11 +474,15 @@ int cmdRun(int argc, char **argv) {
       "sorted by time (--profile=order: in program order); with --repeat, over the timed runs");
   desc.add(passOptions(flags));
   po::variables_map vm;
-  const char *usage = "usage: dnnc run FILE [--weights W.safetensors] [--input NAME=X.npy]... [--bind B=2,T=8] "
-                      "[--out DIR] [--device auto|cpu|cuda|ref] [--seed N] [--threads N]\n";
+  const char *usage = "usage: dnnc run FILE [--weights W.safetensors]... [--input NAME=X.npy]... [--bind B=2,T=8] "
+                      "[--out DIR] [--device auto|cpu|cuda|ref] [--seed N] [--threads N] [--random-params] [--random-inputs] "
+                      "[--strict]\n";
   if (int rc = parseOptions(argc, argv, desc, usage, true, c, vm); rc >= 0)
     return rc;
   o.stats = vm.count("stats") > 0;
+  o.strict = vm.count("strict") > 0;
+  o.randomParams = vm.count("random-params") > 0;
+  o.randomInputs = vm.count("random-inputs") > 0;
   o.compile.memoryPlan = vm.count("no-memory-plan") == 0;
   if (!readPassOptions(vm, flags, o.compile.passes))
     return kUsage;
@@ -537,7 +546,9 @@ int cmdTrain(int argc, char **argv) {
       "lr", po::value(&o.lr), "learning rate (default 1e-3)")(
       "weight-decay", po::value(&o.optimizer.weightDecay), "L2 penalty (decoupled for adamw; default 0)")(
       "momentum", po::value(&o.optimizer.momentum), "momentum for --optimizer momentum (default 0.9)")(
-      "weights", po::value(&o.weights), "initial params from a .safetensors file (default: each param's initializer)")(
+      "weights", po::value(&o.weights)->composing(),
+      "initial params from .safetensors files or a *.index.json shard index, as for dnnc run (repeatable; default: each "
+      "param's initializer)")("strict", "a tensor of the weights that no param uses is an error (default: one note)")(
       "save", po::value(&o.save),
       "write the trained params to OUT, a .safetensors file that dnnc run --weights reads, and the optimizer state and step "
       "to OUT.state (for --resume); after the last step, and every --save-every steps")(
@@ -556,6 +567,7 @@ int cmdTrain(int argc, char **argv) {
   if (int rc = parseOptions(argc, argv, desc, usage, true, c, vm); rc >= 0)
     return rc;
   o.json = vm.count("json") > 0;
+  o.strict = vm.count("strict") > 0;
   o.verbose = vm.count("verbose") > 0;
   o.optimizerName = optimizer;
   std::optional<ir::Optimizer> kind = parseOptimizer(optimizer);
