@@ -14,7 +14,18 @@ import unittest
 import numpy as np
 
 SAFE_DTYPES = {np.dtype("float32"): "F32", np.dtype("float16"): "F16", np.dtype("int32"): "I32",
-               np.dtype("int64"): "I64", np.dtype("bool"): "BOOL"}
+               np.dtype("int64"): "I64", np.dtype("bool"): "BOOL", np.dtype("float64"): "F64"}
+
+
+class BF16:
+    """An array stored as bfloat16 (NumPy has no such dtype): `bits` holds the rounded
+    values' upper halves, `values` the float32 values they stand for."""
+
+    def __init__(self, a):
+        u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+        rounded = (u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)  # to nearest, ties to even
+        self.bits = rounded.astype(np.uint16)
+        self.values = (self.bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
 def _splitmix64(z):
@@ -36,9 +47,11 @@ def dropout_keep(shape, p, seed=0, step=0, stream=0):
 def write_safetensors(path, tensors):
     header, blobs, offset = {}, [], 0
     for name, a in tensors.items():
+        dtype = "BF16" if isinstance(a, BF16) else None
+        a = a.bits if isinstance(a, BF16) else a
         a = np.ascontiguousarray(a).reshape(np.shape(a))  # ascontiguousarray makes a 0-d array 1-d
         raw = a.tobytes()
-        header[name] = {"dtype": SAFE_DTYPES[a.dtype], "shape": list(a.shape), "data_offsets": [offset, offset + len(raw)]}
+        header[name] = {"dtype": dtype or SAFE_DTYPES[a.dtype], "shape": list(a.shape), "data_offsets": [offset, offset + len(raw)]}
         blobs.append(raw)
         offset += len(raw)
     h = json.dumps(header).encode()
