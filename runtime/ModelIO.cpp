@@ -179,12 +179,13 @@ std::optional<Tensor> readParam(const Checkpoint &c, const ParamSpec &spec, cons
     bool fits = e.shape.size() + first == want.size();
     for (size_t k = 0; fits && k < e.shape.size(); ++k)
       fits = !want[first + k] || *want[first + k] == e.shape[k];
-    if (!fits)
-      throw DataError(first ? fmt::format("tensor '{}' in '{}' is {} but {} stacks tensors of {}[{}]", name, file.path,
-                                          file.typeText(e), described, dtypeName(spec.type.dtype),
-                                          boundType(spec.type, b).substr(boundType(spec.type, b).find('[') + 1))
+    if (!fits) {
+      ir::TensorType each{spec.type.dtype, {spec.type.dims.begin() + static_cast<long>(first), spec.type.dims.end()}};
+      throw DataError(first ? fmt::format("tensor '{}' in '{}' is {} but {} stacks tensors of {}", name, file.path,
+                                          file.typeText(e), described, boundType(each, b))
                             : fmt::format("tensor '{}' in '{}' is {} but {} is {}", name, file.path, file.typeText(e), described,
                                           boundType(spec.type, b)));
+    }
     used.insert(name);
     return file.tensorAs(name, spec.type.dtype);
   };

@@ -124,8 +124,8 @@ void Sema::declareGlobals(ModuleCtx &m) {
         std::string err = parseFromName(d.from, name, at);
         if (err.empty() && name.placeholders.size() > g.paramType.rank()) {
           at = name.offsets[g.paramType.rank()];
-          err = fmt::format("{} placeholders stack on {} leading axes, but param '{}' is {}", name.placeholders.size(),
-                            name.placeholders.size(), d.name, g.paramType.str());
+          err = fmt::format("its {} placeholders stack on the param's first {} axes, but param '{}' is {}",
+                            name.placeholders.size(), name.placeholders.size(), d.name, g.paramType.str());
         }
         if (!err.empty()) {
           SourceRange r = d.fromRange; // the caret at the trouble, inside the quotes
@@ -154,7 +154,14 @@ void Sema::declareGlobals(ModuleCtx &m) {
       }
       break;
     }
-    case ast::Decl::Kind::Fn: g.kind = Global::Kind::Fn; break;
+    case ast::Decl::Kind::Fn:
+      g.kind = Global::Kind::Fn;
+      for (size_t k = 0; k < d.outputNames.size(); ++k)
+        if (!d.outputNames[k].empty()) // a fn's results are values, not files
+          fail(DiagKind::Type, d.outputNameRanges[k],
+               fmt::format("fn '{}' names its result '{}': only a model's outputs have names", d.name, d.outputNames[k]),
+               {{{}, "name the model's outputs instead: model m(...) -> (emb: f32[B, D], ...)"}});
+      break;
     case ast::Decl::Kind::Model: g.kind = Global::Kind::Model; break;
     }
     m.globals.emplace(d.name, std::move(g));
