@@ -15,6 +15,7 @@ struct dnnc_model {
   std::unique_ptr<rt::Executable> exe;
   std::string deviceName;
   std::vector<std::string> weightsFiles; // none: every param from its initializer
+  std::vector<std::string> outputNames;
   uint64_t seed = 0;
 };
 
@@ -64,6 +65,8 @@ dnnc_model *dnnc_load(const char *path) {
     auto m = std::make_unique<dnnc_model>();
     m->exe = rt::loadArtifact(path ? path : "");
     m->deviceName = m->exe->device().name();
+    for (size_t k = 0; k < m->exe->graph().body.yields.size(); ++k)
+      m->outputNames.push_back(ir::outputName(m->exe->graph(), k));
     return m.release();
   });
 }
@@ -79,6 +82,14 @@ dnnc_dtype dnnc_input_dtype(const dnnc_model *m, size_t i) {
 }
 int32_t dnnc_input_rank(const dnnc_model *m, size_t i) {
   return guarded<int32_t>(-1, [&] { return static_cast<int32_t>(input(m, i)->type.rank()); });
+}
+size_t dnnc_num_outputs(const dnnc_model *m) { return m ? m->outputNames.size() : 0; }
+const char *dnnc_output_name(const dnnc_model *m, size_t i) {
+  return guarded<const char *>(nullptr, [&] {
+    if (!m || i >= m->outputNames.size())
+      throw DataError(fmt::format("output {} does not exist (the model has {})", i, m ? m->outputNames.size() : 0));
+    return m->outputNames[i].c_str();
+  });
 }
 const char *dnnc_device_name(const dnnc_model *m) { return m ? m->deviceName.c_str() : ""; }
 

@@ -197,7 +197,18 @@ std::optional<Tensor> readParam(const Checkpoint &c, const ParamSpec &spec, cons
       throw DataError(fmt::format("{} stacks tensors on axis {}, whose dim {} is not bound: bind it with --bind", described, k,
                                   spec.type.dims[k]->str()));
     lead.push_back(*want[k]);
-    count *= *want[k];
+    if (__builtin_mul_overflow(count, *want[k], &count))
+      throw DataError(fmt::format("{} stacks more tensors than 64 bits count", described));
+  }
+  if (count == 0) { // an empty stack: no tensor to read, the shape from the declaration
+    std::vector<int64_t> shape;
+    for (size_t k = 0; k < want.size(); ++k) {
+      if (!want[k])
+        throw DataError(fmt::format("{} stacks no tensors and its dim {} is not bound: bind it with --bind", described,
+                                    spec.type.dims[k]->str()));
+      shape.push_back(*want[k]);
+    }
+    return Tensor::zeros(spec.type.dtype, shape);
   }
   std::vector<std::string> names;
   std::vector<int64_t> index(stacked, 0);

@@ -40,6 +40,10 @@ size_t dnnc_num_inputs(const dnnc_model *model);
 const char *dnnc_input_name(const dnnc_model *model, size_t i);
 dnnc_dtype dnnc_input_dtype(const dnnc_model *model, size_t i);
 int32_t dnnc_input_rank(const dnnc_model *model, size_t i);
+/* The model's outputs, in order: their names (`emb` for `-> (emb: f32[B, D], ...)`, else
+ * out0, out1, ...). */
+size_t dnnc_num_outputs(const dnnc_model *model);
+const char *dnnc_output_name(const dnnc_model *model, size_t i);
 /* The device the model runs on, e.g. "cpu, 8 threads". */
 const char *dnnc_device_name(const dnnc_model *model);
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """examples/runtime/run_artifact (the C API, no compiler) runs built artifacts and agrees
-with `dnnc run` on the same artifact and inputs, at two shapes each."""
+with `dnnc run` on the same artifact and inputs, at two shapes each, and on a checkpoint
+read by names from shards (named outputs)."""
 import argparse
 import os
 import re
@@ -53,6 +54,29 @@ with tempfile.TemporaryDirectory() as d:
                   and np.allclose(first, want.reshape(-1)[:4], rtol=1e-4, atol=1e-5))
             failures += not ok
             print(f"{'ok' if ok else 'FAIL'} {model} {shapes}: {p.stdout.strip().splitlines()[-1]}")
+    # A checkpoint by Hugging Face names (tests/golden/cli/weights.dnn, bf16 and f64 tensors,
+    # stacked layers) through the C API from its two shards, against dnnc run on the same
+    # artifact from the shards' index: named outputs print under their names.
+    golden = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden", "cli")
+    artifact = os.path.join(d, "weights.dnnc")
+    subprocess.run([args.dnnc, "build", os.path.join(golden, "weights.dnn"), "-o", artifact], check=True)
+    shards = [os.path.join(golden, "inputs", f"ckpt-0000{k}-of-00002.safetensors") for k in (1, 2)]
+    p = subprocess.run([args.runner, artifact, "--weights", shards[0], "--weights", shards[1], "ids=3", "mask=3"],
+                       capture_output=True, text=True)
+    q_args = [args.dnnc, "run", artifact, "--out", os.path.join(d, "out"), "--weights",
+              os.path.join(golden, "inputs", "ckpt.safetensors.index.json")]
+    for name, dtype in (("ids", np.int32), ("mask", np.float32)):
+        np.save(os.path.join(d, name + ".npy"), pattern((3,), dtype))
+        q_args += ["--input", f"{name}={os.path.join(d, name + '.npy')}"]
+    q = subprocess.run(q_args, capture_output=True, text=True)
+    m = re.search(r"^h: shape \[3, 3\], sum (\S+), first:(.*)", p.stdout, re.M)
+    ok = p.returncode == 0 and q.returncode == 0 and m is not None and "out1: shape [3]" in p.stdout
+    if ok:
+        want = np.load(os.path.join(d, "out", "h.npy")).astype(np.float64)
+        ok = (np.isclose(float(m.group(1)), want.sum(), rtol=1e-4, atol=1e-4)
+              and np.allclose([float(x) for x in m.group(2).split()], want.reshape(-1)[:4], rtol=1e-4, atol=1e-5))
+    failures += not ok
+    print(f"{'ok' if ok else 'FAIL'} weights.dnn from shards: {p.stdout.strip()} {p.stderr.strip()} {q.stderr.strip()}")
     # Bad shapes on its command line are usage errors with a message, not an abort.
     artifact = os.path.join(d, "mlp.dnn.dnnc")
     for shape, message in (("x=-2x784", "run_artifact: '-2' is not a dim (a count from 0 to 2^40) in 'x=-2x784'"),

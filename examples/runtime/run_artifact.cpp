@@ -3,7 +3,7 @@
 // sin(0.1 * i), integers i % 7, bools i % 2), runs, and prints each output's shape, sum
 // and first values.
 //
-//   usage: run_artifact MODEL.dnnc [--weights W.safetensors] NAME=D0xD1x... (one per input)
+//   usage: run_artifact MODEL.dnnc [--weights W.safetensors]... NAME=D0xD1x... (one per input)
 //   e.g.   run_artifact mlp.dnnc x=2x16
 #include "runtime/dnnc_runtime.h"
 
@@ -64,7 +64,7 @@ int main(int argc, char **argv) {
   std::map<std::string, std::vector<int64_t>> shapes;
   for (int a = 2; a < argc; ++a) {
     if (!std::strcmp(argv[a], "--weights") && a + 1 < argc) {
-      dnnc_set_weights_file(model, argv[++a]);
+      dnnc_add_weights_file(model, argv[++a]); // repeated: the shards of one checkpoint
       continue;
     }
     std::string arg = argv[a];
@@ -128,7 +128,7 @@ int main(int argc, char **argv) {
   for (size_t k = 0; k < numOutputs; ++k) {
     const dnnc_tensor &t = outputs[k];
     size_t count = 1;
-    std::printf("out%zu: shape [", k);
+    std::printf("%s: shape [", dnnc_output_name(model, k));
     for (int32_t d = 0; d < t.rank; ++d) {
       std::printf("%s%lld", d ? ", " : "", static_cast<long long>(t.shape[d]));
       count *= static_cast<size_t>(t.shape[d]);
