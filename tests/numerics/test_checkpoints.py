@@ -11,6 +11,7 @@
   repeated --weights, gives the same bits; so do the params under their own names (what
   dnnc train --save writes).
 - --strict refuses the unused tensors.
+- dnnc train --weights reads the same way and --save writes own names that dnnc run reads.
 (The diagnostics' exact texts: tests/golden/cli/weights.test, tests/fail/fail_from_name.dnn.)
 """
 import json
@@ -25,7 +26,7 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dnnc_test_util import BF16, run_with_exe, write_safetensors  # noqa: E402
+from dnnc_test_util import BF16, read_safetensors, run_with_exe, write_safetensors  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONSTS = {"V": 50, "P": 16, "D": 8, "H": 2, "F": 12, "L": 2}
@@ -182,6 +183,41 @@ class Checkpoints(unittest.TestCase):
                 (got, _), p = self.run_bert(weights, 2, 5)
                 for g, w in zip(got, want):
                     np.testing.assert_array_equal(g, w)
+
+    def test_train_reads_and_saves(self):
+        """dnnc train --weights reads `from` names (stacked, bf16 and f16 converted) and saves
+        the params by their own names, which dnnc run reads back: with lr 1e-30 the saved
+        stack is the checkpoint's values and both runs agree bit for bit."""
+        d = self.path("train")
+        os.makedirs(d)
+        with open(os.path.join(d, "m.dnn"), "w") as f:
+            f.write("const L = 2;\ndim B;\nparam w: f32[L, 3, 3] from \"layer.{l}.weight\";\n"
+                    "model main(x: f32[B, 3], y: f32[B, 3]) -> f32[] {\n  var h = x;\n  for l in 0..L {\n"
+                    "    h = h @ transpose(w[l]);\n  }\n  return mean((h - y) * (h - y));\n}\n")
+        rng = np.random.default_rng(1)
+        layers = [BF16(rng.standard_normal((3, 3))), rng.standard_normal((3, 3)).astype(np.float16)]
+        write_safetensors(os.path.join(d, "hf.safetensors"), {f"layer.{l}.weight": w for l, w in enumerate(layers)})
+        for name in ("x", "y"):
+            np.save(os.path.join(d, name + ".npy"), rng.standard_normal((4, 3)).astype(np.float32))
+        data = ["--data", f"x={d}/x.npy", "--data", f"y={d}/y.npy"]
+        for device in DEVICES:
+            with self.subTest(device=device):
+                saved = os.path.join(d, f"saved-{device}.safetensors")
+                p = subprocess.run([self.exe, "train", os.path.join(d, "m.dnn"), *data, "--steps", "1", "--lr", "1e-30",
+                                    "--weights", os.path.join(d, "hf.safetensors"), "--save", saved, "--device", device],
+                                   capture_output=True, text=True, timeout=300)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                want = np.stack([layers[0].values, layers[1].astype(np.float32)])
+                np.testing.assert_array_equal(read_safetensors(saved)["w"], want)
+                outs = []
+                for weights in (os.path.join(d, "hf.safetensors"), saved):
+                    out = os.path.join(d, "out")
+                    p = subprocess.run([self.exe, "run", os.path.join(d, "m.dnn"), "--weights", weights, "--input",
+                                        f"x={d}/x.npy", "--input", f"y={d}/y.npy", "--out", out, "--device", device],
+                                       capture_output=True, text=True, timeout=300)
+                    self.assertEqual(p.returncode, 0, p.stderr)
+                    outs.append(np.load(os.path.join(out, "out0.npy")))
+                np.testing.assert_array_equal(outs[0], outs[1])
 
     def test_strict(self):
         _, p = self.run_bert([self.path("model.safetensors")], 1, 3, extra=["--strict"], ok=False)
