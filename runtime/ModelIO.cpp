@@ -208,6 +208,7 @@ std::optional<Tensor> readParam(const Checkpoint &c, const ParamSpec &spec, cons
                                     spec.type.dims[k]->str()));
       shape.push_back(*want[k]);
     }
+    requireMemory(checkedBytes(spec.type.dtype, shape, described), described);
     return Tensor::zeros(spec.type.dtype, shape);
   }
   std::vector<std::string> names;
@@ -224,26 +225,26 @@ std::optional<Tensor> readParam(const Checkpoint &c, const ParamSpec &spec, cons
       missing.clear();
       return read(spec.name, 0);
     }
-    why = fmt::format("{}: no tensor '{}'{}", described, missing,
-                          stacked ? fmt::format(" (one of the {} it stacks)", count) : "");
+    why = fmt::format("{}: no tensor '{}'{}", described, missing, stacked ? fmt::format(" (one of the {} it stacks)", count) : "");
     return std::nullopt;
   }
   if (!stacked)
     return read(names[0], 0);
-  std::vector<Tensor> slices;
-  for (const std::string &name : names) {
-    slices.push_back(read(name, stacked));
-    if (slices.back().shape != slices.front().shape)
-      throw DataError(fmt::format("tensor '{}' is {} but '{}' is {}: {} stacks tensors of one shape", name,
-                                  slices.back().typeText(), names[0], slices.front().typeText(), described));
-  }
+  // Each slice is copied into place as it is read: one slice converted at a time.
+  Tensor first = read(names[0], stacked);
   std::vector<int64_t> shape = lead;
-  shape.insert(shape.end(), slices[0].shape.begin(), slices[0].shape.end());
+  shape.insert(shape.end(), first.shape.begin(), first.shape.end());
   requireMemory(checkedBytes(spec.type.dtype, shape, described), described);
   Tensor out = Tensor::zeros(spec.type.dtype, shape);
-  for (size_t k = 0; k < slices.size(); ++k)
-    if (slices[k].byteSize())
-      std::memcpy(out.data() + k * slices[k].byteSize(), slices[k].data(), slices[k].byteSize());
+  for (size_t k = 0; k < names.size(); ++k) {
+    Tensor slice = k ? read(names[k], stacked) : std::move(first);
+    if (slice.shape != std::vector<int64_t>(shape.begin() + static_cast<long>(stacked), shape.end()))
+      throw DataError(fmt::format("tensor '{}' is {} but '{}' is {}: {} stacks tensors of one shape", names[k],
+                                  slice.typeText(), names[0], shapeText(spec.type.dtype, {shape.begin() + static_cast<long>(stacked), shape.end()}),
+                                  described));
+    if (slice.byteSize())
+      std::memcpy(out.data() + k * slice.byteSize(), slice.data(), slice.byteSize());
+  }
   return out;
 }
 
