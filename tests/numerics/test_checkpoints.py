@@ -151,8 +151,10 @@ class Checkpoints(unittest.TestCase):
                     for g, w in zip(got, want):
                         self.assertEqual(g.shape, w.shape)
                         np.testing.assert_allclose(g, w, rtol=1e-4, atol=2e-5)
-                    # The pooler and position_ids are used by no param: one note, and no other.
-                    self.assertEqual(p.stderr, "dnnc: note: 3 tensors in the weights are used by no param of model 'main': "
+                    # The pooler and position_ids are used by no param: one note, and no other (a
+                    # sanitized build's notice about the simulator's swapcontext is not dnnc's).
+                    stderr = re.sub(r"==\d+==WARNING: ASan doesn't fully support makecontext/swapcontext[^\n]*\n?", "", p.stderr)
+                    self.assertEqual(stderr, "dnnc: note: 3 tensors in the weights are used by no param of model 'main': "
                                                "'embeddings.position_ids', 'pooler.dense.bias', 'pooler.dense.weight'\n")
 
     def test_shards_and_own_names(self):
