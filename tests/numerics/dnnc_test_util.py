@@ -114,23 +114,24 @@ class Dnnc:
             return outs, p
 
 
-def example_with_loss(source, consts, loss, inputs, grads=False):
+def example_with_loss(source, consts, loss, inputs, grads=False, prediction="prediction"):
     """An example model (its source) made trainable at a small size: its constants set from
-    `consts`, `inputs` (e.g. "labels: i32[B]") added to its model's inputs and its
+    `consts`, `inputs` (e.g. "labels: i32[B]"; "" for none) added to its model's inputs and its
     `return e;` turned into `let prediction = e; return LOSS;` (`loss` an expression over `prediction`), or
-    with `grads` into `return (loss, grad(loss, [every float param]))`. Returns the source and
-    the float params' names in order."""
+    with `grads` into `return (loss, grad(loss, [every float param]))`. `prediction` may be
+    a pattern that destructures a model's tuple of outputs, e.g. "(scores, boxes)". Returns
+    the source and the float params' names in order."""
     source = re.sub(r"const (\w+) = \d+;", lambda m: f"const {m.group(1)} = {consts[m.group(1)]};", source)
     params = re.findall(r"^param (\w+):\s*(f32\[[^\]]*\])", source, re.M)
     outputs = "(f32[], " + ", ".join(t for _, t in params) + ")" if grads else "f32[]"
-    source, n = re.subn(r"^model main\((.*)\) -> .* \{$", lambda m: f"model main({m.group(1)}, {inputs}) -> {outputs} {{",
-                        source, flags=re.M)
+    source, n = re.subn(r"^model main\((.*)\) -> .* \{$",
+                        lambda m: f"model main({m.group(1)}{', ' + inputs if inputs else ''}) -> {outputs} {{", source, flags=re.M)
     assert n == 1, "the example's model line changed"
     names = [name for name, _ in params]
     result = (f"let gs = grad(loss, [{', '.join(names)}]);\n  return (loss, {', '.join(f'gs[{i}]' for i in range(len(names)))});"
               if grads else "return loss;")
-    source, n = re.subn(r"^  return (.*);\n\}", lambda m: f"  let prediction = {m.group(1)};\n  let loss = {loss};\n  {result}\n}}",
-                        source, flags=re.M)
+    source, n = re.subn(r"^  return (.*);\n\}",
+                        lambda m: f"  let {prediction} = {m.group(1)};\n  let loss = {loss};\n  {result}\n}}", source, flags=re.M)
     assert n == 1, "the example's return changed"
     return source, names
 
