@@ -116,12 +116,13 @@ class Dnnc:
 
 def example_with_loss(source, consts, loss, inputs, grads=False, prediction="prediction"):
     """An example model (its source) made trainable at a small size: its constants set from
-    `consts`, `inputs` (e.g. "labels: i32[B]"; "" for none) added to its model's inputs and its
-    `return e;` turned into `let prediction = e; return LOSS;` (`loss` an expression over `prediction`), or
-    with `grads` into `return (loss, grad(loss, [every float param]))`. `prediction` may be
-    a pattern that destructures a model's tuple of outputs, e.g. "(scores, boxes)". Returns
-    the source and the float params' names in order."""
-    source = re.sub(r"const (\w+) = \d+;", lambda m: f"const {m.group(1)} = {consts[m.group(1)]};", source)
+    `consts` (the others keep their values), `inputs` (e.g. "labels: i32[B]"; "" for none)
+    added to its model's inputs and its `return e;` turned into `let prediction = e; return
+    LOSS;` (`loss` an expression over `prediction`), or with `grads` into `return (loss,
+    grad(loss, [every float param]))`. `prediction` may be a pattern that destructures a
+    model's tuple of outputs, e.g. "(scores, boxes)". Returns the source and the float
+    params' names in order."""
+    source = re.sub(r"const (\w+) = (\d+);", lambda m: f"const {m.group(1)} = {consts.get(m.group(1), m.group(2))};", source)
     params = re.findall(r"^param (\w+):\s*(f32\[[^\]]*\])", source, re.M)
     outputs = "(f32[], " + ", ".join(t for _, t in params) + ")" if grads else "f32[]"
     source, n = re.subn(r"^model main\((.*)\) -> .* \{$",

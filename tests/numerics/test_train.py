@@ -12,6 +12,7 @@ Also: the errors of a model that cannot be trained and of bad data.
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -341,6 +342,44 @@ class Train(unittest.TestCase):
                         self.assertGreater(np.abs(p[k] - init[k]).max(), 1e-3, k)  # every param moved
                     if device != "ref":
                         self.assertIn("kernels compiled after the first step: 0", r.stderr)
+
+    def test_emit_train_is_the_step_train_compiles(self):
+        """`dnnc emit --train=OPTIMIZER` with the optimizer's settings shows the kernels `dnnc
+        train` compiles with them, as many on the cpu (--emit=kernels; no prepacked weights:
+        the params change every step) and on cuda-sim (--emit=ptx, the GPU's kernels): the
+        MLP example at its size (784 inputs, weights the CPU would prepack for inference)
+        and LM, with AdamW's decoupled decay and with momentum."""
+        d = self.dir.name
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        with open(os.path.join(root, "examples", "mlp.dnn")) as f:
+            source, _ = example_with_loss(f.read(), {}, "nn.cross_entropy(prediction, labels)", "labels: i32[B]")
+        with open(os.path.join(d, "mlp.dnn"), "w") as f:
+            f.write(source)
+        with open(os.path.join(d, "lm.dnn"), "w") as f:
+            f.write(LM)
+        rng = np.random.default_rng(2)
+        np.save(os.path.join(d, "mx.npy"), rng.standard_normal((3, 784)).astype(np.float32))
+        np.save(os.path.join(d, "ml.npy"), rng.integers(0, 10, 3).astype(np.int32))
+        seq = rng.integers(0, 50, (2, 6)).astype(np.int32)
+        np.save(os.path.join(d, "tok.npy"), seq[:, :-1])
+        np.save(os.path.join(d, "tgt.npy"), seq[:, 1:])
+        data = {"mlp.dnn": (("x", "mx"), ("labels", "ml")), "lm.dnn": (("tokens", "tok"), ("targets", "tgt"))}
+        for model, files in data.items():
+            for optimizer, settings in (("adamw", ["--weight-decay", "0.1"]), ("momentum", ["--momentum", "0.5"])):
+                for device, stage, kernel in (("cpu", "kernels", "kernel "), ("cuda-sim", "ptx", ".visible .entry ")):
+                    with self.subTest(model=model, optimizer=optimizer, device=device):
+                        common = [os.path.join(d, model), "-I", os.path.join(root, "stdlib")]
+                        e = subprocess.run([self.exe, "emit", *common, f"--train={optimizer}", *settings, f"--emit={stage}"],
+                                           capture_output=True, text=True, timeout=300)
+                        self.assertEqual(e.returncode, 0, e.stderr)
+                        t = subprocess.run([self.exe, "train", *common, *[a for name, file in files for a in ("--data", f"{name}={d}/{file}.npy")],
+                                            "--steps", "1", "--optimizer", optimizer, *settings, "--device", device, "--verbose"],
+                                           capture_output=True, text=True, timeout=300)
+                        self.assertEqual(t.returncode, 0, t.stderr)
+                        compiled = re.search(r"compiled the training step for .*: (\d+) kernels", t.stderr)
+                        self.assertIsNotNone(compiled, t.stderr)
+                        emitted = sum(line.startswith(kernel) for line in e.stdout.splitlines())
+                        self.assertEqual(emitted, int(compiled.group(1)))
 
     def test_transformer_example(self):
         """examples/transformer.dnn itself, small (D = 16, L = 2 layers in its `for` over the
