@@ -12,6 +12,7 @@ import tempfile
 import unittest
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 SAFE_DTYPES = {np.dtype("float32"): "F32", np.dtype("float16"): "F16", np.dtype("int32"): "I32",
                np.dtype("int64"): "I64", np.dtype("bool"): "BOOL"}
@@ -34,22 +35,16 @@ def dropout_keep(shape, p, seed=0, step=0, stream=0):
 
 
 def conv2d_ref(x, w, stride=1, padding=0, dilation=1, groups=1):
-    """PyTorch's conv2d (cross-correlation; stride, zero padding, dilation, groups) written
-    out as one einsum per kernel tap, in float64: the tests' NumPy twin."""
-    n, c, h, wd = x.shape
+    """PyTorch's conv2d (cross-correlation; stride, zero padding, dilation, groups) in
+    float64, the tests' NumPy twin: each group's output is one tensordot of the input's
+    windows (a strided view, no copies) with the group's weights."""
     o, cg, kh, kw = w.shape
     xp = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
-    oh = (h + 2 * padding - dilation * (kh - 1) - 1) // stride + 1
-    ow = (wd + 2 * padding - dilation * (kw - 1) - 1) // stride + 1
-    out = np.zeros((n, o, oh, ow))
+    windows = sliding_window_view(xp, (dilation * (kh - 1) + 1, dilation * (kw - 1) + 1), axis=(2, 3))
+    windows = windows[:, :, ::stride, ::stride, ::dilation, ::dilation]  # N, C, OH, OW, KH, KW
     og = o // groups
-    for g in range(groups):
-        for i in range(kh):
-            for j in range(kw):
-                patch = xp[:, g * cg:(g + 1) * cg, i * dilation:i * dilation + stride * oh:stride,
-                           j * dilation:j * dilation + stride * ow:stride]
-                out[:, g * og:(g + 1) * og] += np.einsum("nchw,oc->nohw", patch, w[g * og:(g + 1) * og, :, i, j])
-    return out
+    return np.concatenate([np.tensordot(windows[:, g * cg:(g + 1) * cg], w[g * og:(g + 1) * og], axes=([1, 4, 5], [1, 2, 3]))
+                           for g in range(groups)], -1).transpose(0, 3, 1, 2)
 
 
 def write_safetensors(path, tensors):

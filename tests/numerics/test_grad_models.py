@@ -5,11 +5,13 @@ Each model is the example file itself with its constants made small and its `ret
 turned into `let prediction = e; let loss = ...; return (loss, grad(loss, [every param]))`,
 so the gradients flow through the example's own code: the MLP's layers, the transformer's
 `for` over stacked layer params read as w[l] (a constant trip count), the LSTM's `for` over
-the dim T (a symbolic one), early_exit's data-dependent `if` (both branches). The param
-gradients are checked against central finite differences of a float64 NumPy twin of the
-model at three bindings of its dims, on ref, cpu and cuda-sim. Not here: convnet (conv2d
-has no gradient yet), decode (its tokens come from argmax: no float path), detect (its
-params reach the outputs through topk's values, which have no gradient yet).
+the dim T (a symbolic one), early_exit's data-dependent `if` (both branches), convnet's
+convolutions (padded, one strided), max pooling and global average pool, and detect's
+masked_select of the confident anchors and topk of those (EDO dims M and R: the values'
+gradients scatter back to the anchors kept and chosen). The param gradients are checked
+against central finite differences of a float64 NumPy twin of the model at three bindings of
+its dims, on ref, cpu and cuda-sim. Not here: decode (its output, tokens, comes from argmax:
+no float path to differentiate).
 """
 import math
 import os
@@ -20,10 +22,9 @@ import tempfile
 import unittest
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dnnc_test_util import example_with_loss, write_safetensors  # noqa: E402
+from dnnc_test_util import conv2d_ref, example_with_loss, write_safetensors  # noqa: E402
 
 erf = np.vectorize(math.erf)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -104,15 +105,8 @@ def lstm_twin(p, c, d):
     return cross_entropy(h @ p["wout"], d["labels"])
 
 
-def conv2d(x, w, stride=1, padding=1):  # NCHW, OIHW, no dilation or groups: what convnet uses
-    k = w.shape[2]
-    xp = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
-    windows = sliding_window_view(xp, (k, k), axis=(2, 3))[:, :, ::stride, ::stride]  # N, C, P, Q, K, K
-    return np.tensordot(windows, w, axes=([1, 4, 5], [1, 2, 3])).transpose(0, 3, 1, 2)
-
-
 def conv_block(x, w, g, b, stride=1):  # nn.conv_block
-    return np.maximum(conv2d(x, w, stride) * g[:, None, None] + b[:, None, None], 0)
+    return np.maximum(conv2d_ref(x, w, stride, 1) * g[:, None, None] + b[:, None, None], 0)
 
 
 def max_pool2d(x, k):  # stride k, no padding: the windows that fit
