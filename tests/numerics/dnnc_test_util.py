@@ -12,6 +12,7 @@ import tempfile
 import unittest
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 SAFE_DTYPES = {np.dtype("float32"): "F32", np.dtype("float16"): "F16", np.dtype("int32"): "I32",
                np.dtype("int64"): "I64", np.dtype("bool"): "BOOL", np.dtype("float64"): "F64"}
@@ -45,22 +46,16 @@ def dropout_keep(shape, p, seed=0, step=0, stream=0):
 
 
 def conv2d_ref(x, w, stride=1, padding=0, dilation=1, groups=1):
-    """PyTorch's conv2d (cross-correlation; stride, zero padding, dilation, groups) written
-    out as one einsum per kernel tap, in float64: the tests' NumPy twin."""
-    n, c, h, wd = x.shape
+    """PyTorch's conv2d (cross-correlation; stride, zero padding, dilation, groups) in
+    float64, the tests' NumPy twin: each group's output is one tensordot of the input's
+    windows (a strided view, no copies) with the group's weights."""
     o, cg, kh, kw = w.shape
     xp = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
-    oh = (h + 2 * padding - dilation * (kh - 1) - 1) // stride + 1
-    ow = (wd + 2 * padding - dilation * (kw - 1) - 1) // stride + 1
-    out = np.zeros((n, o, oh, ow))
+    windows = sliding_window_view(xp, (dilation * (kh - 1) + 1, dilation * (kw - 1) + 1), axis=(2, 3))
+    windows = windows[:, :, ::stride, ::stride, ::dilation, ::dilation]  # N, C, OH, OW, KH, KW
     og = o // groups
-    for g in range(groups):
-        for i in range(kh):
-            for j in range(kw):
-                patch = xp[:, g * cg:(g + 1) * cg, i * dilation:i * dilation + stride * oh:stride,
-                           j * dilation:j * dilation + stride * ow:stride]
-                out[:, g * og:(g + 1) * og] += np.einsum("nchw,oc->nohw", patch, w[g * og:(g + 1) * og, :, i, j])
-    return out
+    return np.concatenate([np.tensordot(windows[:, g * cg:(g + 1) * cg], w[g * og:(g + 1) * og], axes=([1, 4, 5], [1, 2, 3]))
+                           for g in range(groups)], -1).transpose(0, 3, 1, 2)
 
 
 def write_safetensors(path, tensors):
@@ -146,23 +141,25 @@ class Dnnc:
             return outs, p
 
 
-def example_with_loss(source, consts, loss, inputs, grads=False):
+def example_with_loss(source, consts, loss, inputs, grads=False, prediction="prediction"):
     """An example model (its source) made trainable at a small size: its constants set from
-    `consts`, `inputs` (e.g. "labels: i32[B]") added to its model's inputs and its
-    `return e;` turned into `let prediction = e; return LOSS;` (`loss` an expression over `prediction`), or
-    with `grads` into `return (loss, grad(loss, [every float param]))`. Returns the source and
-    the float params' names in order."""
-    source = re.sub(r"const (\w+) = \d+;", lambda m: f"const {m.group(1)} = {consts[m.group(1)]};", source)
+    `consts` (the others keep their values), `inputs` (e.g. "labels: i32[B]"; "" for none)
+    added to its model's inputs and its `return e;` turned into `let prediction = e; return
+    LOSS;` (`loss` an expression over `prediction`), or with `grads` into `return (loss,
+    grad(loss, [every float param]))`. `prediction` may be a pattern that destructures a
+    model's tuple of outputs, e.g. "(scores, boxes)". Returns the source and the float
+    params' names in order."""
+    source = re.sub(r"const (\w+) = (\d+);", lambda m: f"const {m.group(1)} = {consts.get(m.group(1), m.group(2))};", source)
     params = re.findall(r"^param (\w+):\s*(f32\[[^\]]*\])", source, re.M)
     outputs = "(f32[], " + ", ".join(t for _, t in params) + ")" if grads else "f32[]"
-    source, n = re.subn(r"^model main\((.*)\) -> .* \{$", lambda m: f"model main({m.group(1)}, {inputs}) -> {outputs} {{",
-                        source, flags=re.M)
+    source, n = re.subn(r"^model main\((.*)\) -> .* \{$",
+                        lambda m: f"model main({m.group(1)}{', ' + inputs if inputs else ''}) -> {outputs} {{", source, flags=re.M)
     assert n == 1, "the example's model line changed"
     names = [name for name, _ in params]
     result = (f"let gs = grad(loss, [{', '.join(names)}]);\n  return (loss, {', '.join(f'gs[{i}]' for i in range(len(names)))});"
               if grads else "return loss;")
-    source, n = re.subn(r"^  return (.*);\n\}", lambda m: f"  let prediction = {m.group(1)};\n  let loss = {loss};\n  {result}\n}}",
-                        source, flags=re.M)
+    source, n = re.subn(r"^  return (.*);\n\}",
+                        lambda m: f"  let {prediction} = {m.group(1)};\n  let loss = {loss};\n  {result}\n}}", source, flags=re.M)
     assert n == 1, "the example's return changed"
     return source, names
 

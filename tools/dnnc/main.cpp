@@ -231,6 +231,7 @@ int cmdEmit(int argc, char **argv) {
   CommonOptions c;
   PassFlags flags;
   std::string stage, out, targetName = "cpu", train;
+  ir::Optimizer trainSettings; // --weight-decay and --momentum; the kind comes from --train
   backend::CompileOptions options;
   po::options_description desc = commonOptions(c);
   desc.add_options()("emit", po::value(&stage)->required(),
@@ -239,10 +240,13 @@ int cmdEmit(int argc, char **argv) {
       "arch", po::value(&options.target.arch), "the GPU architecture for PTX (default sm_80)")(
       "output,o", po::value(&out), "write to this file, not stdout")(
       "train", po::value(&train)->implicit_value("sgd"),
-      "emit each model's training step, as dnnc train compiles it, with this optimizer (sgd, the default, momentum, adam or adamw)");
+      "emit each model's training step, as dnnc train compiles it, with this optimizer (sgd, the default, momentum, adam or adamw)")(
+      "weight-decay", po::value(&trainSettings.weightDecay), "with --train: the optimizer's weight decay, as for dnnc train (default 0)")(
+      "momentum", po::value(&trainSettings.momentum), "with --train: the momentum of --train=momentum, as for dnnc train (default 0.9)");
   desc.add(passOptions(flags));
   po::variables_map vm;
-  const char *usage = "usage: dnnc emit FILE --emit=ast|ir|ir-json|grad|opt|kernels|llvm|ptx|plan [--target cpu|cuda] [--arch sm_90] [--no-fuse] [--train[=OPTIMIZER]] [-o OUT]\n";
+  const char *usage = "usage: dnnc emit FILE --emit=ast|ir|ir-json|grad|opt|kernels|llvm|ptx|plan [--target cpu|cuda] [--arch sm_90] [--no-fuse] "
+                      "[--train[=OPTIMIZER] [--weight-decay X] [--momentum X]] [-o OUT]\n";
   if (int rc = parseOptions(argc, argv, desc, usage, true, c, vm); rc >= 0)
     return rc;
   const std::vector<std::string> stages{"ast", "ir", "ir-json", "grad", "opt", "kernels", "llvm", "ptx", "plan"};
@@ -257,16 +261,27 @@ int cmdEmit(int argc, char **argv) {
   if (stage == "ptx") // PTX is the cuda target's, whatever --target says
     target = backend::findTarget("cuda");
   std::optional<ir::Optimizer> optimizer;
+  if (!vm.count("train") && (vm.count("weight-decay") || vm.count("momentum"))) {
+    std::cerr << "dnnc: error: --weight-decay and --momentum set the optimizer of a training step: they need --train\n";
+    return kUsage;
+  }
   if (vm.count("train")) {
     optimizer = parseOptimizer(train);
     if (!optimizer) {
       std::cerr << "dnnc: error: " << unknownOptimizer(train) << "\n";
       return kUsage;
     }
+    if (!std::isfinite(trainSettings.weightDecay) || trainSettings.weightDecay < 0) {
+      std::cerr << "dnnc: error: --weight-decay takes a non-negative number\n";
+      return kUsage;
+    }
+    trainSettings.kind = optimizer->kind;
+    optimizer = trainSettings;
     if (stage == "ast") {
       std::cerr << "dnnc: error: --train makes a training step of the graph IR; --emit=ast is the syntax tree\n";
       return kUsage;
     }
+    options.constantParams = false; // as dnnc train compiles it: the params change every step (no prepacked copies)
   }
   Program p;
   DiagnosticEngine diags(p.sources());
