@@ -298,6 +298,10 @@ int trainModel(Program &p, const TrainOptions &o) {
     ir::Binding binding;
     for (int64_t s : data.distinct)
       binding = checkBatch(g, data, s);
+    // Params before compiling: an initializer's stream is its param's position in the
+    // graph, which the passes may change (execution order moves params; recompute decides
+    // what it moves), and the initial values must not depend on them.
+    std::map<std::string, Tensor> params = rt::loadWeights(g, o.weights, binding, o.seed);
     std::unique_ptr<rt::Executable> compiled;
     backend::CompileOptions options = o.compile;
     options.constantParams = false; // each step's params are the last step's updates
@@ -319,7 +323,6 @@ int trainModel(Program &p, const TrainOptions &o) {
     std::unique_ptr<interp::Interpreter> oracle;
     if (!compiled)
       oracle = std::make_unique<interp::Interpreter>(g);
-    std::map<std::string, Tensor> params = rt::loadWeights(g, o.weights, binding, o.seed);
     std::vector<Tensor> states;
     for (const std::string &name : step.params)
       for (size_t k = 0; k < step.statesPerParam; ++k)
