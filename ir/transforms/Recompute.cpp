@@ -85,6 +85,9 @@ enum class Kind { Cheap, Expanding, Gemm, Never };
 
 Kind classify(const Op &op, const Binding &reference) {
   const OpInfo &info = opInfo(op.kind);
+  // dim_value, a host op, only reads the binding: as cheap as a constant.
+  if (op.kind == OpKind::DimValue)
+    return Kind::Cheap;
   if (!op.regions.empty() || op.kind == OpKind::Param || op.kind == OpKind::Dropout || info.placement == Placement::Host ||
       op.shapeClass == ShapeClass::EDO || op.kind == OpKind::Grad)
     return Kind::Never;
@@ -94,9 +97,12 @@ Kind classify(const Op &op, const Binding &reference) {
       in += eval(numel(v->type), reference);
     return eval(numel(op.results[0]->type), reference) > in ? Kind::Expanding : Kind::Gemm;
   }
-  // A fill or constant (no operands), and split (q, k, v from one projection), are as cheap.
+  // As cheap: a fill or constant (no operands), split (q, k, v from one projection), the
+  // gathers (a layer's slice of stacked params, a backward loop's row of its stash, an
+  // embedding) and one_hot (labels), whose indices are alive where the clone runs.
   if (isElementwise(op.kind) || isReduction(op.kind) || isInjective(op) || info.has(OpFlag::Fill) || op.operands.empty() ||
-      op.kind == OpKind::Split)
+      op.kind == OpKind::Split || op.kind == OpKind::Index || op.kind == OpKind::Take || op.kind == OpKind::Embedding ||
+      op.kind == OpKind::OneHot)
     return Kind::Cheap;
   return Kind::Never;
 }

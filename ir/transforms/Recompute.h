@@ -11,7 +11,8 @@
 // - A stashed value is a result of a forward op (not a param) that a backward op reads
 //   (as an operand, or inside its regions). It can be recomputed when its op is cheap —
 //   elementwise, a cast, a reduction (layer-norm statistics, softmax), an injective view
-//   (reshape, transpose, slice), a fill — or an expanding matmul (its result larger than
+//   (reshape, transpose, slice, split), a fill, a gather (index, take, embedding), one_hot
+//   — or an expanding matmul (its result larger than
 //   its operands: attention scores from the stashed q and k), and each operand is alive in
 //   the backward pass anyway (kept, outside the forward, a param) or is itself
 //   recomputable the same way. Never recomputed: control flow, random ops (dropout), host
