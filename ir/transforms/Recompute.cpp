@@ -1,7 +1,6 @@
 // The recompute pass (see Recompute.h).
 #include "ir/transforms/Recompute.h"
 
-#include "ir/graph/GradRules.h"
 #include "ir/graph/OpRegistry.h"
 #include "ir/graph/Walk.h"
 #include "ir/transforms/MemoryPlan.h"
