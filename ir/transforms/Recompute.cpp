@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <functional>
 #include <map>
 #include <unordered_map>
@@ -150,9 +149,8 @@ struct Span {
 };
 
 struct Candidate {
-  Span *span;
   const Value *value;
-  Kind kind;                 // the worst op of its chain
+  Kind kind;                     // the costliest kind of op in its chain
   std::vector<const Op *> chain; // its op and the unstashed forward ops it needs, inputs first
   double share = 0;
   double bytes = 0; // at the reference binding
@@ -181,7 +179,7 @@ public:
     std::unordered_map<const Value *, std::string> blocked;
     for (Span &s : spans_)
       for (const Value *v : s.stashed) {
-        Candidate c{&s, v, Kind::Cheap, {}, 0, eval(v->type.bytes(), reference_)};
+        Candidate c{v, Kind::Cheap, {}, 0, eval(v->type.bytes(), reference_)};
         std::unordered_set<const Op *> seen;
         if (std::string why = chainOf(s, v, c, seen); !why.empty()) {
           blocked[v] = why;

@@ -579,7 +579,7 @@ int cmdTrain(int argc, char **argv) {
   po::variables_map vm;
   const char *usage = "usage: dnnc train FILE --data NAME=X.npy...|DIR [--batch N] (--epochs E | --steps S) "
                       "[--optimizer sgd|momentum|adam|adamw] [--lr 1e-3] [--weights INIT] [--save OUT [--save-every K]] "
-                      "[--resume OUT.state] [--device ...]\n";
+                      "[--resume OUT.state] [--recompute auto|none|all] [--memory-budget 8GiB] [--device ...]\n";
   if (int rc = parseOptions(argc, argv, desc, usage, true, c, vm); rc >= 0)
     return rc;
   o.json = vm.count("json") > 0;
