@@ -23,29 +23,6 @@ Tensor rounded(const Tensor &like, const std::vector<double> &acc) {
   return r;
 }
 
-// Calls f(index, flat) for every element of `shape`, in row-major order.
-template <class F> void forEachIndex(const Shape &shape, F f) {
-  size_t n = 1;
-  for (int64_t d : shape)
-    n *= static_cast<size_t>(d);
-  Shape idx(shape.size(), 0);
-  for (size_t flat = 0; flat < n; ++flat) {
-    f(idx, flat);
-    for (size_t k = shape.size(); k-- > 0;)
-      if (++idx[k] < shape[k])
-        break;
-      else
-        idx[k] = 0;
-  }
-}
-
-Shape stridesOf(const Shape &s) {
-  Shape st(s.size(), 1);
-  for (size_t k = s.size(); k-- > 1;)
-    st[k - 1] = st[k] * s[k];
-  return st;
-}
-
 // The output extent of a window of `span` elements at `stride` over `n + 2·pad`.
 int64_t windows(int64_t n, int64_t pad, int64_t span, int64_t stride) {
   int64_t out = (n + 2 * pad - span) / stride + 1;

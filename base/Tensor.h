@@ -52,4 +52,29 @@ float halfToFloat(uint16_t h);
 uint16_t floatToBFloat16(float v);
 float bfloat16ToFloat(uint16_t h);
 
+// The row-major strides, in elements, of `shape`.
+inline std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape) {
+  std::vector<int64_t> st(shape.size(), 1);
+  for (size_t k = shape.size(); k-- > 1;)
+    st[k - 1] = st[k] * shape[k];
+  return st;
+}
+
+// Calls f(index, flat) for every element of `shape`, in row-major order (the host ops'
+// loop over any rank).
+template <class F> void forEachIndex(const std::vector<int64_t> &shape, F f) {
+  size_t n = 1;
+  for (int64_t d : shape)
+    n *= static_cast<size_t>(d);
+  std::vector<int64_t> idx(shape.size(), 0);
+  for (size_t flat = 0; flat < n; ++flat) {
+    f(idx, flat);
+    for (size_t k = shape.size(); k-- > 0;)
+      if (++idx[k] < shape[k])
+        break;
+      else
+        idx[k] = 0;
+  }
+}
+
 } // namespace dnnc::rt

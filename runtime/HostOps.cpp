@@ -60,29 +60,6 @@ Shape valueList(const HostOpContext &c, const std::string &name) {
   return out;
 }
 
-Shape stridesOf(const Shape &s) {
-  Shape st(s.size(), 1);
-  for (size_t k = s.size(); k-- > 1;)
-    st[k - 1] = st[k] * s[k];
-  return st;
-}
-
-// Calls f(index, flat) for every element of `shape`, in row-major order.
-template <class F> void forEachIndex(const Shape &shape, F f) {
-  size_t n = 1;
-  for (int64_t d : shape)
-    n *= static_cast<size_t>(d);
-  Shape idx(shape.size(), 0);
-  for (size_t flat = 0; flat < n; ++flat) {
-    f(idx, flat);
-    for (size_t k = shape.size(); k-- > 0;)
-      if (++idx[k] < shape[k])
-        break;
-      else
-        idx[k] = 0;
-  }
-}
-
 void copyElement(Tensor &to, size_t at, const Tensor &from, size_t k) {
   size_t w = dtypeBytes(from.dtype);
   std::memcpy(to.data() + at * w, from.data() + k * w, w);

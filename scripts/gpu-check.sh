@@ -19,4 +19,19 @@ for m in mlp transformer lstm convnet; do
     > "$out/run-$m.log" 2>&1
   echo "$m: $(grep -E 'device|time per run' "$out/run-$m.log" | tr '\n' ' ')"
 done
+# A training step on the GPU: the worked character LM for 20 steps of per-step batches on
+# cuda and cpu; the logged losses should agree to ~1e-3 (the same step, two devices).
+/usr/bin/python3 scripts/charlm.py data examples/data/lighthouse.txt "$out/charlm-data" --steps 20 > "$out/charlm-data.log" 2>&1
+for dev in cuda cpu; do
+  ./build/dnnc train examples/train/charlm.dnn --data "$out/charlm-data" --steps 20 --optimizer adam --lr 3e-3 \
+    --device $dev --json --verbose > "$out/train-$dev.jsonl" 2> "$out/train-$dev.log"
+  echo "train on $dev: exit $?, $(tail -1 "$out/train-$dev.jsonl")"
+done
+/usr/bin/python3 - "$out" <<'PY'
+import json, sys
+logs = {d: [json.loads(l) for l in open(f"{sys.argv[1]}/train-{d}.jsonl")] for d in ("cuda", "cpu")}
+diff = max((abs(a["loss"] - b["loss"]) / max(abs(b["loss"]), 1e-6) for a, b in zip(logs["cuda"], logs["cpu"])), default=float("nan"))
+ms = lambda d: sorted(e["ms"] for e in logs[d][1:])[len(logs[d][1:]) // 2] if len(logs[d]) > 1 else float("nan")
+print(f"train cuda vs cpu: {len(logs['cuda'])} steps, max relative loss difference {diff:.2e}, median ms/step cuda {ms('cuda'):.2f} cpu {ms('cpu'):.2f}")
+PY
 exit $status

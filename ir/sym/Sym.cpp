@@ -161,6 +161,56 @@ std::optional<ExprRef> exactDivide(ExprRef a, ExprRef b) {
   }
   return ctx().poly(out, constantPart);
 }
+
+// a / b for a polynomial b of several terms when b divides a exactly (3*B + 15 by B + 5,
+// 3*B*T + 15*T by B + 5): multivariate long division, each step dividing the remainder's
+// leading term (highest degree, then last by key) by b's. The quotient counts only if q*b
+// gives a back, so the order of terms decides whether a quotient is found, never its value.
+std::optional<ExprRef> polyDivide(ExprRef a, ExprRef b) {
+  auto leading = [](ExprRef e) -> std::optional<Term> {
+    std::optional<Term> best;
+    for (const Term &t : e->terms()) {
+      auto keys = [](const Term &x) {
+        std::vector<std::string> k;
+        for (const Atom *f : x.factors)
+          k.push_back(f->key);
+        return k;
+      };
+      if (!best || t.factors.size() > best->factors.size() ||
+          (t.factors.size() == best->factors.size() && keys(*best) < keys(t)))
+        best = t;
+    }
+    if (!best && e->constant() != 0)
+      best = Term{e->constant(), {}};
+    return best;
+  };
+  std::optional<Term> lb = leading(b);
+  if (!lb)
+    return std::nullopt;
+  ExprRef q = constant(0), r = a;
+  for (int step = 0; step < 64; ++step) {
+    std::optional<Term> lr = leading(r);
+    if (!lr)
+      return mul(q, b) == a ? std::optional<ExprRef>(q) : std::nullopt;
+    if (lr->coef % lb->coef != 0)
+      return std::nullopt;
+    Monomial rest = lr->factors;
+    for (const Atom *f : lb->factors) {
+      auto it = std::find(rest.begin(), rest.end(), f);
+      if (it == rest.end())
+        return std::nullopt;
+      rest.erase(it);
+    }
+    ExprRef t = rest.empty() ? constant(lr->coef / lb->coef) : ctx().poly({{rest, lr->coef / lb->coef}}, 0);
+    try {
+      q = add(q, t);
+      r = sub(r, mul(t, b));
+    } catch (const std::overflow_error &) { // a trial product too large: no exact quotient claimed
+      return std::nullopt;
+    }
+  }
+  return std::nullopt;
+}
 } // namespace
 
 const Atom *Expr::asVar() const {
@@ -229,6 +279,8 @@ ExprRef floorDiv(ExprRef a, ExprRef b) {
   }
   if (!cb) {
     if (auto exact = exactDivide(a, b))
+      return *exact;
+    if (auto exact = polyDivide(a, b))
       return *exact;
     if (a == b)
       return constant(1); // dims are >= 1, so b is never 0 here

@@ -102,21 +102,25 @@ private:
       std::vector<Op *> group{root};
       std::unordered_set<const Op *> inGroup{root};
       bool hasGemm = false;
-      std::vector<const Value *> frontier;
+      // Each value with whether the root reads it elementwise at its own index (through
+      // elementwise ops only): a GEMM accumulates in the root's buffer, which the epilogue
+      // then overwrites in place, so it may join only where each element is read at the
+      // index it is written (a transpose on the way would read elements already overwritten).
+      std::vector<std::pair<const Value *, bool>> frontier;
       if (root->kind == OpKind::Matmul) { // a GEMM root takes only a transposed B
         if (Op *t = transposedB(*root))
           group.push_back(t);
       } else {
         for (const Value *v : root->operands)
-          frontier.push_back(v);
+          frontier.emplace_back(v, true);
       }
       while (!frontier.empty() && group.size() < kMaxGroup) {
-        const Value *v = frontier.back();
+        auto [v, pointwise] = frontier.back();
         frontier.pop_back();
         Op *p = v->def;
         if (!p || taken_.count(p) || p->results.size() != 1 || uses_[v] != 1 || !inRegion.count(p) || inGroup.count(p))
           continue;
-        bool gemm = !hasGemm && mayJoinAsGemm(*root, *p) && v->type.dims == root->results[0]->type.dims;
+        bool gemm = !hasGemm && pointwise && mayJoinAsGemm(*root, *p) && v->type.dims == root->results[0]->type.dims;
         if (!gemm && !mayJoin(*root, *p))
           continue;
         group.push_back(p);
@@ -128,7 +132,7 @@ private:
           continue;
         }
         for (const Value *operand : p->operands)
-          frontier.push_back(operand);
+          frontier.emplace_back(operand, pointwise && isElementwise(p->kind) && operand->type.dims == root->results[0]->type.dims);
       }
       if (group.size() < 2)
         continue;

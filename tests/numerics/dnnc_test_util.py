@@ -33,6 +33,25 @@ def dropout_keep(shape, p, seed=0, step=0, stream=0):
     return ((bits >> np.uint64(40)).astype(np.float64) * 2.0 ** -24 >= p).reshape(shape)
 
 
+def conv2d_ref(x, w, stride=1, padding=0, dilation=1, groups=1):
+    """PyTorch's conv2d (cross-correlation; stride, zero padding, dilation, groups) written
+    out as one einsum per kernel tap, in float64: the tests' NumPy twin."""
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    oh = (h + 2 * padding - dilation * (kh - 1) - 1) // stride + 1
+    ow = (wd + 2 * padding - dilation * (kw - 1) - 1) // stride + 1
+    out = np.zeros((n, o, oh, ow))
+    og = o // groups
+    for g in range(groups):
+        for i in range(kh):
+            for j in range(kw):
+                patch = xp[:, g * cg:(g + 1) * cg, i * dilation:i * dilation + stride * oh:stride,
+                           j * dilation:j * dilation + stride * ow:stride]
+                out[:, g * og:(g + 1) * og] += np.einsum("nchw,oc->nohw", patch, w[g * og:(g + 1) * og, :, i, j])
+    return out
+
+
 def write_safetensors(path, tensors):
     header, blobs, offset = {}, [], 0
     for name, a in tensors.items():

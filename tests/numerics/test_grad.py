@@ -17,7 +17,7 @@ import unittest
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dnnc_test_util import dropout_keep, run_with_exe  # noqa: E402
+from dnnc_test_util import conv2d_ref, dropout_keep, run_with_exe  # noqa: E402
 
 erf = np.vectorize(math.erf)
 
@@ -34,25 +34,6 @@ def softmax(x, axis):
 def index_add(x, idx, src):
     out = x.copy()
     np.add.at(out, (slice(None), idx), src)
-    return out
-
-
-def conv2d(x, w, stride=1, padding=0, dilation=1, groups=1):
-    """PyTorch's conv2d (cross-correlation), written out in loops over the kernel."""
-    n, c, h, wd = x.shape
-    o, cg, kh, kw = w.shape
-    x = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
-    oh = (h + 2 * padding - dilation * (kh - 1) - 1) // stride + 1
-    ow = (wd + 2 * padding - dilation * (kw - 1) - 1) // stride + 1
-    out = np.zeros((n, o, oh, ow))
-    per = o // groups
-    for oc in range(o):
-        g = oc // per
-        for i in range(kh):
-            for j in range(kw):
-                patch = x[:, g * cg:(g + 1) * cg, i * dilation:i * dilation + stride * (oh - 1) + 1:stride,
-                          j * dilation:j * dilation + stride * (ow - 1) + 1:stride]
-                out[:, oc] += np.einsum("nchw,c->nhw", patch, w[oc, :, i, j])
     return out
 
 
@@ -142,9 +123,9 @@ CASES = {
     "prod": ("prod(a, 1)", lambda a: a.prod(1), [MN], M_, "zeros"),
     "prod_all": ("prod(a)", lambda a: a.prod(), ["M, 2"], "", "any"),
     # Convolution and pooling (spatial dims fixed, batch and channels free).
-    "conv2d": ("conv2d(a, b)", conv2d, ["M, N, 5, 4", "3, N, 2, 3"], "M, 3, 4, 2", "any"),
+    "conv2d": ("conv2d(a, b)", conv2d_ref, ["M, N, 5, 4", "3, N, 2, 3"], "M, 3, 4, 2", "any"),
     "conv2d_strided": ("conv2d(a, b, stride = 2, padding = 1, dilation = 2, groups = 2)",
-                       lambda a, b: conv2d(a, b, 2, 1, 2, 2), ["M, 2 * N, 7, 8", "4, N, 3, 2"], "M, 4, 3, 4", "any"),
+                       lambda a, b: conv2d_ref(a, b, 2, 1, 2, 2), ["M, 2 * N, 7, 8", "4, N, 3, 2"], "M, 4, 3, 4", "any"),
     "max_pool2d": ("max_pool2d(a, 2)", lambda a: pool2d(a, 2), ["M, N, 5, 4"], "M, N, 2, 2", "distinct"),
     "max_pool2d_padded": ("max_pool2d(a, 3, stride = 2, padding = 1)", lambda a: pool2d(a, 3, 2, 1),
                           ["M, N, 5, 6"], "M, N, 3, 3", "distinct"),

@@ -7,7 +7,7 @@ import unittest
 
 import numpy as np
 
-from dnnc_test_util import Dnnc, assert_matches, run_tests
+from dnnc_test_util import Dnnc, assert_matches, conv2d_ref, run_tests
 
 RTOL, ATOL = 1e-4, 1e-5
 erf = np.vectorize(math.erf)
@@ -34,19 +34,6 @@ def gelu(x):
 
 def sigmoid(x):
     return 1 / (1 + np.exp(-x))
-
-
-def conv2d(x, w, stride=1, padding=0):
-    n, c, h, wd = x.shape
-    o, _, kh, kw = w.shape
-    xp = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
-    oh, ow = (h + 2 * padding - kh) // stride + 1, (wd + 2 * padding - kw) // stride + 1
-    out = np.zeros((n, o, oh, ow))
-    for i in range(kh):
-        for j in range(kw):
-            patch = xp[:, :, i:i + stride * oh:stride, j:j + stride * ow:stride]
-            out += np.einsum("nchw,oc->nohw", patch, w[:, :, i, j])
-    return out
 
 
 class Models(unittest.TestCase):
@@ -109,7 +96,7 @@ class Models(unittest.TestCase):
         w = {"w1": f32(rng, 16, 3, 3, 3, scale=0.3), "g1": 1 + f32(rng, 16, scale=0.1), "b1": f32(rng, 16, scale=0.1),
              "w2": f32(rng, 32, 16, 3, 3, scale=0.2), "g2": 1 + f32(rng, 32, scale=0.1), "b2": f32(rng, 32, scale=0.1),
              "wfc": f32(rng, 32, 10, scale=0.3)}
-        cb = lambda x, wt, g, bb, stride: np.maximum(conv2d(x, wt, stride, 1) * g[:, None, None] + bb[:, None, None], 0)
+        cb = lambda x, wt, g, bb, stride: np.maximum(conv2d_ref(x, wt, stride, 1) * g[:, None, None] + bb[:, None, None], 0)
         for n, h, wd in ((1, 8, 8), (2, 13, 10), (1, 17, 23)):
             img = f32(rng, n, 3, h, wd)
             a = cb(img.astype(np.float64), w["w1"], w["g1"], w["b1"], 1)

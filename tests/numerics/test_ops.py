@@ -9,7 +9,7 @@ import unittest
 
 import numpy as np
 
-from dnnc_test_util import Dnnc, assert_matches, run_tests
+from dnnc_test_util import Dnnc, assert_matches, conv2d_ref, run_tests
 
 erf = np.vectorize(math.erf)
 SHAPES = [(1, 1), (3, 5), (8, 7)]  # values of (A, B)
@@ -228,23 +228,6 @@ CONVS = [(1, 1, 1, 1, 0, 1, 1), (3, 4, 3, 1, 1, 1, 1), (4, 6, 3, 2, 1, 1, 2), (2
 IMAGES = [(1, 9, 9), (2, 7, 13), (1, 16, 11)]
 
 
-def conv_ref(x, w, stride, padding, dilation, groups):
-    n, c, h, wd = x.shape
-    o, cg, kh, kw = w.shape
-    xp = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
-    oh = (h + 2 * padding - dilation * (kh - 1) - 1) // stride + 1
-    ow = (wd + 2 * padding - dilation * (kw - 1) - 1) // stride + 1
-    out = np.zeros((n, o, oh, ow))
-    og = o // groups
-    for g in range(groups):
-        for i in range(kh):
-            for j in range(kw):
-                patch = xp[:, g * cg:(g + 1) * cg, i * dilation:i * dilation + stride * oh:stride,
-                           j * dilation:j * dilation + stride * ow:stride]
-                out[:, g * og:(g + 1) * og] += np.einsum("nchw,oc->nohw", patch, w[g * og:(g + 1) * og, :, i, j])
-    return out
-
-
 def pool_ref(x, k, kind):
     n, c, h, w = x.shape
     v = x[:, :, :h // k * k, :w // k * k].reshape(n, c, h // k, k, w // k, k)
@@ -275,7 +258,7 @@ class Windows(unittest.TestCase):
                         continue
                     x, w = rng.standard_normal((n, c, h, wd)).astype(np.float32), rng.standard_normal((o, c // g, k, k)).astype(np.float32)
                     got = self.run_model(d, "conv", text, {"x": x, "w": w})
-                    assert_matches(got.astype(np.float64), conv_ref(x.astype(np.float64), w, s, p, dl, g), 1e-4, 1e-4,
+                    assert_matches(got.astype(np.float64), conv2d_ref(x.astype(np.float64), w, s, p, dl, g), 1e-4, 1e-4,
                                    f"conv C={c} O={o} K={k} s={s} p={p} d={dl} g={g} on {n}x{h}x{wd}")
 
     def test_pools(self):

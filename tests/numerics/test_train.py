@@ -270,6 +270,14 @@ class Train(unittest.TestCase):
                             text=True), "no --data for input 'y' of model 'main'"),
             (self.dnnc_train("--optimizer", "lbfgs"), "unknown optimizer 'lbfgs'"),
         ]
+        cases.append((self.dnnc_train("--steps", "3", "--batch", "4", "--lr", "1e30", "--device", "ref"),
+                      "training diverged (try a smaller --lr)"))
+        x = self.x.copy()
+        x[5, 2] = np.nan  # in the second batch of 4
+        np.save(os.path.join(d, "x.npy"), x)
+        cases.append((self.dnnc_train("--steps", "3", "--batch", "4", "--device", "ref"),
+                      "the loss is nan at step 2: input 'x' has nan in this step's batch (element 8): the data are not finite"))
+        np.save(os.path.join(d, "x.npy"), self.x)
         np.save(os.path.join(d, "y.npy"), self.y[:7])
         self.write_model("all_frozen.dnn", MODEL.replace("param ", "param frozen "))
         cases.append((self.dnnc_train("--steps", "1", model="all_frozen.dnn"),

@@ -19,6 +19,11 @@ TEST_CASE("canonical forms are interned and printed readably", "[sym]") {
   CHECK(floorDiv(mul(mul(B, T), D), mul(T, D)) == B);
   CHECK(floorDiv(mul(c(8), mul(B, T)), mul(B, T)) == c(8));
   CHECK(mod(add(mul(c(8), mul(B, T)), mul(B, T)), mul(B, T)) == c(0));
+  // Exact division by a polynomial of several terms (a reshape's -1 over a padded dim).
+  CHECK(floorDiv(add(mul(c(3), B), c(15)), add(B, c(5))) == c(3));
+  CHECK(floorDiv(mul(add(mul(c(3), B), c(15)), T), add(B, c(5))) == mul(c(3), T));
+  CHECK(floorDiv(mul(add(B, c(1)), add(T, c(2))), add(T, c(2))) == add(B, c(1)));
+  CHECK(floorDiv(add(mul(c(3), B), c(16)), add(B, c(5)))->str() == "(3*B + 16)/(B + 5)"); // not exact: left as is
   CHECK(min(T, T) == T);
   CHECK(min(c(3), c(5)) == c(3));
   CHECK(min(B, T) == min(T, B));

@@ -183,6 +183,25 @@ ir::Binding checkBatch(const ir::Graph &g, const Batches &data, int64_t s) {
   }
 }
 
+// Why step s's loss is not finite: the batch's first non-finite input value if it has one
+// (the data, not the training, is then at fault), else divergence.
+std::string whyNotFinite(const ir::Graph &g, const Batches &data, int64_t s) {
+  std::vector<Tensor> in = data.batch(s);
+  for (size_t k = 0; k < in.size(); ++k) {
+    if (!isFloat(in[k].dtype))
+      continue;
+    for (size_t e = 0; e < in[k].numel(); ++e)
+      if (double v = in[k].get(e); !std::isfinite(v)) {
+        std::string folder = data.origin(s);
+        std::string where = folder.empty() ? fmt::format("input '{}'", g.body.args[k]->name)
+                                           : (fs::path(folder) / (g.body.args[k]->name + ".npy")).string();
+        return fmt::format("{} has {} in this step's batch (element {}): the data are not finite", where,
+                           std::isnan(v) ? "nan" : fmt::format("{}", v), e);
+      }
+  }
+  return "training diverged (try a smaller --lr)";
+}
+
 // SIGINT: held while a checkpoint is written, else the end of the process with `gLast`
 // (where the last complete checkpoint is) on stderr.
 volatile std::sig_atomic_t gWriting = 0, gInterrupted = 0;
@@ -363,7 +382,8 @@ int trainModel(Program &p, const TrainOptions &o) {
         compiledAfterFirst = backend::kernelsCompiled();
       double loss = out[0].get(0);
       if (!std::isfinite(loss))
-        throw DataError(fmt::format("the loss is {} at step {}: training diverged (try a smaller --lr)", loss, s + 1));
+        throw DataError(fmt::format("the loss is {} at step {}: {}", std::isnan(loss) ? "nan" : fmt::format("{}", loss), s + 1,
+                                    whyNotFinite(g, data, s)));
       size_t at = 1 + step.metrics;
       for (const std::string &name : step.params)
         params[name] = std::move(out[at++]);
