@@ -39,7 +39,7 @@ Lowered lowerFor(ir::Graph &g, const Target &target, const CompileOptions &optio
   ir::PassManager passes(passOptions);
   ir::PassState state;
   passes.run(g, ir::defaultPipeline(passOptions), state);
-  Lowered out{lower::lowerGraph(g, target.schedule()), std::nullopt};
+  Lowered out{lower::lowerGraph(g, target.schedule()), std::nullopt, std::move(state.recompute)};
   if (options.memoryPlan) {
     state.kernelOps = [&](const ir::Graph &) { return madeKernels(out.kernels); }; // just lowered
     passes.run(g, ir::loweredPipeline(), state);

@@ -27,6 +27,7 @@ struct CompileOptions {
 struct Lowered {
   lower::LoweredGraph kernels;
   std::optional<ir::MemoryPlan> plan;
+  std::optional<ir::RecomputeReport> recompute; // a training step's (or a grad's) stash decisions
 };
 Lowered lowerFor(ir::Graph &g, const Target &target, const CompileOptions &options);
 

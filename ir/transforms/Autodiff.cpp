@@ -53,7 +53,7 @@ namespace {
 
 // Replaces `grad` (in `region` at position `at`) by its backward ops; returns how many ops
 // now stand where it stood.
-size_t expand(Graph &g, sym::Analyzer &an, Region &region, size_t at) {
+size_t expand(Graph &g, sym::Analyzer &an, Region &region, size_t at, std::vector<const Op *> &starts) {
   Op &grad = *region.ops[at];
   Value *y = grad.operands[0];
   std::vector<const Value *> xs(grad.operands.begin() + 1, grad.operands.end());
@@ -66,6 +66,8 @@ size_t expand(Graph &g, sym::Analyzer &an, Region &region, size_t at) {
     wanted.insert(op->results.begin(), op->results.end());
   GraphBuilder bw(g, an, grad.loc);
   bw.wanted = wanted;
+  bw.backwardStarts = &starts;
+  size_t first = starts.size();
   Adjoints adjoint;
   adjoint[y] = bw.constant(1.0, y->type.dtype);
   backprop(bw, path, adjoint);
@@ -91,19 +93,23 @@ size_t expand(Graph &g, sym::Analyzer &an, Region &region, size_t at) {
       if (auto it = replaced.find(v); it != replaced.end())
         v = it->second;
   });
+  if (!bw.built.empty()) // the span's first op, before any nested span's
+    starts.insert(starts.begin() + static_cast<long>(first), bw.built.front());
   region.ops.erase(region.ops.begin() + static_cast<long>(at));
   region.ops.insert(region.ops.begin() + static_cast<long>(at), bw.built.begin(), bw.built.end());
   return bw.built.size();
 }
 } // namespace
 
-void differentiate(Graph &g) {
+std::vector<const Op *> differentiate(Graph &g) {
   sym::Analyzer an = analyzerFor(g);
+  std::vector<const Op *> starts;
   walkRegions(g.body, [&](Region &r) {
     for (size_t i = 0; i < r.ops.size(); ++i)
       if (r.ops[i]->kind == OpKind::Grad)
-        i += expand(g, an, r, i) - 1;
+        i += expand(g, an, r, i, starts) - 1;
   });
+  return starts;
 }
 
 } // namespace dnnc::ir

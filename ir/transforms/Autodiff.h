@@ -8,13 +8,15 @@
 // graph IR, typed by the shape rules (symbolic dims), placed where the grad op was; the
 // forward values they read stay alive until then. An x that y does not reach gets zeros
 // (sema allowed it: allow_unused). Requires: sema's checks (gradBlocker finds nothing on
-// the path). Guarantees: no `grad` op remains.
+// the path). Guarantees: no `grad` op remains. Returns the first op of every backward span
+// it built (in the grad's region, and in each backward loop body or branch after that
+// region's replay of the forward): what the recompute pass splits regions at.
 #pragma once
 
 #include "ir/graph/Graph.h"
 
 namespace dnnc::ir {
 
-void differentiate(Graph &g);
+std::vector<const Op *> differentiate(Graph &g);
 
 } // namespace dnnc::ir

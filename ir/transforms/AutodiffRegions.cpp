@@ -141,11 +141,14 @@ Value *zerosLike(GraphBuilder &b, const TensorType &t) {
 Adjoints sweep(GraphBuilder &inner, const std::vector<Op *> &ops, const std::vector<const Value *> &sources,
                const std::vector<std::pair<const Value *, Value *>> &seeds) {
   inner.wanted = dependentOn(ops, sources);
+  size_t start = inner.built.size();
   Adjoints adjoint;
   for (auto [v, g] : seeds)
     if (g)
       accumulate(inner, adjoint, v, g);
   backprop(inner, ops, adjoint);
+  if (inner.backwardStarts && inner.built.size() > start) // the replayed forward before, the backward from here
+    inner.backwardStarts->push_back(inner.built[start]);
   return adjoint;
 }
 
@@ -165,6 +168,7 @@ std::vector<std::pair<const Value *, Value *>> ifGrad(GraphBuilder &bw, const Op
   std::vector<std::unique_ptr<Region>> branches;
   for (const auto &fwd : op.regions) {
     GraphBuilder inner(bw.graph(), bw.analyzer(), bw.loc());
+    inner.backwardStarts = bw.backwardStarts;
     Cloner cl{bw.graph(), {}};
     std::vector<Op *> ops = cl.cloneInto(inner, *fwd);
     std::vector<std::pair<const Value *, Value *>> seeds;
@@ -247,6 +251,7 @@ std::vector<std::pair<const Value *, Value *>> reverseLoop(GraphBuilder &bw, con
     operands.push_back(zerosLike(bw, c->type));
   auto region = std::make_unique<Region>();
   GraphBuilder inner(g, bw.analyzer(), loc);
+  inner.backwardStarts = bw.backwardStarts;
   Value *j = arg(g, *region, {DType::I64, {}}, "j", loc);
   std::vector<Value *> dCarried, dCaps;
   for (size_t k = 0; k < n; ++k)

@@ -34,6 +34,9 @@ public:
 
   std::unordered_set<const Value *> wanted; // for gradient rules: the values whose gradients are needed
   std::vector<Op *> built;                  // every op made, in order
+  // Where the differentiate pass records the first op of each backward span it builds
+  // (the recompute pass's input); a nested region's builder shares its parent's.
+  std::vector<const Op *> *backwardStarts = nullptr;
 
 private:
   Value *scalar(OpKind kind, std::map<std::string, Attr> attrs, DType dt);

@@ -8,6 +8,7 @@
 #include "ir/transforms/FuseAttention.h"
 #include "ir/transforms/Fusion.h"
 #include "ir/transforms/Prepack.h"
+#include "ir/transforms/Recompute.h"
 
 #include <fmt/format.h>
 
@@ -19,7 +20,15 @@ namespace {
 
 // The entry points Passes.def names: each adapts a pass's own function to PassInfo::run.
 void runDropoutMode(Graph &g, PassState &) { resolveDropout(g); }
-void runDifferentiate(Graph &g, PassState &) { differentiate(g); }
+void runDifferentiate(Graph &g, PassState &state) {
+  std::vector<const Op *> starts = differentiate(g);
+  state.backwardStarts.insert(state.backwardStarts.end(), starts.begin(), starts.end());
+}
+void runRecompute(Graph &g, PassState &state) {
+  if (!state.backwardStarts.empty())
+    state.recompute = recompute(g, state.backwardStarts, state.recomputeOptions);
+  state.backwardStarts.clear(); // the spans are this graph's as differentiate left it
+}
 void runFuseAttention(Graph &g, PassState &) { fuseAttention(g); }
 void runPrepack(Graph &g, PassState &) { prepackWeights(g); }
 void runFuse(Graph &g, PassState &) { fuseAll(g); }
@@ -84,6 +93,7 @@ void PassManager::run(Graph &g, const std::vector<PassInfo> &passes, PassState &
   auto named = [](const std::set<std::string> &names, std::string_view pass) {
     return names.count("all") || names.count(std::string(pass));
   };
+  state.recomputeOptions = options_.recompute;
   for (const PassInfo &p : passes) {
     if (named(options_.printBefore, p.name))
       print(g, state, "before", p.name);

@@ -10,6 +10,7 @@
 
 #include "ir/graph/Graph.h"
 #include "ir/transforms/MemoryPlan.h"
+#include "ir/transforms/Recompute.h"
 
 #include <functional>
 #include <iosfwd>
@@ -28,6 +29,9 @@ struct PassState {
   // it (backend/Compile.h).
   std::function<std::function<bool(const Op &)>(const Graph &)> kernelOps;
   std::optional<MemoryPlan> memoryPlan; // plan-memory's result
+  std::vector<const Op *> backwardStarts;   // differentiate's backward spans, for recompute
+  RecomputeOptions recomputeOptions;        // the pass manager's (PassOptions::recompute)
+  std::optional<RecomputeReport> recompute; // recompute's decisions (when a grad was differentiated)
 };
 
 struct PassInfo {
@@ -57,6 +61,7 @@ struct PassOptions {
   bool prepack = false;    // prepack-weights in the default pipeline: the target's choice (its schedule)
   bool attention = true;   // fuse-attention (--no-fuse-attention drops it; a target without the kernel too)
   bool verifyEach = false; // --verify-each
+  RecomputeOptions recompute; // --recompute, --memory-budget
   // Pass names, or "all" for every pass (--print-before, --print-after).
   std::set<std::string> printBefore, printAfter;
   std::ostream *printTo = nullptr; // null: stderr

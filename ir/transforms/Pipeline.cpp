@@ -8,7 +8,10 @@ std::vector<PassInfo> defaultPipeline(const PassOptions &options) {
   // differentiation replaces, and the backward pass copies each dropout's attrs.
   // Differentiation next, always: the backward ops it makes are ordinary ops that every
   // later pass (and the reference interpreter) treats like the forward ones.
-  std::vector<PassInfo> passes{passInfo(PassId::DropoutMode), passInfo(PassId::Differentiate)};
+  // Recomputation right after it, on the backward spans it made: a forward value the
+  // backward pass no longer reads may then fuse (attention, elementwise chains), and each
+  // clone stands before its backward consumer, where fusion can fold it in.
+  std::vector<PassInfo> passes{passInfo(PassId::DropoutMode), passInfo(PassId::Differentiate), passInfo(PassId::Recompute)};
   // Attention after differentiation (the attention op has no gradient rule: a backward
   // graph reads the probabilities, which keeps those ops unfused) and before anything that
   // would see the scores as separate kernels.

@@ -87,10 +87,10 @@ TEST_CASE("pass lists and print names are checked against the registry", "[passe
   std::vector<ir::PassInfo> passes;
   CHECK(ir::parsePassList("fuse,order,plan-memory", passes).empty());
   CHECK(passes.size() == 3);
-  CHECK(ir::parsePassList("fuse,unroll", passes) == "unknown pass 'unroll' (passes: dropout-mode, differentiate, fuse-attention, prepack-weights, fuse, order, plan-memory)");
+  CHECK(ir::parsePassList("fuse,unroll", passes) == "unknown pass 'unroll' (passes: dropout-mode, differentiate, recompute, fuse-attention, prepack-weights, fuse, order, plan-memory)");
   ir::PassOptions options;
   options.printAfter = {"all", "order"};
   CHECK(ir::checkPrintNames(options).empty());
   options.printBefore = {"fusion"};
-  CHECK(ir::checkPrintNames(options) == "unknown pass 'fusion' for --print-before (passes: dropout-mode, differentiate, fuse-attention, prepack-weights, fuse, order, plan-memory, or all)");
+  CHECK(ir::checkPrintNames(options) == "unknown pass 'fusion' for --print-before (passes: dropout-mode, differentiate, recompute, fuse-attention, prepack-weights, fuse, order, plan-memory, or all)");
 }

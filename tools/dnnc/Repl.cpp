@@ -1,7 +1,6 @@
 // `dnnc repl`: shape queries on a loaded model; nothing runs.
 #include "backend/Compile.h"
 #include "ir/graph/Serialize.h"
-#include "ir/transforms/Autodiff.h"
 #include "tools/dnnc/Driver.h"
 #include "tools/dnnc/Repl.h"
 
@@ -37,11 +36,16 @@ const char *kHelp = R"(commands:
   :solve mem <= 16GiB for B
                         the largest B (other dims bound) whose arena fits
   :mem train [adam]     the memory of one training step (dnnc train; sgd, momentum, adam or
-                        adamw, default adam), no recomputation: params + optimizer state +
-                        inputs + the step's outputs + its arena (gradients, stashed
-                        activations and workspace), each a formula of the dims
+                        adamw, default adam) with the recompute setting: params + optimizer
+                        state + inputs + the step's outputs + its arena (gradients, stashed
+                        activations and workspace), each a formula of the dims, and which
+                        forward values the backward pass recomputes
   :solve train mem <= 16GiB for B
                         the largest B whose training step (adam) fits
+  :set recompute auto|none|all
+                        what :mem train and :solve train recompute (as dnnc train --recompute)
+  :set budget 8GiB|none the memory budget recompute auto meets (as --memory-budget), at
+                        the bound dims (the others at their upper bounds, or 64)
   :help                 this text
   :quit                 leave
 )";
@@ -134,6 +138,8 @@ private:
       solveTrain(arg.substr(5));
     else if (cmd == ":solve")
       solve(arg, plan().arena, "the arena");
+    else if (cmd == ":set")
+      set(arg);
     else
       error(fmt::format("unknown command '{}'; :help lists them", cmd));
     return true;
@@ -251,10 +257,13 @@ private:
     ir::MemoryPlan plan;
     ir::TrainStep step;
     size_t paramCount = 0;
-    sym::ExprRef params, trained, state, stash, inputs, outputs, total;
+    sym::ExprRef params, trained, state, inputs, outputs, total;
+    ir::RecomputeReport recompute;
   };
   const TrainMemory *trainMemory(const std::string &optimizer) {
-    auto key = std::make_pair(model_, optimizer);
+    // A budget is checked at the bound dims: the plan is then the binding's.
+    compile_.passes.recompute.budgetAt = compile_.passes.recompute.budget ? binding_ : Binding{};
+    auto key = std::make_pair(model_, optimizer + (compile_.passes.recompute.budget ? " at " + bindingText() : ""));
     auto it = trainPlans_.find(key);
     if (it != trainPlans_.end())
       return &it->second;
@@ -285,36 +294,16 @@ private:
     t.params = totalBytes(params), t.trained = totalBytes(trained), t.inputs = totalBytes(inputs);
     t.state = totalBytes(state);
     t.outputs = totalBytes(body.yields);
-    t.stash = stashedBytes(*t.graph);
     backend::CompileOptions options = compile_;
     options.constantParams = false;
-    t.plan = std::move(*backend::lowerFor(*t.graph, *backend::findTarget("cpu"), options).plan);
+    backend::Lowered lowered = backend::lowerFor(*t.graph, *backend::findTarget("cpu"), options);
+    t.plan = std::move(*lowered.plan);
+    if (lowered.recompute)
+      t.recompute = std::move(*lowered.recompute);
     // Not through the analyzer: its simplify is exponential in a training step's nest of
     // max(...) (an unrolled 4-step LSTM took minutes); sym::add already folds the sums.
     t.total = sym::add(sym::add(sym::add(t.params, t.state), sym::add(t.inputs, t.outputs)), t.plan.arena);
     return &trainPlans_.emplace(key, std::move(t)).first->second;
-  }
-
-  // The forward values the backward pass reads (without recomputation, each is kept from
-  // where the forward pass makes it until the backward pass is done with it): on a copy
-  // differentiated but not yet fused, the results of ops before the grad op that an op
-  // made by differentiation uses. Params are counted as params.
-  sym::ExprRef stashedBytes(const ir::Graph &step) {
-    std::unique_ptr<ir::Graph> g = ir::cloneGraph(step);
-    std::set<const ir::Op *> forward;
-    for (const ir::Op *op : g->body.ops) {
-      if (op->kind == ir::OpKind::Grad)
-        break;
-      forward.insert(op);
-    }
-    ir::differentiate(*g);
-    std::set<const ir::Value *> stashed;
-    for (const ir::Op *op : g->body.ops)
-      if (!forward.count(op))
-        for (const ir::Value *v : op->operands)
-          if (v->def && forward.count(v->def) && v->def->kind != ir::OpKind::Param)
-            stashed.insert(v);
-    return totalBytes(stashed);
   }
 
   void memTrain(const std::string &optimizer) {
@@ -325,21 +314,62 @@ private:
     // trainMemory on the analyzer).
     auto bytesText = [&](sym::ExprRef e) { return binding_.empty() ? e->str() : this->bytesText(e); };
     std::string states = fmt::format("{}", fmt::join(t->step.stateNames, ", "));
-    out(fmt::format("training step ({}, no recomputation): {} bytes", optimizer.empty() ? "adam" : optimizer, bytesText(t->total)));
+    out(fmt::format("training step ({}, recompute {}{}): {} bytes", optimizer.empty() ? "adam" : optimizer,
+                    ir::recomputeModeName(compile_.passes.recompute.mode),
+                    compile_.passes.recompute.budget ? fmt::format(", budget {} bytes", *compile_.passes.recompute.budget) : "",
+                    bytesText(t->total)));
     out(fmt::format("  params: {} bytes ({} tensors, {} trained)", bytesText(t->params), t->paramCount, t->step.params.size()));
     out(fmt::format("  optimizer state: {} bytes ({})", bytesText(t->state), states.empty() ? "none" : states));
     out(fmt::format("  inputs (and the optimizer's scalars): {} bytes; the step's outputs (loss, metrics, updated params and state): {} bytes", bytesText(t->inputs),
                     bytesText(t->outputs)));
     out(fmt::format("  arena: {} bytes, planned over the forward and backward passes; in it:", bytesText(t->plan.arena)));
     out(fmt::format("    gradients: {} bytes", bytesText(t->trained)));
-    out(fmt::format("    stashed activations: {} bytes (forward values the backward pass reads)", bytesText(t->stash)));
+    size_t recomputed = 0;
+    for (const ir::StashDecision &d : t->recompute.decisions)
+      recomputed += d.recomputed;
+    out(fmt::format("    stashed activations: {} bytes ({} forward values the backward pass reads, kept until it does)",
+                    bytesText(t->recompute.keptBytes()), t->recompute.decisions.size() - recomputed));
+    out(fmt::format("    recomputed in the backward pass instead: {} bytes ({} values)", bytesText(t->recompute.recomputedBytes()),
+                    recomputed));
+    if (!t->recompute.budgetMet)
+      out(fmt::format("  the budget is not met: nothing more can be recomputed"));
     if (sym::evaluate(t->plan.arena, binding_))
       out(fmt::format("  most live at once: {} bytes (the arena's lower bound)", t->plan.liveLowerBound(binding_)));
   }
 
+  // `:set recompute auto|none|all`, `:set budget 8GiB|none`: the training step's
+  // recompute options (the flags' meaning); training plans made before are stale.
+  void set(const std::string &arg) {
+    std::istringstream in(arg);
+    std::string what, value, extra;
+    in >> what >> value >> extra;
+    ir::RecomputeOptions &r = compile_.passes.recompute;
+    if (what == "recompute" && !value.empty() && extra.empty()) {
+      std::optional<ir::RecomputeMode> mode = ir::parseRecomputeMode(value);
+      if (!mode)
+        return error(ir::badRecomputeMode(value));
+      r.mode = *mode;
+    } else if (what == "budget" && !value.empty() && extra.empty()) {
+      std::optional<int64_t> bytes = value == "none" ? std::optional<int64_t>() : ir::parseByteSize(value);
+      if (value != "none" && !bytes)
+        return error(ir::badMemoryBudget(value));
+      r.budget = bytes;
+    } else {
+      return error(fmt::format("usage: :set recompute auto|none|all, or :set budget SIZE|none (e.g. :set budget 8GiB), not ':set {}'", arg));
+    }
+    trainPlans_.clear();
+    out(fmt::format("recompute {}{}", ir::recomputeModeName(r.mode), r.budget ? fmt::format(", budget {} bytes", *r.budget) : ""));
+  }
+
   void solveTrain(const std::string &text) {
-    if (const TrainMemory *t = trainMemory("adam"))
+    if (const TrainMemory *t = trainMemory("adam")) {
+      size_t recomputed = 0;
+      for (const ir::StashDecision &d : t->recompute.decisions)
+        recomputed += d.recomputed;
+      out(fmt::format("training step (adam, recompute {}: {} of {} stashed values recomputed)", ir::recomputeModeName(t->recompute.mode),
+                      recomputed, t->recompute.decisions.size()));
       solve(text, t->total, "the training step");
+    }
   }
 
   // An expression under the binding: a number when every dim is bound.

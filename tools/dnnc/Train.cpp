@@ -317,6 +317,14 @@ int trainModel(Program &p, const TrainOptions &o) {
     ir::Binding binding;
     for (int64_t s : data.distinct)
       binding = checkBatch(g, data, s);
+    // Params before compiling: an initializer's stream is its param's position in the
+    // graph, which the passes may change (execution order moves params; recompute decides
+    // what it moves), and the initial values must not depend on them.
+    // Without --weights, training starts from the initializers (no notes: that is what they are for).
+    rt::Weights loaded = rt::loadWeights(g, {o.weights, o.weights.empty(), false, o.strict, o.seed, ""}, binding);
+    for (const std::string &note : loaded.notes)
+      std::cerr << "dnnc: note: " << note << "\n";
+    std::map<std::string, Tensor> params = std::move(loaded.params);
     std::unique_ptr<rt::Executable> compiled;
     backend::CompileOptions options = o.compile;
     options.constantParams = false; // each step's params are the last step's updates
@@ -338,11 +346,6 @@ int trainModel(Program &p, const TrainOptions &o) {
     std::unique_ptr<interp::Interpreter> oracle;
     if (!compiled)
       oracle = std::make_unique<interp::Interpreter>(g);
-    // Without --weights, training starts from the initializers (no notes: that is what they are for).
-    rt::Weights loaded = rt::loadWeights(g, {o.weights, o.weights.empty(), false, o.strict, o.seed, ""}, binding);
-    for (const std::string &note : loaded.notes)
-      std::cerr << "dnnc: note: " << note << "\n";
-    std::map<std::string, Tensor> params = std::move(loaded.params);
     std::vector<Tensor> states;
     for (const std::string &name : step.params)
       for (size_t k = 0; k < step.statesPerParam; ++k)

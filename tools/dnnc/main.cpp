@@ -122,13 +122,18 @@ const backend::Target *artifactTarget(const std::string &name) {
 // The pass manager's flags, on every command that compiles.
 struct PassFlags {
   std::vector<std::string> printBefore, printAfter;
+  std::string recompute, memoryBudget;
 };
 
 po::options_description passOptions(PassFlags &f) {
   po::options_description d("pass options");
   d.add_options()("no-fuse", "one kernel per op (no fusion)")("no-fuse-attention", "keep attention as its separate ops (the scores stored)")("verify-each", "verify the IR after every pass")(
       "print-before", po::value(&f.printBefore)->composing(), "PASS[,PASS]: print the IR before these passes (or all), to stderr")(
-      "print-after", po::value(&f.printAfter)->composing(), "PASS[,PASS]: print the IR after these passes (or all), to stderr");
+      "print-after", po::value(&f.printAfter)->composing(), "PASS[,PASS]: print the IR after these passes (or all), to stderr")(
+      "recompute", po::value(&f.recompute),
+      "none, auto or all: which forward values a training step (or a grad) recomputes in the backward pass instead of "
+      "keeping them alive (default auto: those whose recomputation costs under 1% of the step, more under --memory-budget)")(
+      "memory-budget", po::value(&f.memoryBudget), "SIZE (e.g. 8GiB): with --recompute auto, recompute more until the step fits");
   return d;
 }
 
@@ -137,6 +142,25 @@ bool readPassOptions(const po::variables_map &vm, const PassFlags &f, ir::PassOp
   out.fuse = vm.count("no-fuse") == 0;
   out.attention = vm.count("no-fuse-attention") == 0;
   out.verifyEach = vm.count("verify-each") > 0;
+  std::string err;
+  if (vm.count("recompute")) {
+    if (std::optional<ir::RecomputeMode> mode = ir::parseRecomputeMode(f.recompute))
+      out.recompute.mode = *mode;
+    else
+      err = "--recompute: " + ir::badRecomputeMode(f.recompute);
+  }
+  if (vm.count("memory-budget") && err.empty()) {
+    if (std::optional<int64_t> bytes = ir::parseByteSize(f.memoryBudget))
+      out.recompute.budget = bytes;
+    else
+      err = "--memory-budget: " + ir::badMemoryBudget(f.memoryBudget);
+  }
+  if (err.empty() && out.recompute.budget && out.recompute.mode != ir::RecomputeMode::Auto)
+    err = fmt::format("--memory-budget is for --recompute auto, not --recompute {}", ir::recomputeModeName(out.recompute.mode));
+  if (!err.empty()) {
+    std::cerr << "dnnc: error: " << err << "\n";
+    return false;
+  }
   for (auto [flags, names] : {std::pair{&f.printBefore, &out.printBefore}, std::pair{&f.printAfter, &out.printAfter}})
     for (const std::string &list : *flags) {
       std::istringstream in(list);
@@ -329,8 +353,11 @@ int cmdEmit(int argc, char **argv) {
         if (stage == "kernels")
           for (const kir::Kernel *k : kernels)
             text += target->kernelNote(*k) + kir::print(*k);
-        else if (stage == "plan")
+        else if (stage == "plan") {
           text += ir::print(*lowered.plan, *m.graph);
+          if (lowered.recompute) // a training step's: which values are stashed, which recomputed
+            text += ir::print(*lowered.recompute, *m.graph);
+        }
         else if (stage == "ptx")
           text += target->moduleText(kernels, options.target).assembly;
         else if (stage == "llvm")
@@ -578,7 +605,7 @@ int cmdTrain(int argc, char **argv) {
   po::variables_map vm;
   const char *usage = "usage: dnnc train FILE --data NAME=X.npy...|DIR [--batch N] (--epochs E | --steps S) "
                       "[--optimizer sgd|momentum|adam|adamw] [--lr 1e-3] [--weights INIT] [--save OUT [--save-every K]] "
-                      "[--resume OUT.state] [--device ...]\n";
+                      "[--resume OUT.state] [--recompute auto|none|all] [--memory-budget 8GiB] [--device ...]\n";
   if (int rc = parseOptions(argc, argv, desc, usage, true, c, vm); rc >= 0)
     return rc;
   o.json = vm.count("json") > 0;
