@@ -36,6 +36,31 @@ public:
         if (auto it = madeBy.find(v); it != madeBy.end() && it->second != k)
           deps[k].insert(it->second);
     }
+    // Dims bound when an op runs (an EDO op's or a loop's result sizes): an op whose result
+    // type uses one waits for the first op whose result has it, though it may read none of
+    // its values (full([shape(r, 0), 2]) after the while that sizes r). Dims the region
+    // gets from outside (its args, what it reads from outer scopes) are bound already.
+    std::set<std::string> outer;
+    auto addVars = [](const Value *v, std::set<std::string> &names) {
+      for (const sym::ExprRef &d : v->type.dims)
+        for (const std::string &name : sym::freeVars(d))
+          names.insert(name);
+    };
+    for (const Value *a : r.args)
+      addVars(a, outer);
+    for (size_t k = 0; k < n; ++k)
+      for (const Value *v : reads[k])
+        if (!madeBy.count(v))
+          addVars(v, outer);
+    std::map<std::string, size_t> boundBy;
+    for (size_t k = 0; k < n; ++k) {
+      std::set<std::string> names;
+      for (const Value *v : r.ops[k]->results)
+        addVars(v, names);
+      for (const std::string &name : names)
+        if (!outer.count(name))
+          deps[k].insert(boundBy.emplace(name, k).first->second); // itself when it is the first
+    }
     // assert_dims: a barrier. Each assert waits for the ops since the previous one, and
     // each op for the last assert before it (the rest follows by transitivity).
     std::optional<size_t> lastAssert;
