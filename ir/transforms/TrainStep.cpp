@@ -8,8 +8,31 @@
 #include "ir/transforms/MemoryPlan.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 
 namespace dnnc::ir {
+
+const std::vector<std::string> &optimizerNames() {
+  static const std::vector<std::string> names{"sgd", "momentum", "adam", "adamw"};
+  return names;
+}
+
+std::optional<Optimizer> parseOptimizer(const std::string &name) {
+  const std::vector<std::string> &names = optimizerNames();
+  auto it = std::find(names.begin(), names.end(), name);
+  if (it == names.end())
+    return std::nullopt;
+  const Optimizer::Kind kinds[] = {Optimizer::Kind::Sgd, Optimizer::Kind::Momentum, Optimizer::Kind::Adam, Optimizer::Kind::AdamW};
+  Optimizer opt;
+  opt.kind = kinds[it - names.begin()];
+  return opt;
+}
+
+std::string unknownOptimizer(const std::string &name) {
+  return fmt::format("unknown optimizer '{}' (optimizers: {})", name, fmt::join(optimizerNames(), ", "));
+}
 
 TrainStep makeTrainStep(Graph &g, const Optimizer &opt) {
   Region &body = g.body;

@@ -12,6 +12,7 @@
 
 #include "ir/graph/Graph.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,13 @@ struct Optimizer {
   enum class Kind { Sgd, Momentum, Adam, AdamW } kind = Kind::Sgd;
   double weightDecay = 0, momentum = 0.9, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
 };
+
+// The optimizers' names (--optimizer, --train=, :mem train), in the order a checkpoint's
+// dnnc.optimizer index counts them.
+const std::vector<std::string> &optimizerNames();
+// An optimizer by its name, with the default hyperparameters; nullopt for any other name.
+std::optional<Optimizer> parseOptimizer(const std::string &name);
+std::string unknownOptimizer(const std::string &name); // the error for one
 
 struct TrainStep {
   size_t modelInputs = 0, metrics = 0;

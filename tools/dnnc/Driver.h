@@ -58,10 +58,6 @@ struct TrainOptions {
   bool json = false, verbose = false;
   backend::CompileOptions compile;
 };
-// An optimizer by its --optimizer/--train/:mem train name (sgd, momentum, adam, adamw),
-// with the default hyperparameters; nullopt for any other name.
-std::optional<ir::Optimizer> parseOptimizer(const std::string &name);
-std::string unknownOptimizer(const std::string &name); // the error for one
 // `dnnc train` (docs/training.md).
 int trainModel(Program &p, const TrainOptions &o);
 // `dnnc run ARTIFACT`: loads and runs a `dnnc build` artifact with no compiling.

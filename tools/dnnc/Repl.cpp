@@ -267,9 +267,9 @@ private:
     auto it = trainPlans_.find(key);
     if (it != trainPlans_.end())
       return &it->second;
-    std::optional<ir::Optimizer> opt = parseOptimizer(optimizer);
+    std::optional<ir::Optimizer> opt = ir::parseOptimizer(optimizer);
     if (!opt) {
-      error(unknownOptimizer(optimizer));
+      error(ir::unknownOptimizer(optimizer));
       return nullptr;
     }
     TrainMemory t;

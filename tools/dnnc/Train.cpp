@@ -39,7 +39,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::vector<std::string> kOptimizers{"sgd", "momentum", "adam", "adamw"};
 
 // Rows [begin, end) of `t` along its first axis.
 Tensor rows(const Tensor &t, int64_t begin, int64_t end) {
@@ -229,7 +228,8 @@ void writeCheckpoint(const std::string &out, const std::map<std::string, Tensor>
   counter.setInt(0, done);
   all["dnnc.step"] = counter;
   Tensor kind = Tensor::zeros(DType::I64, {});
-  kind.setInt(0, std::find(kOptimizers.begin(), kOptimizers.end(), optimizer) - kOptimizers.begin());
+  const std::vector<std::string> &names = ir::optimizerNames();
+  kind.setInt(0, std::find(names.begin(), names.end(), optimizer) - names.begin());
   all["dnnc.optimizer"] = kind;
   gWriting = 1;
   rt::writeSafetensors(out + ".state", all);
@@ -257,11 +257,11 @@ int64_t readCheckpoint(const std::string &path, const ir::TrainStep &step, const
     return it->second;
   };
   int64_t saved = take("dnnc.optimizer", DType::I64, {}).getInt(0);
-  if (saved < 0 || saved >= static_cast<int64_t>(kOptimizers.size()) || kOptimizers[static_cast<size_t>(saved)] != optimizer)
+  const std::vector<std::string> &names = ir::optimizerNames();
+  bool known = saved >= 0 && saved < static_cast<int64_t>(names.size());
+  if (!known || names[static_cast<size_t>(saved)] != optimizer)
     throw DataError(fmt::format("--resume {}: it holds the state of --optimizer {}, not {}", path,
-                                saved >= 0 && saved < static_cast<int64_t>(kOptimizers.size()) ? kOptimizers[static_cast<size_t>(saved)]
-                                                                                                : "(unknown)",
-                                optimizer));
+                                known ? names[static_cast<size_t>(saved)] : "(unknown)", optimizer));
   int64_t done = take("dnnc.step", DType::I64, {}).getInt(0);
   if (done < 0)
     throw DataError(fmt::format("--resume {}: dnnc.step is {}", path, done));
@@ -284,21 +284,6 @@ void drawProgress(int64_t done, int64_t total, double loss) {
 }
 
 } // namespace
-
-std::optional<ir::Optimizer> parseOptimizer(const std::string &name) {
-  auto it = std::find(kOptimizers.begin(), kOptimizers.end(), name);
-  if (it == kOptimizers.end())
-    return std::nullopt;
-  ir::Optimizer opt;
-  const ir::Optimizer::Kind kinds[] = {ir::Optimizer::Kind::Sgd, ir::Optimizer::Kind::Momentum, ir::Optimizer::Kind::Adam,
-                                       ir::Optimizer::Kind::AdamW};
-  opt.kind = kinds[it - kOptimizers.begin()];
-  return opt;
-}
-
-std::string unknownOptimizer(const std::string &name) {
-  return fmt::format("unknown optimizer '{}' (optimizers: {})", name, fmt::join(kOptimizers, ", "));
-}
 
 int trainModel(Program &p, const TrainOptions &o) {
   std::string err;

@@ -290,9 +290,9 @@ int cmdEmit(int argc, char **argv) {
     return kUsage;
   }
   if (vm.count("train")) {
-    optimizer = parseOptimizer(train);
+    optimizer = ir::parseOptimizer(train);
     if (!optimizer) {
-      std::cerr << "dnnc: error: " << unknownOptimizer(train) << "\n";
+      std::cerr << "dnnc: error: " << ir::unknownOptimizer(train) << "\n";
       return kUsage;
     }
     if (!std::isfinite(trainSettings.weightDecay) || trainSettings.weightDecay < 0) {
@@ -612,10 +612,10 @@ int cmdTrain(int argc, char **argv) {
   o.strict = vm.count("strict") > 0;
   o.verbose = vm.count("verbose") > 0;
   o.optimizerName = optimizer;
-  std::optional<ir::Optimizer> kind = parseOptimizer(optimizer);
+  std::optional<ir::Optimizer> kind = ir::parseOptimizer(optimizer);
   std::string err;
   if (!kind)
-    err = unknownOptimizer(optimizer);
+    err = ir::unknownOptimizer(optimizer);
   else if (o.batch < 1 || o.epochs < 1 || o.steps < 0 || o.logEvery < 1 || o.saveEvery < 0)
     err = "--batch, --epochs and --log-every take positive counts, --steps and --save-every counts";
   else if (!o.resume.empty() && !o.weights.empty())
