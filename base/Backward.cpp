@@ -136,28 +136,14 @@ Tensor scatterAdd(const Tensor &x, const Tensor &idx, const Tensor &src, size_t 
 }
 
 Tensor maskedScatter(const Tensor &like, const Tensor &mask, const Tensor &g) {
-  size_t rank = std::max(like.shape.size(), mask.shape.size());
-  Shape shape(rank, 1);
-  for (const Tensor *t : {&like, &mask})
-    for (size_t k = 0; k < t->shape.size(); ++k) {
-      int64_t &d = shape[rank - t->shape.size() + k];
-      d = d == 1 ? t->shape[k] : d;
-    }
-  auto at = [&](const Tensor &t, const Shape &idx) { // t's element at idx of the broadcast shape
-    size_t flat = 0, stride = 1;
-    for (size_t k = t.shape.size(); k-- > 0;) {
-      flat += static_cast<size_t>(t.shape[k] == 1 ? 0 : idx[rank - t.shape.size() + k]) * stride;
-      stride *= static_cast<size_t>(t.shape[k]);
-    }
-    return flat;
-  };
+  Shape shape = broadcastShape(like.shape, mask.shape);
   std::vector<double> acc(like.numel(), 0.0);
   size_t next = 0;
   forEachIndex(shape, [&](const Shape &idx, size_t) {
-    if (mask.get(at(mask, idx)) != 0) {
+    if (mask.get(broadcastAt(mask, idx)) != 0) {
       if (next >= g.numel())
         throw DataError(fmt::format("masked_select's gradient {} has fewer elements than the mask selects", g.typeText()));
-      acc[at(like, idx)] += g.get(next++);
+      acc[broadcastAt(like, idx)] += g.get(next++);
     }
   });
   return rounded(like, acc);

@@ -6,6 +6,7 @@
 #include "base/DType.h"
 #include "base/Error.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -75,6 +76,28 @@ template <class F> void forEachIndex(const std::vector<int64_t> &shape, F f) {
       else
         idx[k] = 0;
   }
+}
+
+// The NumPy broadcast shape of `a` and `b` (assumed compatible), and the flat index in `t`
+// of the element a broadcast index `idx` reads (size-1 axes repeat).
+inline std::vector<int64_t> broadcastShape(const std::vector<int64_t> &a, const std::vector<int64_t> &b) {
+  size_t rank = std::max(a.size(), b.size());
+  std::vector<int64_t> shape(rank, 1);
+  for (const std::vector<int64_t> *t : {&a, &b})
+    for (size_t k = 0; k < t->size(); ++k) {
+      int64_t &d = shape[rank - t->size() + k];
+      d = d == 1 ? (*t)[k] : d;
+    }
+  return shape;
+}
+inline size_t broadcastAt(const Tensor &t, const std::vector<int64_t> &idx) {
+  size_t flat = 0, stride = 1;
+  for (size_t k = t.shape.size(); k-- > 0;) {
+    size_t i = static_cast<size_t>(idx[idx.size() - t.shape.size() + k]);
+    flat += (t.shape[k] == 1 ? 0 : i) * stride;
+    stride *= static_cast<size_t>(t.shape[k]);
+  }
+  return flat;
 }
 
 } // namespace dnnc::rt

@@ -86,16 +86,6 @@ bool greater(const Tensor &x, size_t a, size_t b) {
 }
 
 // The flat index into `x` of element `idx` of a shape `x` broadcasts to.
-size_t broadcastAt(const Tensor &x, const Shape &idx) {
-  size_t flat = 0, stride = 1;
-  for (size_t k = x.shape.size(); k-- > 0;) {
-    size_t i = idx[idx.size() - x.shape.size() + k];
-    flat += (x.shape[k] == 1 ? 0 : i) * stride;
-    stride *= static_cast<size_t>(x.shape[k]);
-  }
-  return flat;
-}
-
 std::vector<Tensor> one(Tensor t) {
   std::vector<Tensor> out;
   out.push_back(std::move(t));
@@ -347,13 +337,7 @@ std::vector<Tensor> nonzero(const HostOpContext &c) {
 
 std::vector<Tensor> maskedSelect(const HostOpContext &c) {
   const Tensor &x = *c.in[0], &mask = *c.in[1];
-  size_t rank = std::max(x.shape.size(), mask.shape.size());
-  Shape shape(rank, 1);
-  for (const Tensor *t : {&x, &mask})
-    for (size_t k = 0; k < t->shape.size(); ++k) {
-      int64_t &d = shape[rank - t->shape.size() + k];
-      d = d == 1 ? t->shape[k] : d;
-    }
+  Shape shape = broadcastShape(x.shape, mask.shape);
   std::vector<size_t> picked;
   forEachIndex(shape, [&](const Shape &idx, size_t) {
     if (mask.get(broadcastAt(mask, idx)) != 0)
