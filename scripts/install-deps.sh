@@ -9,6 +9,8 @@ packages=(
   llvm-19-dev llvm-19-tools
   clang-19 libclang-rt-19-dev
   python3-numpy
+  pybind11-dev python3-dev
+  libonnx-dev libprotobuf-dev protobuf-compiler python3-onnx
 )
 missing=()
 for p in "${packages[@]}"; do
