@@ -7,6 +7,8 @@
 #include <editline/readline.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <functional>
 #include <unistd.h>
 
 #include <algorithm>
@@ -260,10 +262,12 @@ private:
     sym::ExprRef params, trained, state, inputs, outputs, total;
     ir::RecomputeReport recompute;
   };
-  const TrainMemory *trainMemory(const std::string &optimizer) {
+  // The step of recompute version `version` by shape (ir/transforms/Recompute.h).
+  const TrainMemory *trainMemory(const std::string &optimizer, size_t version = 0) {
     // A budget is checked at the bound dims: the plan is then the binding's.
     compile_.passes.recompute.budgetAt = compile_.passes.recompute.budget ? binding_ : Binding{};
-    auto key = std::make_pair(model_, optimizer + (compile_.passes.recompute.budget ? " at " + bindingText() : ""));
+    auto key = std::make_pair(model_, optimizer + (compile_.passes.recompute.budget ? " at " + bindingText() : "") +
+                                          (version ? fmt::format(" version {}", version) : ""));
     auto it = trainPlans_.find(key);
     if (it != trainPlans_.end())
       return &it->second;
@@ -296,6 +300,7 @@ private:
     t.outputs = totalBytes(body.yields);
     backend::CompileOptions options = compile_;
     options.constantParams = false;
+    options.passes.recompute.version = version;
     backend::Lowered lowered = backend::lowerFor(*t.graph, *backend::findTarget("cpu"), options);
     t.plan = std::move(*lowered.plan);
     if (lowered.recompute)
@@ -306,17 +311,32 @@ private:
     return &trainPlans_.emplace(key, std::move(t)).first->second;
   }
 
+  // The step of the version by shape that `binding` runs (the first while a dim the
+  // decisions read is unbound).
+  const TrainMemory *trainMemoryAt(const std::string &optimizer, const Binding &binding) {
+    const TrainMemory *t = trainMemory(optimizer);
+    if (!t || t->recompute.versions.size() < 2)
+      return t;
+    for (const auto &[dim, value] : t->recompute.versions[0].firstAt)
+      if (!binding.count(dim))
+        return t;
+    size_t version = t->recompute.versionAt(binding);
+    return version ? trainMemory(optimizer, version) : t;
+  }
+
   void memTrain(const std::string &optimizer) {
-    const TrainMemory *t = trainMemory(optimizer.empty() ? "adam" : optimizer);
+    const TrainMemory *t = trainMemoryAt(optimizer.empty() ? "adam" : optimizer, binding_);
     if (!t)
       return;
     // As bytesText, but with nothing bound the formula prints as sym::add built it (see
     // trainMemory on the analyzer).
     auto bytesText = [&](sym::ExprRef e) { return binding_.empty() ? e->str() : this->bytesText(e); };
     std::string states = fmt::format("{}", fmt::join(t->step.stateNames, ", "));
-    out(fmt::format("training step ({}, recompute {}{}): {} bytes", optimizer.empty() ? "adam" : optimizer,
+    const ir::RecomputeReport &r = t->recompute;
+    std::string version = r.versions.size() < 2 ? "" : fmt::format(", version {} of {} by shape", r.version + 1, r.versions.size());
+    out(fmt::format("training step ({}, recompute {}{}{}): {} bytes", optimizer.empty() ? "adam" : optimizer,
                     ir::recomputeModeName(compile_.passes.recompute.mode),
-                    compile_.passes.recompute.budget ? fmt::format(", budget {} bytes", *compile_.passes.recompute.budget) : "",
+                    compile_.passes.recompute.budget ? fmt::format(", budget {} bytes", *compile_.passes.recompute.budget) : "", version,
                     bytesText(t->total)));
     out(fmt::format("  params: {} bytes ({} tensors, {} trained)", bytesText(t->params), t->paramCount, t->step.params.size()));
     out(fmt::format("  optimizer state: {} bytes ({})", bytesText(t->state), states.empty() ? "none" : states));
@@ -333,6 +353,12 @@ private:
                     recomputed));
     if (!t->recompute.budgetMet)
       out(fmt::format("  the budget is not met: nothing more can be recomputed"));
+    if (r.versions.size() > 1)
+    {
+      std::string versions = ir::printVersions(r);
+      versions.pop_back(); // its last newline: out adds one
+      out(versions + (r.version == 0 && !sym::evaluate(t->plan.arena, binding_) ? "\n  (bind every dim for the version a binding runs)" : ""));
+    }
     if (sym::evaluate(t->plan.arena, binding_))
       out(fmt::format("  most live at once: {} bytes (the arena's lower bound)", t->plan.liveLowerBound(binding_)));
   }
@@ -366,9 +392,14 @@ private:
       size_t recomputed = 0;
       for (const ir::StashDecision &d : t->recompute.decisions)
         recomputed += d.recomputed;
-      out(fmt::format("training step (adam, recompute {}: {} of {} stashed values recomputed)", ir::recomputeModeName(t->recompute.mode),
-                      recomputed, t->recompute.decisions.size()));
-      solve(text, t->total, "the training step");
+      out(fmt::format("training step (adam, recompute {}: {} of {} stashed values recomputed{})", ir::recomputeModeName(t->recompute.mode),
+                      recomputed, t->recompute.decisions.size(),
+                      t->recompute.versions.size() > 1 ? fmt::format(" in version 1, {} versions by shape", t->recompute.versions.size()) : ""));
+      // Each candidate value is sized by the version it runs.
+      solve(text, t->total, "the training step", [&](const Binding &b) -> std::optional<int64_t> {
+        const TrainMemory *at = trainMemoryAt("adam", b);
+        return at ? sym::evaluate(at->total, b) : std::nullopt;
+      });
     }
   }
 
@@ -500,7 +531,10 @@ private:
   // `bytes` (the arena, or a training step's total) grows with every dim, so a binary
   // search over the dim's range finds the largest value that fits. Bytes beyond 64 bits
   // exceed every limit.
-  void solve(const std::string &text, sym::ExprRef bytes, const std::string &what) {
+  // The largest value of the dim whose `bytes` fit; `bytesAt`, when given, sizes a binding
+  // instead (a training step's versions by shape).
+  void solve(const std::string &text, sym::ExprRef bytes, const std::string &what,
+             const std::function<std::optional<int64_t>(const Binding &)> &bytesAt = nullptr) {
     auto q = parseSolve(text);
     if (!q) {
       error("usage: :solve [train] mem <= SIZE[B|KiB|MiB|GiB|TiB] for DIM, e.g. :solve mem <= 16GiB for B");
@@ -529,7 +563,7 @@ private:
     // The arena's bytes at dim = v; nullopt when they do not fit in 64 bits.
     auto arenaAt = [&](int64_t v) {
       b[dim] = v;
-      return sym::evaluate(bytes, b);
+      return bytesAt ? bytesAt(b) : sym::evaluate(bytes, b);
     };
     auto fits = [&](std::optional<int64_t> bytes) { return bytes && static_cast<double>(*bytes) <= limit; };
     auto needs = [](std::optional<int64_t> bytes) {

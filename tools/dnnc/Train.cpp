@@ -15,6 +15,7 @@
 // uninterrupted run would have used). SIGINT while a checkpoint is being written is
 // held until both files are complete; at any other time it ends the process at once, so
 // an interrupted run leaves the last complete checkpoint or none, never a partial file.
+#include "ir/graph/Serialize.h"
 #include "ir/interp/Interpreter.h"
 #include "ir/transforms/TrainStep.h"
 #include "runtime/ModelIO.h"
@@ -310,7 +311,11 @@ int trainModel(Program &p, const TrainOptions &o) {
     for (const std::string &note : loaded.notes)
       std::cerr << "dnnc: note: " << note << "\n";
     std::map<std::string, Tensor> params = std::move(loaded.params);
-    std::unique_ptr<rt::Executable> compiled;
+    // One executable per recompute version by shape (ir/transforms/Recompute.h), all
+    // compiled now: each step runs its binding's, and no batch shape compiles anything.
+    std::vector<std::unique_ptr<rt::Executable>> compiled;
+    std::vector<std::unique_ptr<ir::Graph>> versionGraphs;
+    ir::RecomputeReport decisions;
     backend::CompileOptions options = o.compile;
     options.constantParams = false; // each step's params are the last step's updates
     size_t compiledBefore = backend::kernelsCompiled();
@@ -323,13 +328,24 @@ int trainModel(Program &p, const TrainOptions &o) {
           throw DataError(fmt::format("--device {}: {}", o.device, why));
         target = backend::findTarget("cpu");
       }
-      compiled = backend::compile(g, *target, options);
+      std::unique_ptr<ir::Graph> pristine = ir::cloneGraph(g); // compile changes g
+      compiled.push_back(backend::compile(g, *target, options, &decisions));
+      for (size_t v = 1; v < decisions.versions.size(); ++v) {
+        versionGraphs.push_back(ir::cloneGraph(*pristine));
+        backend::CompileOptions version = options;
+        version.passes.recompute.version = v;
+        compiled.push_back(backend::compile(*versionGraphs.back(), *target, version));
+      }
     }
-    if (o.verbose)
-      std::cerr << fmt::format("compiled the training step for {}: {} kernels\n", compiled ? compiled->device().name() : "ref",
+    if (o.verbose) {
+      std::cerr << fmt::format("compiled the training step for {}: {} kernels\n", compiled.empty() ? "ref" : compiled[0]->device().name(),
                                backend::kernelsCompiled() - compiledBefore);
+      if (compiled.size() > 1)
+        std::cerr << "recompute auto:\n" << ir::printVersions(decisions);
+    }
+    std::vector<int64_t> stepsPerVersion(compiled.size(), 0);
     std::unique_ptr<interp::Interpreter> oracle;
-    if (!compiled)
+    if (compiled.empty())
       oracle = std::make_unique<interp::Interpreter>(g);
     std::vector<Tensor> states;
     for (const std::string &name : step.params)
@@ -349,6 +365,14 @@ int trainModel(Program &p, const TrainOptions &o) {
     for (int64_t s = first; s < steps; ++s) {
       auto start = std::chrono::steady_clock::now();
       std::vector<Tensor> inputs = data.batch(s);
+      size_t version = 0;
+      if (compiled.size() > 1) {
+        std::vector<const Tensor *> given;
+        for (const Tensor &x : inputs)
+          given.push_back(&x);
+        given.resize(g.body.args.size(), nullptr);
+        version = decisions.versionAt(ir::bindInputs(g, given, {}));
+      }
       double t = static_cast<double>(s + 1);
       std::vector<double> scalars{o.lr};
       if (step.scalars.size() == 3) // Adam: lr / (1 − β1^t) and sqrt(1 − β2^t), as torch computes them
@@ -365,7 +389,9 @@ int trainModel(Program &p, const TrainOptions &o) {
       }
       for (Tensor &st : states) // the step's outputs replace them below
         inputs.push_back(std::move(st));
-      std::vector<Tensor> out = compiled ? compiled->run(inputs, params, {}) : oracle->run(inputs, params, {});
+      std::vector<Tensor> out = compiled.empty() ? oracle->run(inputs, params, {}) : compiled[version]->run(inputs, params, {});
+      if (!compiled.empty())
+        ++stepsPerVersion[version];
       double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       if (s == first)
         compiledAfterFirst = backend::kernelsCompiled();
@@ -406,8 +432,11 @@ int trainModel(Program &p, const TrainOptions &o) {
     }
     if (progress)
       std::cerr << "\r\x1b[K" << std::flush;
-    if (o.verbose)
+    if (o.verbose) {
       std::cerr << fmt::format("kernels compiled after the first step: {}\n", backend::kernelsCompiled() - compiledAfterFirst);
+      if (compiled.size() > 1)
+        std::cerr << fmt::format("steps by recompute version: {}\n", fmt::join(stepsPerVersion, ", "));
+    }
     if (!o.save.empty() && !o.json)
       std::cout << fmt::format("saved {} params to {} (optimizer state and step for --resume: {}.state)\n", params.size(), o.save,
                                o.save);
