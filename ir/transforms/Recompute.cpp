@@ -228,6 +228,7 @@ private:
   // The versions by shape over a grid of bindings (RecomputeReport::decideAt), and the
   // one options.version names added to `chosen`.
   void chooseVersion(RecomputeReport &report, std::unordered_set<const Value *> &chosen) const {
+    report.versions.push_back({std::vector<bool>(report.decisions.size(), false), low_}); // the rule above alone
     for (const Binding &b : bindingGrid()) {
       std::vector<bool> at = report.decideAt(b);
       bool known = std::any_of(report.versions.begin(), report.versions.end(), [&](const RecomputeVersion &v) { return v.recomputed == at; });
@@ -245,14 +246,16 @@ private:
       }
   }
 
-  // Each dim at its low end, the powers of two above it and its reference value; every
+  // Each dim from a 64th of its reference value (at least its low end: smaller shapes
+  // stash too little for the choice to matter, and their constant terms would make
+  // versions of no use), the powers of two above it and its reference value; every
   // combination when there are at most 256, else one dim at a time with the others at
   // their reference values.
   std::vector<Binding> bindingGrid() const {
     std::map<std::string, std::vector<int64_t>> points;
     size_t combinations = 1;
     for (const auto &[name, hi] : reference_) {
-      int64_t lo = low_.count(name) ? low_.at(name) : std::min<int64_t>(1, hi);
+      int64_t lo = std::max(low_.count(name) ? low_.at(name) : std::min<int64_t>(1, hi), hi / 64);
       std::vector<int64_t> &p = points[name];
       p.push_back(lo);
       for (int64_t v = 1; v < hi; v *= 2)
@@ -509,17 +512,24 @@ std::vector<bool> RecomputeReport::decideAt(const std::map<std::string, int64_t>
   return out;
 }
 
-size_t RecomputeReport::versionAt(const std::map<std::string, int64_t> &binding) const {
+size_t RecomputeReport::versionAt(const std::map<std::string, int64_t> &binding, const std::vector<sym::ExprRef> &arenas) const {
   if (versions.size() < 2)
     return 0;
   std::vector<bool> at = decideAt(binding);
-  size_t best = 0, fewest = SIZE_MAX;
-  for (size_t v = 0; v < versions.size(); ++v) {
-    size_t differ = 0;
+  auto differ = [&](size_t v) {
+    size_t n = 0;
     for (size_t k = 0; k < at.size(); ++k)
-      differ += at[k] != versions[v].recomputed[k];
-    if (differ < fewest)
-      best = v, fewest = differ;
+      n += at[k] != versions[v].recomputed[k];
+    return n;
+  };
+  auto bytes = [&](size_t v) -> std::optional<int64_t> {
+    return v < arenas.size() && arenas[v] ? sym::evaluate(arenas[v], binding) : std::nullopt;
+  };
+  size_t best = 0;
+  for (size_t v = 1; v < versions.size(); ++v) {
+    std::optional<int64_t> a = bytes(v), b = bytes(best);
+    if (a && b && *a != *b ? *a < *b : differ(v) < differ(best))
+      best = v;
   }
   return best;
 }
@@ -529,7 +539,7 @@ RecomputeReport recompute(Graph &g, const std::vector<const Op *> &backwardStart
 }
 
 std::string printVersions(const RecomputeReport &report) {
-  std::string out = fmt::format("  {} versions by shape (this is version {}); each from the first binding that takes it:\n", report.versions.size(),
+  std::string out = fmt::format("  {} versions by shape (this is version {}; the memory plan picks a binding's):\n", report.versions.size(),
                                 report.version + 1);
   for (size_t v = 0; v < report.versions.size(); ++v) {
     std::vector<std::string> at, names;
@@ -538,13 +548,20 @@ std::string printVersions(const RecomputeReport &report) {
     for (size_t k = 0; k < report.decisions.size(); ++k)
       if (report.versions[v].recomputed[k])
         names.push_back(valueName(report.decisions[k].value));
-    out += fmt::format("    version {} (from {}): recomputes {}\n", v + 1, fmt::join(at, ", "),
-                       names.empty() ? "nothing more" : fmt::format("{}", fmt::join(names, ", ")));
+    out += names.empty() ? fmt::format("    version {}: only what every shape recomputes\n", v + 1)
+                         : fmt::format("    version {} (from {}): also recomputes {}\n", v + 1, fmt::join(at, ", "), fmt::join(names, ", "));
   }
   return out;
 }
 
 std::string print(const RecomputeReport &report, const Graph &g) {
+  // Whether some version recomputes the value and another does not.
+  auto byShape = [&](const StashDecision &d) {
+    size_t k = static_cast<size_t>(&d - report.decisions.data()), n = 0;
+    for (const RecomputeVersion &v : report.versions)
+      n += v.recomputed[k];
+    return n > 0 && n < report.versions.size();
+  };
   size_t n = std::count_if(report.decisions.begin(), report.decisions.end(), [](const StashDecision &d) { return d.recomputed; });
   std::string out = fmt::format("recompute ({}{}): {} stashed values, {} recomputed in the backward pass\n", recomputeModeName(report.mode),
                                 report.budget ? fmt::format(", budget {} bytes{}", *report.budget, report.budgetMet ? "" : ", not met") : "",
@@ -553,7 +570,7 @@ std::string print(const RecomputeReport &report, const Graph &g) {
     std::string detail = d.recomputed || d.chainOps ? fmt::format("{}, {} op{}, {:.2f}% of the step", d.why, d.chainOps, d.chainOps == 1 ? "" : "s", 100 * d.costShare)
                                                     : d.why;
     out += fmt::format("  {:<10} {} {}  {} bytes  ({}{}; {})\n", d.recomputed ? "recompute" : "stash", valueName(d.value), d.value->type.str(),
-                       d.value->type.bytes()->str(), detail, d.byShape ? ", by shape" : "", sourceLine(g, d.value->loc));
+                       d.value->type.bytes()->str(), detail, byShape(d) ? ", by shape" : "", sourceLine(g, d.value->loc));
   }
   if (report.versions.size() > 1)
     out += printVersions(report);

@@ -32,8 +32,9 @@
 //   at least a quarter of the bytes the rule above leaves stashed is recomputed too, while these chains
 //   together cost under 5% of the step; that depends on the binding (the T x T attention probabilities are
 //   a small stash at T = 128 and most of it at T = 512). The pass evaluates this rule over
-//   a grid of bindings across the dims' ranges; each distinct set of decisions is a
-//   version (at most kMaxRecomputeVersions, in the grid's order), and the report carries
+//   a grid of bindings across the dims' ranges (each dim from a 64th of its reference
+//   value up); version 1 is the rule above alone, and each distinct set of decisions on
+//   the grid is another (at most kMaxRecomputeVersions, in the grid's order); the report carries
 //   the rule as dim polynomials so that a runtime picks a binding's version with
 //   versionAt (no compiling: the caller compiles each version once, with
 //   options.version). Every version computes the same values; they differ in memory
@@ -65,7 +66,7 @@ struct RecomputeOptions {
   size_t version = 0;
 };
 
-constexpr size_t kMaxRecomputeVersions = 4;
+constexpr size_t kMaxRecomputeVersions = 3;
 
 // "none", "auto", "all"; nullopt otherwise.
 std::optional<RecomputeMode> parseRecomputeMode(const std::string &text);
@@ -107,10 +108,15 @@ struct RecomputeReport {
   sym::ExprRef stepCost;
   sym::ExprRef keptBytes() const;       // stashed activations still stashed
   sym::ExprRef recomputedBytes() const; // those the backward pass recomputes
-  // The decisions by shape at `binding` (every dim bound), and the version closest to them
-  // (the same decisions; else the fewest that differ).
+  // The decisions by shape at `binding` (every dim bound), and the version a binding
+  // runs: given each version's planned arena bytes (the memory plans' formulas), the
+  // smallest at the binding, and among equals (or without them) the version closest to
+  // the decisions (the same ones; else the fewest that differ). The plan has the last
+  // word because a stash is not always what sets the peak: in a layer loop whose backward
+  // replays one layer at a time, recomputing the probabilities saves no peak bytes and
+  // costs time.
   std::vector<bool> decideAt(const std::map<std::string, int64_t> &binding) const;
-  size_t versionAt(const std::map<std::string, int64_t> &binding) const;
+  size_t versionAt(const std::map<std::string, int64_t> &binding, const std::vector<sym::ExprRef> &arenas = {}) const;
 };
 
 // The pass; `backwardStarts` is what differentiate returned for this graph.

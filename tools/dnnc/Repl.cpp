@@ -320,7 +320,11 @@ private:
     for (const auto &[dim, value] : t->recompute.versions[0].firstAt)
       if (!binding.count(dim))
         return t;
-    size_t version = t->recompute.versionAt(binding);
+    std::vector<sym::ExprRef> arenas{t->plan.arena};
+    for (size_t v = 1; v < t->recompute.versions.size(); ++v)
+      if (const TrainMemory *other = trainMemory(optimizer, v))
+        arenas.push_back(other->plan.arena);
+    size_t version = t->recompute.versionAt(binding, arenas);
     return version ? trainMemory(optimizer, version) : t;
   }
 

@@ -344,6 +344,9 @@ int trainModel(Program &p, const TrainOptions &o) {
         std::cerr << "recompute auto:\n" << ir::printVersions(decisions);
     }
     std::vector<int64_t> stepsPerVersion(compiled.size(), 0);
+    std::vector<sym::ExprRef> arenas;
+    for (const auto &exe : compiled)
+      arenas.push_back(exe->arenaPlan().bytes);
     std::unique_ptr<interp::Interpreter> oracle;
     if (compiled.empty())
       oracle = std::make_unique<interp::Interpreter>(g);
@@ -371,7 +374,7 @@ int trainModel(Program &p, const TrainOptions &o) {
         for (const Tensor &x : inputs)
           given.push_back(&x);
         given.resize(g.body.args.size(), nullptr);
-        version = decisions.versionAt(ir::bindInputs(g, given, {}));
+        version = decisions.versionAt(ir::bindInputs(g, given, {}), arenas);
       }
       double t = static_cast<double>(s + 1);
       std::vector<double> scalars{o.lr};
