@@ -5,8 +5,9 @@
 // Contract: inputs whose memory already has the model's layout (C-contiguous, the
 // input's dtype, native byte order) are read in place, others are copied once (counted in
 // Model.input_copies); outputs are handed to NumPy without a copy (each array owns the
-// runtime's buffer). The GIL is released while a model runs or trains, and a model runs
-// one call at a time (a second thread calling the same model waits). Every error dnnc
+// runtime's buffer). The GIL is released while a model runs or trains; runs take turns,
+// one at a time in the process (the CPU device's thread pool serves one caller at a time,
+// and an executable keeps per-call state), so a second thread's run waits. Every error dnnc
 // reports is a dnnc.Error carrying dnnc's text: a source's diagnostics rendered with
 // file:line:col, a bad input named with the type the model wants.
 #include "api/Memory.h"
@@ -24,6 +25,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -36,6 +38,12 @@ using namespace dnnc;
 using rt::Tensor;
 
 namespace {
+
+std::string trimEnd(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back())))
+    s.pop_back();
+  return s;
+}
 
 // A dnnc error on its way to Python as dnnc.Error.
 struct Failure : std::runtime_error {
@@ -51,6 +59,14 @@ py::dtype numpyDType(DType d) {
   case DType::Bool: return py::dtype("bool");
   default: return py::dtype::of<float>();
   }
+}
+
+// The tensor dtype of a NumPy dtype, if dnnc has one.
+std::optional<DType> dtypeOf(const py::dtype &dt) {
+  for (DType d : {DType::F32, DType::F16, DType::I32, DType::I64, DType::Bool})
+    if (dt.equal(numpyDType(d)))
+      return d;
+  return std::nullopt;
 }
 
 // The model as loaded, with what its queries and runs keep between calls.
@@ -70,8 +86,10 @@ struct Model {
   std::optional<api::PlannedMemory> plan; // made on the first memory query
   backend::CompileOptions options;
   size_t inputCopies = 0;
-  std::mutex running;
 };
+
+// Held while a model runs or trains, with the GIL released (see the contract above).
+std::mutex running;
 
 void requireSource(const Model &m, const char *what) {
   if (!m.info)
@@ -90,6 +108,31 @@ std::map<std::string, int64_t> bindingOf(const Model &m, const py::dict &dims) {
   if (std::string err = api::checkBinding(*m.info, b); !err.empty())
     throw Failure(err);
   return b;
+}
+
+// The params for a run under `b`, loaded again only when a dim their shapes use changed
+// (params are constants: most models load them once). Returns the loader's notes.
+std::vector<std::string> loadParams(Model &m, const ir::Binding &b) {
+  std::map<std::string, int64_t> at;
+  for (const std::string &d : m.paramDims)
+    if (b.count(d))
+      at[d] = b.at(d);
+  if (m.paramsAt && *m.paramsAt == at)
+    return {};
+  rt::Weights loaded = rt::loadWeights(*m.graph, m.weights, b);
+  m.params = std::move(loaded.params);
+  m.paramsAt = at;
+  if (m.exe)
+    m.exe->paramsChanged(); // loaded afresh: their memory may be a freed param's
+  return std::move(loaded.notes);
+}
+
+// The loader's notes as UserWarnings: a param filled from its initializer is never silent
+// (interop.md §15).
+void warn(const std::vector<std::string> &notes) {
+  for (const std::string &note : notes)
+    if (PyErr_WarnEx(PyExc_UserWarning, ("dnnc: " + note).c_str(), 2) < 0)
+      throw py::error_already_set();
 }
 
 std::unique_ptr<Model> load(const std::string &path, const std::string &model, const std::string &device,
@@ -120,7 +163,7 @@ std::unique_ptr<Model> load(const std::string &path, const std::string &model, c
     if (!ok) {
       std::ostringstream text;
       diags.render(text);
-      throw Failure(text.str());
+      throw Failure(trimEnd(text.str()));
     }
     std::string err;
     m->info = api::selectModel(*m->program, model, err);
@@ -139,6 +182,8 @@ std::unique_ptr<Model> load(const std::string &path, const std::string &model, c
       for (sym::ExprRef d : op->results[0]->type.dims)
         for (const std::string &n : sym::freeVars(d))
           m->paramDims.insert(n);
+  if (m->paramDims.empty()) // their shapes are known: a missing or mistyped param is an error of the load
+    warn(loadParams(*m, {}));
   return m;
 }
 
@@ -226,28 +271,15 @@ py::object run(Model &m, const py::args &positional, const py::kwargs &named) {
   std::vector<std::string> notes;
   {
     py::gil_scoped_release released;
-    std::lock_guard<std::mutex> lock(m.running);
+    std::lock_guard<std::mutex> lock(running);
     std::vector<const Tensor *> ptrs;
     for (const Tensor &t : inputs)
       ptrs.push_back(&t);
     ir::Binding b = ir::bindInputs(g, ptrs, {});
-    std::map<std::string, int64_t> at;
-    for (const std::string &d : m.paramDims)
-      if (b.count(d))
-        at[d] = b.at(d);
-    if (!m.paramsAt || *m.paramsAt != at) {
-      rt::Weights loaded = rt::loadWeights(g, m.weights, b);
-      m.params = std::move(loaded.params);
-      notes = std::move(loaded.notes);
-      m.paramsAt = at;
-      if (m.exe)
-        m.exe->paramsChanged(); // loaded afresh: their memory may be a freed param's
-    }
+    notes = loadParams(m, b);
     outputs = m.exe ? m.exe->run(inputs, m.params) : m.oracle->run(inputs, m.params);
   }
-  for (const std::string &note : notes) // "never silent" (interop.md §15): a param filled from its initializer
-    if (PyErr_WarnEx(PyExc_UserWarning, ("dnnc: " + note).c_str(), 2) < 0)
-      throw py::error_already_set();
+  warn(notes);
   if (outputs.size() == 1)
     return outputArray(std::move(outputs[0]));
   py::tuple result(outputs.size());
@@ -371,12 +403,11 @@ py::dict train(const std::string &path, const py::dict &data, const std::string 
       throw Failure(fmt::format("the data for input '{}' must be an array", name));
     a = py::array(py::module_::import("numpy").attr("ascontiguousarray")(a));
     std::vector<int64_t> shape(a.shape(), a.shape() + a.ndim());
-    std::string dt = py::str(a.dtype());
-    DType d = dt == "float32" ? DType::F32 : dt == "float16" ? DType::F16 : dt == "int32" ? DType::I32 : dt == "int64" ? DType::I64
-              : dt == "bool" ? DType::Bool : DType::F32;
-    if (dt != "float32" && dt != "float16" && dt != "int32" && dt != "int64" && dt != "bool")
-      throw Failure(fmt::format("the data for input '{}' are {}: dnnc takes float32, float16, int32, int64 or bool", name, dt));
-    Tensor t = Tensor::zeros(d, shape);
+    std::optional<DType> d = dtypeOf(a.dtype());
+    if (!d)
+      throw Failure(fmt::format("the data for input '{}' are {}: dnnc takes float32, float16, int32, int64 or bool", name,
+                                std::string(py::str(a.dtype()))));
+    Tensor t = Tensor::zeros(*d, shape);
     std::memcpy(t.data(), a.data(), t.byteSize());
     c.arrays.emplace_back(name, std::move(t));
   }
@@ -387,7 +418,7 @@ py::dict train(const std::string &path, const py::dict &data, const std::string 
   if (!program.load(path, diags)) {
     std::ostringstream text;
     diags.render(text);
-    throw Failure(text.str());
+    throw Failure(trimEnd(text.str()));
   }
   std::string err;
   ModelInfo *info = api::selectModel(program, model, err);
@@ -405,11 +436,10 @@ py::dict train(const std::string &path, const py::dict &data, const std::string 
   api::TrainResult result;
   {
     py::gil_scoped_release released;
+    std::lock_guard<std::mutex> lock(running);
     result = api::train(*info->graph, c, hooks);
   }
-  for (const std::string &note : notes)
-    if (PyErr_WarnEx(PyExc_UserWarning, ("dnnc: " + note).c_str(), 2) < 0)
-      throw py::error_already_set();
+  warn(notes);
   py::dict params;
   for (auto &[name, t] : result.params)
     params[py::str(name)] = outputArray(std::move(t));

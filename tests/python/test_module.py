@@ -12,7 +12,8 @@ by /usr/bin/python3:
   DLPack producers (a wrapper object here, PyTorch tensors when torch imports) likewise;
 - errors carry dnnc's text: a parse error with file:line:col, a missing file, a wrong
   input name, dtype, rank and shape, a missing input, a bad device, bad dims;
-- the GIL is released while a model runs (another Python thread runs meanwhile);
+- the GIL is released while a model runs (another Python thread runs meanwhile), and
+  threads calling models at once get what lone calls give;
 - dnnc.train gives the losses and params of the `dnnc train` CLI.
 """
 import argparse
@@ -30,6 +31,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "numerics"))
 from dnnc_test_util import read_safetensors, write_safetensors  # noqa: E402
+from test_train import MODEL as CLASSIFIER  # noqa: E402  (a loss and an accuracy)
 
 import dnnc  # noqa: E402  (PYTHONPATH=<build>/python, set by ctest)
 
@@ -43,18 +45,6 @@ model main(x: f32[B, D]) -> (total: f32[B], proj: f32[B, 3]) {
 }
 """
 
-# tests/numerics/test_train.py's classifier: loss and accuracy.
-CLASSIFIER = """dim B;
-param w1: f32[6, 8];
-param b1: f32[8];
-param w2: f32[8, 3];
-model main(x: f32[B, 6], y: f32[B, 3]) -> (f32[], f32[]) {
-  let logits = relu(x @ w1 + b1) @ w2;
-  let loss = -mean(sum(log_softmax(logits, -1) * y, axis = 1));
-  let accuracy = mean(cast(argmax(logits, -1) == argmax(y, -1), f32));
-  return (loss, accuracy);
-}
-"""
 
 
 def mlp_weights(rng):
@@ -276,8 +266,8 @@ class Module(unittest.TestCase):
     def test_errors_carry_dnnc_text(self):
         bad = self.write("bad.dnn", "dim B;\nmodel main(x: f32[B]) -> f32[B] {\n  return x +;\n}\n")
         text = self.error(dnnc.load, bad)
-        self.assertRegex(text, re.escape(bad) + r":3:\d+: error: ")
-        self.assertIn("return x +;", text)  # the source line, as the CLI renders it
+        self.assertRegex(text, "^" + re.escape(bad) + r":3:13: error: mismatched input ';' expecting .* \[parse-error\]\n")
+        self.assertTrue(text.endswith("    3 |   return x +;\n      |             ^"), text)  # as the CLI renders it
         self.assertIn("error:", self.error(dnnc.load, self.path("none.dnn")))
         self.assertIn("none.dnn", self.error(dnnc.load, self.path("none.dnn")))
         self.assertEqual(self.error(dnnc.load, self.mlp, device="tpu"),
@@ -297,10 +287,12 @@ class Module(unittest.TestCase):
         self.assertEqual(self.error(m, x="text"), "input 'x' must be f32[B, 784] (numpy.float32) but is a <U4 array of shape (): "
                                                   "convert it with .astype(numpy.float32)")
         write_safetensors(self.path("part.safetensors"), {"w1": self.p["w1"]})
-        part = dnnc.load(self.mlp, device="cpu", weights=self.path("part.safetensors"))
-        text = self.error(part, x=x)
+        # Params with static shapes load with the model: their errors are the load's.
+        text = self.error(dnnc.load, self.mlp, device="cpu", weights=self.path("part.safetensors"))
         for name in ("'b1'", "'w2'", "'b2'", "random_params=True"):
             self.assertIn(name, text)
+        self.assertEqual(self.error(dnnc.load, self.mlp, weights=self.path("none.safetensors")),
+                         f"cannot read '{self.path('none.safetensors')}'")
 
     # -- the GIL --------------------------------------------------------------------------
 
@@ -334,6 +326,26 @@ class Module(unittest.TestCase):
         self.assertEqual(progress, 499500)
         self.assertTrue(state["finished"])
 
+    def test_threads_running_models_at_once_take_turns(self):
+        # Two models and one shared between threads, called at the same time: each
+        # result is what a lone call gives.
+        a = dnnc.load(self.mlp, device="cpu", weights=self.w)
+        b = dnnc.load(self.mlp, device="cpu", weights=self.w)
+        xs = [self.rng.standard_normal((n, 784)).astype(np.float32) for n in (300, 7, 120, 1, 64, 33)]
+        want = [a(x=x) for x in xs]
+        got = [None] * len(xs)
+
+        def work(k):
+            got[k] = (a if k % 3 else b)(x=xs[k])
+
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(len(xs))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+
     # -- training -------------------------------------------------------------------------
 
     def test_train_matches_the_cli(self):
@@ -364,6 +376,9 @@ class Module(unittest.TestCase):
                 np.testing.assert_array_equal(read_safetensors(self.path("py.safetensors"))[name], value)
         self.assertIn("unknown optimizer 'adagrad'", self.error(dnnc.train, src, data={"x": x, "y": y}, optimizer="adagrad"))
         self.assertEqual(self.error(dnnc.train, src, data={"x": x}), "no data for input 'y' of model 'main'")
+        self.assertEqual(self.error(dnnc.train, src, data={"x": x.astype(np.float64), "y": y}),
+                         "the data for input 'x' are float64: dnnc takes float32, float16, int32, int64 or bool")
+        self.assertIn("input 'y' must have rank 2", self.error(dnnc.train, src, data={"x": x, "y": y[:, 0]}))
         self.assertEqual(self.error(dnnc.train, src, data={"x": x, "q": y}), "model 'main' has no input 'q' (its inputs: x, y)")
 
 
