@@ -170,7 +170,12 @@ std::unique_ptr<Model> load(const std::string &path, const std::string &model, c
     if (!m->info)
       throw Failure(err);
     m->written = ir::cloneGraph(*m->info->graph);
-    m->exe = api::compileForDevice(*m->info->graph, device, m->options, "device=");
+    {
+      // Compiling takes a while and needs no Python; it may use the CPU pool a run uses.
+      py::gil_scoped_release released;
+      std::lock_guard<std::mutex> lock(running);
+      m->exe = api::compileForDevice(*m->info->graph, device, m->options, "device=");
+    }
     if (!m->exe)
       m->oracle = std::make_unique<interp::Interpreter>(*m->info->graph);
     m->graph = m->info->graph.get();
@@ -187,7 +192,8 @@ std::unique_ptr<Model> load(const std::string &path, const std::string &model, c
   return m;
 }
 
-// One input as a tensor over the array's memory, or over `copy` when its layout differs.
+// One input as a tensor over the array's memory; `keep` holds that array (a contiguous
+// copy when the given layout is not the model's) until the run is over.
 Tensor inputTensor(Model &m, const ir::Value &arg, py::handle given, py::array &keep) {
   keep = py::array::ensure(given);
   if (!keep)
