@@ -21,11 +21,16 @@ RULES = [
     ("runtime", "backend", "the runtime needs no compiler"),
     ("runtime", "tools", "the runtime sits below the driver"),
     ("runtime", "ir/transforms", "the runtime needs no compiler"),
+    ("runtime", "api", "the runtime needs no compiler"),
+    ("ir/", "api", "the IR sits below the compiler's library API"),
+    ("backend", "api", "the backend sits below the compiler's library API"),
+    ("frontend", "api", "the frontend sits below the compiler's library API"),
+    ("api", "tools", "the library API sits below the driver"),
     ("runtime", "dnnc_interp", "the reference interpreter is the tests' independent oracle, not the runtime's executor"),
     ("base", "ir", "base sits below every phase"),
     ("base", "runtime", "base sits below every phase"),
 ]
-PROJECT_FOLDERS = ("base", "ir", "runtime", "backend", "frontend", "tools")
+PROJECT_FOLDERS = ("base", "ir", "runtime", "backend", "frontend", "api", "tools", "python")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 

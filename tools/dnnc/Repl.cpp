@@ -1,4 +1,5 @@
 // `dnnc repl`: shape queries on a loaded model; nothing runs.
+#include "api/Memory.h"
 #include "backend/Compile.h"
 #include "ir/graph/Serialize.h"
 #include "tools/dnnc/Driver.h"
@@ -236,17 +237,10 @@ private:
 
   // The model's memory plan as `dnnc run` makes it: on a fused copy of the graph (the
   // REPL keeps the model as written), made once per model.
-  struct Planned {
-    std::unique_ptr<ir::Graph> graph;
-    ir::MemoryPlan plan;
-  };
   const ir::MemoryPlan &plan() {
     auto it = plans_.find(model_);
     if (it == plans_.end()) {
-      Planned p;
-      p.graph = ir::cloneGraph(*model_->graph);
-      p.plan = std::move(*backend::lowerFor(*p.graph, *backend::findTarget("cpu"), compile_).plan);
-      it = plans_.emplace(model_, std::move(p)).first;
+      it = plans_.emplace(model_, api::planMemory(*model_->graph, compile_)).first;
     }
     return it->second.plan;
   }
@@ -295,9 +289,9 @@ private:
     t.paramCount = params.size();
     for (size_t k = 0; k < body.args.size(); ++k) // the optimizer's scalars (lr, ...) count as inputs
       (k < t.step.modelInputs + t.step.scalars.size() ? inputs : state).push_back(body.args[k]);
-    t.params = totalBytes(params), t.trained = totalBytes(trained), t.inputs = totalBytes(inputs);
-    t.state = totalBytes(state);
-    t.outputs = totalBytes(body.yields);
+    t.params = api::totalBytes(params), t.trained = api::totalBytes(trained), t.inputs = api::totalBytes(inputs);
+    t.state = api::totalBytes(state);
+    t.outputs = api::totalBytes(body.yields);
     backend::CompileOptions options = compile_;
     options.constantParams = false;
     options.passes.recompute.version = version;
@@ -408,38 +402,17 @@ private:
   }
 
   // An expression under the binding: a number when every dim is bound.
-  std::string bytesText(sym::ExprRef e) const {
-    if (auto v = sym::evaluate(e, binding_))
-      return std::to_string(*v);
-    std::map<std::string, sym::ExprRef> bound;
-    for (auto &[name, v] : binding_)
-      bound[name] = sym::constant(v);
-    try {
-      return model_->analyzer.simplify(sym::substitute(e, bound))->str();
-    } catch (const std::overflow_error &) { // every dim is bound and the value needs more than 64 bits
-      return "more than 2^63 - 1";
-    }
-  }
-
-  template <class Values> static sym::ExprRef totalBytes(const Values &values) {
-    sym::ExprRef sum = sym::constant(0);
-    for (const ir::Value *v : values)
-      sum = sym::add(sum, v->type.bytes());
-    return sum;
-  }
+  std::string bytesText(sym::ExprRef e) const { return api::bytesText(e, binding_, model_->analyzer); }
 
   void mem() {
     const ir::MemoryPlan &p = plan();
     const ir::Graph &g = *model_->graph;
-    out(fmt::format("arena: {} bytes", bytesText(p.arena)));
-    if (p.lateArena)
-      out(fmt::format("arena after sync points: {} bytes (sized when its EDO dims are known)", bytesText(p.lateArena)));
-    std::vector<const ir::Value *> params;
-    for (const ir::Op *op : g.body.ops)
-      if (op->kind == ir::OpKind::Param)
-        params.push_back(op->results[0]);
-    out(fmt::format("params: {} bytes ({} tensors); inputs: {} bytes; outputs: {} bytes", bytesText(totalBytes(params)),
-                    params.size(), bytesText(totalBytes(g.body.args)), bytesText(totalBytes(g.body.yields))));
+    api::MemorySummary s = api::summarizeMemory(g, p);
+    out(fmt::format("arena: {} bytes", bytesText(s.arena)));
+    if (s.lateArena)
+      out(fmt::format("arena after sync points: {} bytes (sized when its EDO dims are known)", bytesText(s.lateArena)));
+    out(fmt::format("params: {} bytes ({} tensors); inputs: {} bytes; outputs: {} bytes", bytesText(s.params), s.paramCount,
+                    bytesText(s.inputs), bytesText(s.outputs)));
     if (sym::evaluate(p.arena, binding_)) // the yardsticks, once every dim is bound
       out(fmt::format("naive sum of intermediates: {} bytes; most live at once: {} bytes", p.naiveBytes(binding_),
                       p.liveLowerBound(binding_)));
@@ -558,47 +531,32 @@ private:
       error(fmt::format("model '{}' has no dim '{}'", model_->name, dim));
       return;
     }
-    for (const std::string &n : sym::freeVars(bytes))
-      if (n != dim && !binding_.count(n)) {
-        error(fmt::format("{} also depends on {}: bind it first (:bind {}=...)", what, n, n));
-        return;
-      }
-    Binding b = binding_;
-    // The arena's bytes at dim = v; nullopt when they do not fit in 64 bits.
-    auto arenaAt = [&](int64_t v) {
-      b[dim] = v;
-      return bytesAt ? bytesAt(b) : sym::evaluate(bytes, b);
-    };
-    auto fits = [&](std::optional<int64_t> bytes) { return bytes && static_cast<double>(*bytes) <= limit; };
+    api::SolveResult r;
+    try {
+      r = api::solveLargest(bytes, dim, rangeIt->second, binding_, limit, bytesAt);
+    } catch (const DataError &e) {
+      error(e.what());
+      return;
+    }
     auto needs = [](std::optional<int64_t> bytes) {
       return bytes ? fmt::format("{} bytes", *bytes) : std::string("more than 2^63 - 1 bytes");
     };
-    int64_t lo = std::max<int64_t>(rangeIt->second.first, 1), hi = std::min<int64_t>(rangeIt->second.second, int64_t{1} << 40);
-    if (lo > hi) {
-      error(fmt::format("the range of {} holds no value to solve for", dim));
-      return;
-    }
-    if (auto at = arenaAt(lo); !fits(at)) {
-      out(fmt::format("no value of {} fits: {} = {} already needs {}", dim, dim, lo, needs(at)));
-      return;
-    }
-    if (auto at = arenaAt(hi); fits(at)) {
-      out(fmt::format("any value of {} fits: {} = {} needs {}", dim, dim, hi, needs(at)));
-      return;
-    }
-    while (hi - lo > 1) { // arena(lo) fits, arena(hi) does not
-      int64_t mid = lo + (hi - lo) / 2;
-      (fits(arenaAt(mid)) ? lo : hi) = mid;
-    }
-    if (!arenaAt(hi)) // the budget was not what stopped the search
-      out(fmt::format("{} = {} (at {} = {} {} needs more than 2^63 - 1 bytes, which dnnc does not size)", dim, lo, dim, hi, what));
+    if (r.kind == api::SolveResult::Unbound)
+      error(fmt::format("{} also depends on {}: bind it first (:bind {}=...)", what, r.unbound, r.unbound));
+    else if (r.kind == api::SolveResult::None)
+      out(fmt::format("no value of {} fits: {} = {} already needs {}", dim, dim, r.value, needs(r.bytes)));
+    else if (r.kind == api::SolveResult::Any)
+      out(fmt::format("any value of {} fits: {} = {} needs {}", dim, dim, r.value, needs(r.bytes)));
+    else if (r.stoppedByOverflow) // the budget was not what stopped the search
+      out(fmt::format("{} = {} (at {} = {} {} needs more than 2^63 - 1 bytes, which dnnc does not size)", dim, r.value, dim,
+                      r.value + 1, what));
     else
-      out(fmt::format("{} = {}", dim, lo));
+      out(fmt::format("{} = {}", dim, r.value));
   }
 
   std::vector<std::string> includes_;
   backend::CompileOptions compile_; // how :mem's plan is made
-  std::map<const ModelInfo *, Planned> plans_;
+  std::map<const ModelInfo *, api::PlannedMemory> plans_;
   std::map<std::pair<const ModelInfo *, std::string>, TrainMemory> trainPlans_;
   bool interactive_;
   std::unique_ptr<Program> program_;
