@@ -234,8 +234,10 @@ class Module(unittest.TestCase):
     def test_inputs_are_read_in_place_when_their_layout_allows(self):
         m = dnnc.load(self.mlp, device="cpu", weights=self.w)
         x = self.rng.standard_normal((4, 784)).astype(np.float32)
+        before = x.copy()
         y1, y2 = m(x=x), m(x=x)
         self.assertEqual(m.input_copies, 0)
+        np.testing.assert_array_equal(x, before)  # read in place, never written
         wide = self.rng.standard_normal((4, 1568)).astype(np.float32)
         strided = wide[:, ::2]  # not C-contiguous: copied once
         self.assertFalse(strided.flags.c_contiguous)
