@@ -17,6 +17,7 @@ struct dnnc_model {
   std::vector<std::string> weightsFiles; // none: every param from its initializer
   std::vector<std::string> outputNames;
   uint64_t seed = 0;
+  std::string notes; // the loader's notes at the last run, one per line (a library prints nothing)
 };
 
 namespace {
@@ -92,6 +93,7 @@ const char *dnnc_output_name(const dnnc_model *m, size_t i) {
   });
 }
 const char *dnnc_device_name(const dnnc_model *m) { return m ? m->deviceName.c_str() : ""; }
+const char *dnnc_last_notes(const dnnc_model *m) { return m ? m->notes.c_str() : ""; }
 
 int dnnc_set_weights_file(dnnc_model *m, const char *path) {
   if (!m || !path) {
@@ -149,9 +151,13 @@ int dnnc_run(dnnc_model *m, const dnnc_tensor *inputs, size_t numInputs, dnnc_te
     for (const rt::Tensor &t : in)
       given.push_back(&t);
     rt::Binding b = ir::bindInputs(m->exe->graph(), given, {});
-    // The loader of dnnc run: with files, a missing param is an error; its notes (unused
-    // tensors) are not printed by a library.
-    auto params = rt::loadWeights(g, {m->weightsFiles, m->weightsFiles.empty(), false, false, m->seed, ""}, b).params;
+    // The loader of dnnc run: with files, a missing param is an error. A library prints
+    // nothing: its notes (params filled, unused tensors) wait for dnnc_last_notes.
+    rt::Weights loaded = rt::loadWeights(g, {m->weightsFiles, m->weightsFiles.empty(), true, false, m->seed, ""}, b);
+    std::string notes;
+    for (const std::string &note : loaded.notes)
+      notes += note + "\n";
+    auto &params = loaded.params;
     m->exe->paramsChanged(); // loaded afresh: their memory may be a freed param's
     std::vector<rt::Tensor> out = m->exe->run(in, params);
     for (const rt::Tensor &t : out)
@@ -167,6 +173,7 @@ int dnnc_run(dnnc_model *m, const dnnc_tensor *inputs, size_t numInputs, dnnc_te
     }
     *outputs = result;
     *numOutputs = out.size();
+    m->notes = std::move(notes);
     return 0;
   });
 }

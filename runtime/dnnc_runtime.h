@@ -56,6 +56,13 @@ int dnnc_set_weights_file(dnnc_model *model, const char *safetensors_path);
 int dnnc_add_weights_file(dnnc_model *model, const char *safetensors_path);
 int dnnc_set_weights_seed(dnnc_model *model, uint64_t seed);
 
+/* What the weight loader had to say at the model's last successful dnnc_run (what `dnnc
+ * run` prints as `dnnc: note:` lines): each param filled from its initializer (every one
+ * when no weights file is set) and the tensors of the files that no param uses (a count
+ * and the first names). One note per line, each ending in a newline; "" when there were
+ * none or before the first run. Owned by the model, valid until its next dnnc_run. */
+const char *dnnc_last_notes(const dnnc_model *model);
+
 /* Runs the model on `inputs` (one per model input, in order); dims are bound from their
  * shapes. On success *outputs holds *num_outputs tensors; free them with
  * dnnc_free_outputs. */

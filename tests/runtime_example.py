@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """examples/runtime/run_artifact (the C API, no compiler) runs built artifacts and agrees
 with `dnnc run` on the same artifact and inputs, at two shapes each, and on a checkpoint
-read by names from shards (named outputs)."""
+read by names from shards (named outputs), with the loader's notes (dnnc_last_notes)."""
 import argparse
 import os
 import re
@@ -77,6 +77,21 @@ with tempfile.TemporaryDirectory() as d:
               and np.allclose([float(x) for x in m.group(2).split()], want.reshape(-1)[:4], rtol=1e-4, atol=1e-5))
     failures += not ok
     print(f"{'ok' if ok else 'FAIL'} weights.dnn from shards: {p.stdout.strip()} {p.stderr.strip()} {q.stderr.strip()}")
+    # The loader's notes through dnnc_last_notes (run_artifact prints each on stderr): the
+    # checkpoint's tensors no param uses, as dnnc run says it; without weights, each param
+    # filled from its initializer.
+    want = ("run_artifact: note: 2 tensors in the weights are used by no param of model 'main': "
+            "'pooler.dense.bias', 'pooler.dense.weight'\n")
+    ok = p.stderr == want
+    failures += not ok
+    print(f"{'ok' if ok else 'FAIL'} notes of weights.dnn from shards: {p.stderr!r}")
+    p = subprocess.run([args.runner, artifact, "ids=2", "mask=2"], capture_output=True, text=True)
+    want = "".join(f"run_artifact: note: param '{name}' ({ty}) filled from its initializer {init}: no weights were given\n"
+                   for name, ty, init in (("emb", "f32[4, 3]", "normal(0.0, 0.02)"), ("wq", "f32[2, 3, 3]", "normal(0.0, 0.02)"),
+                                          ("bq", "f32[2, 3]", "normal(0.0, 0.02)"), ("scale", "f32[3]", "ones()")))
+    ok = p.returncode == 0 and p.stderr == want
+    failures += not ok
+    print(f"{'ok' if ok else 'FAIL'} notes of weights.dnn without weights: {p.stderr!r}")
     # Bad shapes on its command line are usage errors with a message, not an abort.
     artifact = os.path.join(d, "mlp.dnn.dnnc")
     for shape, message in (("x=-2x784", "run_artifact: '-2' is not a dim (a count from 0 to 2^40) in 'x=-2x784'"),

@@ -124,6 +124,12 @@ int main(int argc, char **argv) {
     dnnc_unload(model);
     return 1;
   }
+  // The loader's notes (params from initializers, unused tensors), as dnnc run prints them.
+  for (const char *note = dnnc_last_notes(model); *note;) {
+    const char *end = std::strchr(note, '\n');
+    std::fprintf(stderr, "run_artifact: note: %.*s\n", static_cast<int>(end - note), note);
+    note = end + 1;
+  }
   std::printf("device: %s\n", dnnc_device_name(model));
   for (size_t k = 0; k < numOutputs; ++k) {
     const dnnc_tensor &t = outputs[k];

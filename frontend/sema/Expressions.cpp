@@ -251,6 +251,8 @@ SVal Sema::binaryOp(const ast::Expr &e, const SVal &a, const SVal &b) {
     adopt = a.tensor->type.dtype;
   else if (b.kind == SVal::Kind::Tensor)
     adopt = b.tensor->type.dtype;
+  else if (a.kind == SVal::Kind::Float || b.kind == SVal::Kind::Float)
+    adopt = DType::F32; // a dim not known until run time with a float (`hd ** 0.5`): a float, as in Python
   ir::Value *x = materialize(a, adopt, a.loc), *y = materialize(b, adopt, b.loc);
   return SVal::ofTensor(emit(tensorOp(e.binaryOp), {x, y}, {}, 1, e.range)->results[0]);
 }

@@ -17,7 +17,7 @@ class Analyzer;
 namespace dnnc::ir {
 
 enum class OpKind {
-#define OP(name, spelling, cls, dtypeRule, shapeRule, pattern, placement, flags, grad, verb, sig) name,
+#define OP(name, spelling, cls, dtypeRule, shapeRule, pattern, placement, flags, grad, verb, sig, semantics, numpy, torch) name,
 #include "ir/graph/Ops.def"
 #undef OP
 };

@@ -569,9 +569,9 @@ const std::vector<OpInfo> &table() {
     using namespace opflag;
     constexpr unsigned NoFlags = 0;
     constexpr GradRule NoGrad = nullptr;
-#define OP(name, spelling, cls, dtypeRule, shapeRule, pattern, placement, flags, grad, verb, sig)                      \
+#define OP(name, spelling, cls, dtypeRule, shapeRule, pattern, placement, flags, grad, verb, sig, semantics, numpy, torch) \
   v.push_back({OpKind::name, spelling, ShapeClass::cls, DTypeRule::dtypeRule, shapeRule, OpPattern::pattern,            \
-               Placement::placement, flags, grad, verb, parseSignature(sig)});
+               Placement::placement, flags, grad, verb, parseSignature(sig), semantics, numpy, torch});
 #include "ir/graph/Ops.def"
 #undef OP
     return v;

@@ -1,6 +1,7 @@
 // The one operator registry: per op its spelling, shape class, dtype and shape rules,
-// fusion pattern, placement, flags, gradient slot, error verb and builtin signature
-// (ir/graph/Ops.def is the list). Phases read these facts here, never by their own switch.
+// fusion pattern, placement, flags, gradient slot, error verb, builtin signature and, for
+// the user's documentation, its semantics and NumPy/PyTorch equivalents (ir/graph/Ops.def
+// is the list). Phases read these facts here, never by their own switch.
 #pragma once
 
 #include "base/Diagnostics.h"
@@ -100,6 +101,9 @@ struct OpInfo {
   GradRule grad;        // null until autodiff
   const char *verb;     // "" for the default "apply 'spelling' to"
   std::vector<ParamSpec> signature;
+  const char *semantics; // what it computes, for docs/builtins.md ("" for ops not called by name)
+  const char *numpy;     // the NumPy (or SciPy) expression that computes the same
+  const char *torch;     // the PyTorch one
   bool callable() const { return !signature.empty(); }
   bool has(OpFlag f) const { return (flags & f) != 0; }
 };

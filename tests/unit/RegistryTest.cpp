@@ -78,6 +78,11 @@ TEST_CASE("the registry's facts agree with one another", "[ir]") {
       CHECK(op.pattern == OpPattern::Injective);
     if (op.pattern == OpPattern::OutFusable)
       CHECK(tensorParams(op) >= 1);
+    // docs/builtins.md is generated from these: every op a user calls says what it computes
+    // and its NumPy and PyTorch equivalents; the others say nothing.
+    CHECK(op.callable() == (*op.semantics != 0));
+    CHECK(op.callable() == (*op.numpy != 0));
+    CHECK(op.callable() == (*op.torch != 0));
   }
 }
 

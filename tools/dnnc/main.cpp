@@ -45,6 +45,7 @@ commands:
   train FILE --data NAME=X.npy...|DIR [--batch N] [--epochs E | --steps S] [--optimizer sgd|momentum|adam|adamw] [--lr X] [--save OUT] [--resume OUT.state]
                                   train a model's params (its first output is the loss)
   repl [FILE]                     the shape-query REPL
+  builtins [--markdown]           the builtin functions from the op registry (--markdown: docs/builtins.md)
 
 Commands that compile also take --verify-each, --print-before=PASS and --print-after=PASS.
 Run 'dnnc <command> --help' for a command's options; 'dnnc --version' for the version.
@@ -739,6 +740,14 @@ int main(int argc, char **argv) {
       return cmdBuild(argc - 1, argv + 1);
     if (cmd == "train")
       return cmdTrain(argc - 1, argv + 1);
+    if (cmd == "builtins") {
+      bool markdown = argc == 3 && std::string(argv[2]) == "--markdown";
+      if (argc > 3 || (argc == 3 && !markdown)) {
+        std::cerr << "dnnc: error: unknown option '" << argv[2] << "'\nusage: dnnc builtins [--markdown]\n";
+        return kUsage;
+      }
+      return printBuiltins(markdown, std::cout);
+    }
     std::cerr << "dnnc: error: unknown command '" << cmd << "'\n" << kUsageText;
     return kUsage;
   } catch (const std::exception &e) {
