@@ -439,6 +439,8 @@ public:
     }
     bool planned = p.state == OpPlan::State::Planned;
     p.checked = planned;
+    if (exe_.tracing_)
+      exe_.traceOp(op, in, out, exe_.ops_[index].view);
     for (size_t k = 0; k < out.size(); ++k) {
       if (made && planned) // made at the shapes its type gives under this binding: nothing to bind
         values[op.results[k]] = std::move(out[k]);
@@ -612,6 +614,41 @@ void Executable::setProfiling(bool on) {
   times_.assign(on ? ops_.size() : 0, OpTime{});
   profiledRuns_ = 0;
   profiledSeconds_ = 0;
+}
+
+void Executable::setMemoryTracing(bool on) {
+  tracing_ = on;
+  trace_ = MemoryTrace{};
+}
+
+void Executable::traceOp(const ir::Op &op, const std::vector<const Tensor *> &in, const std::vector<Tensor> &out, bool view) {
+  MemoryEvent e;
+  e.op = &op;
+  e.reads.assign(op.operands.begin(), op.operands.end());
+  // Reads inside a fused op's body are of its operands already; reads by ops nested in
+  // control flow are traced by those ops when they run.
+  auto within = [](const uint8_t *p, const uint8_t *base, size_t size) { return size && p >= base && p < base + size; };
+  for (size_t k = 0; k < out.size() && k < op.results.size(); ++k) {
+    MemoryEvent::Made m;
+    m.value = op.results[k];
+    m.bytes = static_cast<int64_t>(out[k].byteSize());
+    m.data = out[k].data();
+    bool aliases = view;
+    for (const Tensor *t : in)
+      aliases = aliases || within(m.data, t->data(), t->byteSize());
+    if (within(m.data, arena_.data(), arena_.size())) {
+      m.where = Placement::Arena;
+      trace_.arenaHighWater = std::max(trace_.arenaHighWater, static_cast<int64_t>(m.data - arena_.data()) + m.bytes);
+    } else if (within(m.data, lateArena_.data(), lateArena_.size())) {
+      m.where = Placement::Arena;
+    } else if (aliases) {
+      m.where = Placement::View;
+    } else {
+      trace_.allocatedBytes += m.bytes;
+    }
+    e.made.push_back(m);
+  }
+  trace_.events.push_back(std::move(e));
 }
 
 Executable::Profile Executable::profile() const {

@@ -220,7 +220,7 @@ public:
     if (options_.mode == RecomputeMode::Auto && !options_.budget)
       chooseVersion(report, chosen);
     for (Span &s : spans_)
-      rewrite(s, chosen);
+      rewrite(s, chosen, report.recomputedValues);
     return report;
   }
 
@@ -385,7 +385,7 @@ private:
 
   // Clones each chosen value's chain right before its first backward reader; every
   // backward read of it then reads the clone.
-  void rewrite(Span &s, const std::unordered_set<const Value *> &chosen) {
+  void rewrite(Span &s, const std::unordered_set<const Value *> &chosen, std::vector<const Value *> &made) {
     std::unordered_map<const Value *, Value *> clones;
     std::vector<Op *> pending;
     std::function<Value *(Value *)> materialize = [&](Value *v) -> Value * {
@@ -395,6 +395,7 @@ private:
       Op *c = cloneOp(g_, *op, [&](Value *o) { return needsClone(s, o, chosen) ? materialize(o) : o; });
       for (size_t k = 0; k < op->results.size(); ++k)
         clones[op->results[k]] = c->results[k];
+      made.insert(made.end(), c->results.begin(), c->results.end());
       pending.push_back(c);
       return clones.at(v);
     };

@@ -106,6 +106,9 @@ struct RecomputeReport {
   std::vector<RecomputeVersion> versions;
   size_t version = 0;
   sym::ExprRef stepCost;
+  // Every result of an op the rewrite cloned into the backward pass (`dnnc profile` counts
+  // their buffers as recomputed); fusion keeps a fused group's root result as its own.
+  std::vector<const Value *> recomputedValues;
   sym::ExprRef keptBytes() const;       // stashed activations still stashed
   sym::ExprRef recomputedBytes() const; // those the backward pass recomputes
   // The decisions by shape at `binding` (every dim bound), and the version a binding
