@@ -12,7 +12,8 @@
 //   the binding: each result's actual bytes and placement, live from the op that made it
 //   to the last op that read it (a value a loop remakes ends where it is remade; a
 //   result written over its operand replaces it); plus the arena the runtime allocated.
-// - Categories (the spec's): params; gradients (--train: a backward buffer of a trained
+// - Categories (the spec's): params (and their prepacked copies, which stay in the arena
+//   from call to call); gradients (--train: a backward buffer of a trained
 //   param's type read by the optimizer's update, i.e. by an op that also reads a param,
 //   an optimizer scalar or a state); optimizer_state (the step's state inputs);
 //   stashed (forward values the backward pass reads, kept: the recompute report's);
@@ -29,6 +30,7 @@
 #include "ir/graph/OpRegistry.h"
 #include "ir/graph/Serialize.h"
 #include "ir/transforms/TrainStep.h"
+#include "base/TensorIO.h"
 #include "runtime/ModelIO.h"
 #include "tools/dnnc/Driver.h"
 
@@ -38,7 +40,7 @@
 #include <algorithm>
 #include <array>
 #include <functional>
-#include <fstream>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 #include <unordered_map>
@@ -90,6 +92,8 @@ std::string xmlText(const std::string &s) {
     out += c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : c == '"' ? "&quot;" : std::string(1, c);
   return out;
 }
+
+std::string valueName(const ir::Value *v) { return v->name.empty() ? fmt::format("%{}", v->id) : v->name; }
 
 // One value's row: where it lives in the plan's op order, and what it is.
 struct Row {
@@ -269,8 +273,15 @@ Profiled profileOnce(const ir::Graph &source, const ProfileOptions &o, ir::Recom
   for (const ir::Op *op : g.body.ops)
     if (op->kind == ir::OpKind::Param)
       add(op->results[0], 0, end);
+  std::unordered_set<const ir::Value *> kept; // prepacked weights: in the arena from one call to the next
   for (const ir::PlannedBuffer &b : plan.buffers)
-    add(b.value, b.inPlace ? b.first + 1 : b.first, b.last);
+    if (b.kept) {
+      kept.insert(b.value);
+      p.categoryOf[b.value] = kParams;
+      add(b.value, 0, end);
+    } else {
+      add(b.value, b.inPlace ? b.first + 1 : b.first, b.last);
+    }
   std::unordered_map<const ir::Value *, int> lastRead;
   for (int i = 0; i <= end; ++i)
     forEachRead(*p.order[i], [&](const ir::Value *v) { lastRead[v] = i; });
@@ -320,7 +331,7 @@ Profiled profileOnce(const ir::Graph &source, const ProfileOptions &o, ir::Recom
   for (size_t i = 0; i < events.size(); ++i) {
     for (const ir::Value *v : events[i].reads)
       if (auto it = current.find(v); it != current.end())
-        instances[it->second].end = i;
+        instances[it->second].end = std::max(instances[it->second].end, i); // an output's runs to the end
     for (const auto &m : events[i].made) {
       if (auto it = current.find(m.value); it != current.end()) // remade (a loop): the old one is gone
         instances[it->second].end = std::min(instances[it->second].end, i ? i - 1 : 0);
@@ -333,13 +344,19 @@ Profiled profileOnce(const ir::Graph &source, const ProfileOptions &o, ir::Recom
         continue;
       auto cat = p.categoryOf.count(m.value) ? p.categoryOf.at(m.value) : categorize(m.value);
       current[m.value] = instances.size();
-      instances.push_back(Instance{cat, m.bytes, start, yields.count(m.value) ? events.size() : i, m.data});
+      if (kept.count(m.value)) // packed by an earlier call or this one, it stays in the arena for the next
+        start = 0;
+      instances.push_back(Instance{cat, m.bytes, start, yields.count(m.value) || kept.count(m.value) ? events.size() : i, m.data});
     }
   }
   std::vector<std::array<int64_t, kCategories>> perEvent(events.size(), always);
   for (const Instance &in : instances)
     for (size_t t = in.start; t <= std::min(in.end, events.size() - 1); ++t)
       perEvent[t][in.category] += in.bytes;
+  // Before the first op that makes anything: what lives through the whole call.
+  for (const auto &[v, k] : current)
+    if (kept.count(v))
+      always[instances[k].category] += instances[k].bytes;
   p.measured.assign(p.order.size(), always);
   std::vector<bool> hit(p.order.size(), false);
   for (size_t i = 0; i < events.size(); ++i)
@@ -357,13 +374,21 @@ Profiled profileOnce(const ir::Graph &source, const ProfileOptions &o, ir::Recom
   return p;
 }
 
+// A curve's totals, comma-separated (--json's "live").
+std::string curveText(const std::vector<std::array<int64_t, kCategories>> &curve) {
+  std::string out;
+  for (const auto &at : curve)
+    out += fmt::format("{}{}", out.empty() ? "" : ", ", total(at));
+  return out;
+}
+
 std::string opText(const ir::Graph &g, const std::vector<const ir::Op *> &order, int t) {
   const ir::Op &op = *order[t];
   std::string where = ir::sourceLine(g, op.loc);
   return fmt::format("{}{}", ir::opInfo(op.kind).spelling, where.empty() ? "" : ", " + where);
 }
 
-std::string valueName(const ir::Value *v) { return v->name.empty() ? fmt::format("%{}", v->id) : v->name; }
+
 
 // The chart: stacked bands of `p`'s planned bytes per category over its op positions,
 // its measured total, its peak; `baseline` (recompute none) as a second curve.
@@ -487,6 +512,15 @@ int profileMemory(Program &prog, const ProfileOptions &o) {
                              unbound.size() == 1 ? "dim" : "dims", fmt::join(unbound, ", "), m->name, example);
     return kUserError;
   }
+  // A chart that cannot be written is known before anything compiles or runs.
+  if (!o.svg.empty()) {
+    std::filesystem::path folder = std::filesystem::path(o.svg).parent_path();
+    std::error_code ec;
+    if (!folder.empty() && !std::filesystem::is_directory(folder, ec)) {
+      std::cerr << fmt::format("dnnc: error: --svg {}: there is no folder '{}' to write it in\n", o.svg, folder.string());
+      return kUserError;
+    }
+  }
   ir::RecomputeMode mode = o.compile.passes.recompute.mode;
   try {
     Profiled p = profileOnce(g, o, mode, o.binding);
@@ -519,10 +553,10 @@ int profileMemory(Program &prog, const ProfileOptions &o) {
       std::cout << fmt::format("{{\"peak_bytes\": {}, \"peak_op\": {}, \"peak_index\": {}, \"ops\": {},\n  \"categories\": {{{}}},\n"
                                "  \"measured\": {{\"peak_bytes\": {}, \"peak_op\": {}, \"peak_index\": {}, \"categories\": {{{}}}, "
                                "\"arena_bytes\": {}, \"arena_high_water\": {}, \"allocated_bytes\": {}}},\n"
-                               "  \"planned_arena_bytes\": {},\n  \"values\": [{}\n  ]}}\n",
+                               "  \"planned_arena_bytes\": {},\n  \"live\": {{\"planned\": [{}], \"measured\": [{}]}},\n  \"values\": [{}\n  ]}}\n",
                                total(atPeak), jsonString(opText(pg, p.order, p.plannedPeak)), p.plannedPeak, p.order.size(), cats,
                                total(measuredAtPeak), jsonString(opText(pg, p.order, p.measuredPeak)), p.measuredPeak, measuredCats,
-                               p.arenaAllocated, p.arenaHighWater, p.allocated, p.arenaPlanned, values);
+                               p.arenaAllocated, p.arenaHighWater, p.allocated, p.arenaPlanned, curveText(p.planned), curveText(p.measured), values);
     } else {
       std::cout << fmt::format("memory of model '{}', one {} at {} on {}\n", m->name, what, bound, o.device);
       std::cout << fmt::format("{:<22}{:>14}{:>14}\n", "at the peak", "planned", "measured");
@@ -537,19 +571,25 @@ int profileMemory(Program &prog, const ProfileOptions &o) {
                                  p.order.size() - 1);
       std::cout << fmt::format("arena: planned {} bytes, allocated by the runtime {} bytes, written up to {}; allocated outside it: {} bytes\n",
                                p.arenaPlanned, p.arenaAllocated, p.arenaHighWater, p.allocated);
-      std::cout << "by source line (largest first):\n";
+      // The largest values; the rest (scalars, small temporaries) as one line (--json lists all).
+      constexpr size_t kShown = 20;
+      std::cout << fmt::format("by source line ({} values, largest first):\n", sorted.size());
+      int64_t restBytes = 0;
+      for (size_t k = kShown; k < sorted.size(); ++k)
+        restBytes += sorted[k]->bytes;
+      if (sorted.size() > kShown)
+        sorted.resize(kShown);
       for (const Row *r : sorted) {
         std::string where = ir::sourceLine(pg, r->value->loc);
         std::cout << fmt::format("  {:<12} {:<14} {:<22} {:>10}  {}\n", where.empty() ? "-" : where, valueName(r->value),
                                  r->value->type.str(&p.compiled.exe->binding()), sizeText(r->bytes), kKeys[r->category]);
       }
+      if (p.rows.size() > kShown)
+        std::cout << fmt::format("  ... and {} smaller values, {} in all (--json lists every value)\n", p.rows.size() - kShown, sizeText(restBytes));
     }
     if (!o.svg.empty()) {
       std::string title = fmt::format("{}: {} at {}", m->name, what, bound);
-      std::ofstream f(o.svg);
-      f << svgOf(p, baseline ? &*baseline : nullptr, title);
-      if (!f)
-        throw DataError(fmt::format("--svg {}: cannot write it", o.svg));
+      rt::writeFileAtomically(o.svg, svgOf(p, baseline ? &*baseline : nullptr, title));
     }
   } catch (const DataError &e) {
     std::cerr << "dnnc: error: " << e.what() << "\n";
