@@ -445,6 +445,13 @@ const char *recomputeModeName(RecomputeMode mode) {
   }
 }
 
+std::optional<double> byteUnit(const std::string &unit) {
+  const std::map<std::string, double> units{{"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+                                            {"TiB", 1099511627776.0}};
+  auto u = units.find(unit);
+  return u == units.end() ? std::nullopt : std::optional<double>(u->second);
+}
+
 std::optional<int64_t> parseByteSize(const std::string &text) {
   size_t i = 0;
   while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'))
@@ -452,12 +459,10 @@ std::optional<int64_t> parseByteSize(const std::string &text) {
   std::string number = text.substr(0, i), unit = text.substr(i);
   if (number.empty() || std::count(number.begin(), number.end(), '.') > 1 || number == ".")
     return std::nullopt;
-  const std::map<std::string, double> units{{"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
-                                            {"TiB", 1099511627776.0}};
-  auto u = units.find(unit);
-  if (u == units.end())
+  std::optional<double> factor = byteUnit(unit);
+  if (!factor)
     return std::nullopt;
-  double bytes = std::stod(number) * u->second;
+  double bytes = std::stod(number) * *factor;
   if (!(bytes >= 1) || bytes > 9.0e18)
     return std::nullopt;
   return static_cast<int64_t>(bytes);

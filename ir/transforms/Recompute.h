@@ -74,6 +74,9 @@ const char *recomputeModeName(RecomputeMode mode);
 // "8GiB", "512MiB", "1.5GiB", "1000000" (bytes; units B, KiB, MiB, GiB, TiB): nullopt for
 // anything else, zero or negative.
 std::optional<int64_t> parseByteSize(const std::string &text);
+// The bytes one unit of a memory size stands for ("" and B: 1, KiB ... TiB: powers of
+// 1024); nullopt for any other unit. parseByteSize's units, and the REPL's :solve's.
+std::optional<double> byteUnit(const std::string &unit);
 // The diagnostics of the flags and :set commands (tested by their text).
 std::string badRecomputeMode(const std::string &text);
 std::string badMemoryBudget(const std::string &text);
