@@ -135,11 +135,14 @@ public:
   // values it read and the bytes of each result, and where those bytes are: in an arena
   // (at the planned offset), in memory the runtime allocated for that result alone, or a
   // view of memory that exists already (a param view, a host op's alias of its operand).
-  // These are the runtime's own counts, so a profile can set them beside the plan.
+  // A loop's carried values, which the executor copies at its entry and after each
+  // iteration, are recorded as results of the loop op. These are the runtime's own
+  // counts, so a profile can set them beside the plan.
   enum class Placement { Arena, Allocated, View };
   struct MemoryEvent {
     const ir::Op *op = nullptr;
     std::vector<const ir::Value *> reads;
+    std::vector<const uint8_t *> readData; // the memory each read is at (a loop's carried value is its last yield's)
     struct Made {
       const ir::Value *value = nullptr;
       int64_t bytes = 0;
@@ -194,6 +197,7 @@ private:
   bool tracing_ = false;
   MemoryTrace trace_;
   void traceOp(const ir::Op &op, const std::vector<const Tensor *> &in, const std::vector<Tensor> &out, bool view);
+  void traceCopies(const ir::Op &loop, const std::vector<Tensor> &carried);
   std::vector<OpTime> times_; // by op index, while profiling
   size_t profiledRuns_ = 0;
   double profiledSeconds_ = 0;

@@ -10,8 +10,11 @@
 //   byte expressions evaluated), never recomputed here.
 // - Measured: the executor's memory trace (rt::Executable::MemoryTrace) of one real run at
 //   the binding: each result's actual bytes and placement, live from the op that made it
-//   to the last op that read it (a value a loop remakes ends where it is remade; a
-//   result written over its operand replaces it); plus the arena the runtime allocated.
+//   to the last op that read its bytes (followed by address; a result written over an
+//   operand read for the last time replaces it), the executor's copies of loop-carried
+//   values (charged to the loop op), and the arena the runtime allocated. Loop-free, the
+//   two accounts agree op by op; in loops the measured one has the copies and the
+//   planned one keeps a value a loop reads until the loop ends.
 // - Categories (the spec's): params (and their prepacked copies, which stay in the arena
 //   from call to call); gradients (--train: a backward buffer of a trained
 //   param's type read by the optimizer's update, i.e. by an op that also reads a param,
@@ -185,6 +188,16 @@ Profiled profileOnce(const ir::Graph &source, const ProfileOptions &o, ir::Recom
   if (!p.compiled.plan)
     throw InternalError("dnnc profile: the compiled graph has no memory plan");
   const ir::MemoryPlan &plan = *p.compiled.plan;
+  // Measured: one run with the executor's trace on (first: its binding also holds the dims
+  // only a run binds, which the planned sizes after a sync point need).
+  std::vector<const Tensor *> none(g.body.args.size(), nullptr);
+  ir::Binding b = ir::bindInputs(g, none, binding);
+  std::vector<Tensor> inputs;
+  for (size_t k = 0; k < g.body.args.size(); ++k)
+    inputs.push_back(rt::randomInput(*g.body.args[k], b, o.seed * 7919 + k + 1));
+  rt::Executable &exe = *p.compiled.exe;
+  exe.setMemoryTracing(true);
+  exe.run(inputs, weights.params, binding);
   p.order = plan.order;
   std::unordered_map<const ir::Op *, int> position;
   for (int i = 0; i < static_cast<int>(p.order.size()); ++i)
@@ -256,8 +269,8 @@ Profiled profileOnce(const ir::Graph &source, const ProfileOptions &o, ir::Recom
     return gradients.count(v) ? kGradients : kWorkspace;
   };
   auto bytesOf = [&](const ir::Value *v) {
-    std::optional<int64_t> b = sym::evaluate(v->type.bytes(), binding);
-    return b.value_or(0); // a size only a sync point binds: the measured column has it
+    std::optional<int64_t> n = sym::evaluate(v->type.bytes(), exe.binding());
+    return n.value_or(0); // a loop-variant size (inside a while): the measured account has it
   };
 
   // Rows: whole-step values, planned buffers, then what the runtime allocates as it goes.
@@ -287,8 +300,10 @@ Profiled profileOnce(const ir::Graph &source, const ProfileOptions &o, ir::Recom
     forEachRead(*p.order[i], [&](const ir::Value *v) { lastRead[v] = i; });
   // Every other result is the runtime's to allocate as it goes (the plan's `unplanned`, and
   // host ops' results), except a param view's, which is the param's own memory.
+  // (Control flow's results are its regions' yields: no memory of their own in the plan.)
   for (const ir::Op *op : p.order)
-    if (op->kind != ir::OpKind::Param && !rt::isParamView(*op))
+    if (op->kind != ir::OpKind::Param && !rt::isParamView(*op) && op->kind != ir::OpKind::If && op->kind != ir::OpKind::For &&
+        op->kind != ir::OpKind::While)
       for (const ir::Value *r : op->results)
         add(r, position.at(op), yields.count(r) ? end : std::max(position.at(op), lastRead.count(r) ? lastRead.at(r) : 0));
 
@@ -298,15 +313,6 @@ Profiled profileOnce(const ir::Graph &source, const ProfileOptions &o, ir::Recom
       p.planned[t][r.category] += r.bytes;
   p.plannedPeak = peakOf(p.planned);
 
-  // Measured: one run with the executor's trace on.
-  std::vector<const Tensor *> none(g.body.args.size(), nullptr);
-  ir::Binding b = ir::bindInputs(g, none, binding);
-  std::vector<Tensor> inputs;
-  for (size_t k = 0; k < g.body.args.size(); ++k)
-    inputs.push_back(rt::randomInput(*g.body.args[k], b, o.seed * 7919 + k + 1));
-  rt::Executable &exe = *p.compiled.exe;
-  exe.setMemoryTracing(true);
-  exe.run(inputs, weights.params, binding);
   const rt::Executable::MemoryTrace &trace = exe.memoryTrace();
   p.arenaPlanned = sym::evaluate(plan.arena, exe.binding()).value_or(0);
   p.arenaAllocated = exe.arenaBytes();
@@ -317,36 +323,37 @@ Profiled profileOnce(const ir::Graph &source, const ProfileOptions &o, ir::Recom
     always[p.categoryOf.at(g.body.args[k])] += static_cast<int64_t>(inputs[k].byteSize());
   for (const auto &[name, t] : weights.params)
     always[kParams] += static_cast<int64_t>(t.byteSize());
-  // Each made value's instance: live from its event until its last read (or, for an
-  // output, to the end); events map to op positions, the curve keeps each position's last.
+  // Each result's memory (an instance): live from the op that wrote it until the last op
+  // that read those bytes (or, for an output, to the end). Reads are followed by address,
+  // so a loop's carried value (the region argument is the last iteration's yield) keeps
+  // its bytes alive, and a result written over an operand read for the last time
+  // replaces it (in place). Events map to op positions; the curve keeps each position's
+  // largest.
   struct Instance {
     Category category;
     int64_t bytes;
     size_t start, end;
-    const uint8_t *data;
   };
   std::vector<Instance> instances;
-  std::unordered_map<const ir::Value *, size_t> current;
+  std::unordered_map<const uint8_t *, size_t> at; // the latest instance at each address
+  std::unordered_set<size_t> whole;                 // instances alive through the call (prepacked weights)
   const auto &events = trace.events;
   for (size_t i = 0; i < events.size(); ++i) {
-    for (const ir::Value *v : events[i].reads)
-      if (auto it = current.find(v); it != current.end())
+    for (const uint8_t *d : events[i].readData)
+      if (auto it = at.find(d); it != at.end())
         instances[it->second].end = std::max(instances[it->second].end, i); // an output's runs to the end
     for (const auto &m : events[i].made) {
-      if (auto it = current.find(m.value); it != current.end()) // remade (a loop): the old one is gone
-        instances[it->second].end = std::min(instances[it->second].end, i ? i - 1 : 0);
-      size_t start = i;
-      for (const ir::Value *v : events[i].reads) // written over an operand that ends here
-        if (auto it = current.find(v); it != current.end() && m.where == rt::Executable::Placement::Arena &&
-                                       instances[it->second].data == m.data && instances[it->second].end == i)
-          start = i + 1;
-      if (m.where == rt::Executable::Placement::View)
+      if (m.where == rt::Executable::Placement::View || m.bytes == 0)
         continue;
+      size_t start = i;
+      if (auto it = at.find(m.data); it != at.end() && instances[it->second].end >= i)
+        start = i + 1; // written over an operand read here for the last time
       auto cat = p.categoryOf.count(m.value) ? p.categoryOf.at(m.value) : categorize(m.value);
-      current[m.value] = instances.size();
-      if (kept.count(m.value)) // packed by an earlier call or this one, it stays in the arena for the next
-        start = 0;
-      instances.push_back(Instance{cat, m.bytes, start, yields.count(m.value) || kept.count(m.value) ? events.size() : i, m.data});
+      bool keptHere = kept.count(m.value) != 0; // packed by an earlier call or this one, it stays for the next
+      if (keptHere)
+        whole.insert(instances.size()), start = 0;
+      at[m.data] = instances.size();
+      instances.push_back(Instance{cat, m.bytes, start, yields.count(m.value) || keptHere ? events.size() : i});
     }
   }
   std::vector<std::array<int64_t, kCategories>> perEvent(events.size(), always);
@@ -354,9 +361,8 @@ Profiled profileOnce(const ir::Graph &source, const ProfileOptions &o, ir::Recom
     for (size_t t = in.start; t <= std::min(in.end, events.size() - 1); ++t)
       perEvent[t][in.category] += in.bytes;
   // Before the first op that makes anything: what lives through the whole call.
-  for (const auto &[v, k] : current)
-    if (kept.count(v))
-      always[instances[k].category] += instances[k].bytes;
+  for (size_t k : whole)
+    always[instances[k].category] += instances[k].bytes;
   p.measured.assign(p.order.size(), always);
   std::vector<bool> hit(p.order.size(), false);
   for (size_t i = 0; i < events.size(); ++i)
