@@ -38,6 +38,7 @@
 #include "tools/dnnc/Driver.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <fmt/ranges.h>
 
 #include <algorithm>
@@ -74,19 +75,6 @@ std::string sizeText(int64_t bytes) {
   if (s.size() > 2 && s.substr(s.size() - 2) == ".0")
     s.resize(s.size() - 2);
   return s + " " + units[u];
-}
-
-std::string jsonString(const std::string &s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\')
-      out += '\\', out += c;
-    else if (static_cast<unsigned char>(c) < 0x20)
-      out += fmt::format("\\u{:04x}", static_cast<int>(c));
-    else
-      out += c;
-  }
-  return out + "\"";
 }
 
 std::string xmlText(const std::string &s) {
@@ -135,7 +123,8 @@ int peakOf(const std::vector<std::array<int64_t, kCategories>> &curve) {
   return best;
 }
 
-// The ops an op's regions hold read values too: the reads charged to `op`'s position.
+// An op's reads in the plan's order: its operands (ops in a loop's body have positions of
+// their own; a fused op's members read only its operands).
 void forEachRead(const ir::Op &op, const std::function<void(const ir::Value *)> &f) {
   for (const ir::Value *v : op.operands)
     f(v);
@@ -380,14 +369,6 @@ Profiled profileOnce(const ir::Graph &source, const ProfileOptions &o, ir::Recom
   return p;
 }
 
-// A curve's totals, comma-separated (--json's "live").
-std::string curveText(const std::vector<std::array<int64_t, kCategories>> &curve) {
-  std::string out;
-  for (const auto &at : curve)
-    out += fmt::format("{}{}", out.empty() ? "" : ", ", total(at));
-  return out;
-}
-
 std::string opText(const ir::Graph &g, const std::vector<const ir::Op *> &order, int t) {
   const ir::Op &op = *order[t];
   std::string where = ir::sourceLine(g, op.loc);
@@ -547,22 +528,42 @@ int profileMemory(Program &prog, const ProfileOptions &o) {
       sorted.push_back(&r);
     std::stable_sort(sorted.begin(), sorted.end(), [](const Row *a, const Row *b) { return a->bytes > b->bytes; });
     if (o.json) {
-      std::string cats, measuredCats, values;
-      for (int c = 0; c < kCategories; ++c) {
-        cats += fmt::format("{}\"{}\": {}", c ? ", " : "", kKeys[c], atPeak[c]);
-        measuredCats += fmt::format("{}\"{}\": {}", c ? ", " : "", kKeys[c], measuredAtPeak[c]);
-      }
+      // ordered_json: the categories in the spec's order.
+      using Json = nlohmann::ordered_json;
+      auto categories = [](const std::array<int64_t, kCategories> &at) {
+        Json c = Json::object();
+        for (int k = 0; k < kCategories; ++k)
+          c[kKeys[k]] = at[k];
+        return c;
+      };
+      auto curve = [](const std::vector<std::array<int64_t, kCategories>> &c) {
+        Json totals = Json::array();
+        for (const auto &at : c)
+          totals.push_back(total(at));
+        return totals;
+      };
+      Json values = Json::array();
       for (const Row *r : sorted)
-        values += fmt::format("{}\n    {{\"name\": {}, \"line\": {}, \"type\": {}, \"bytes\": {}, \"category\": \"{}\"}}", values.empty() ? "" : ",",
-                              jsonString(valueName(r->value)), jsonString(ir::sourceLine(pg, r->value->loc)),
-                              jsonString(r->value->type.str(&p.compiled.exe->binding())), r->bytes, kKeys[r->category]);
-      std::cout << fmt::format("{{\"peak_bytes\": {}, \"peak_op\": {}, \"peak_index\": {}, \"ops\": {},\n  \"categories\": {{{}}},\n"
-                               "  \"measured\": {{\"peak_bytes\": {}, \"peak_op\": {}, \"peak_index\": {}, \"categories\": {{{}}}, "
-                               "\"arena_bytes\": {}, \"arena_high_water\": {}, \"allocated_bytes\": {}}},\n"
-                               "  \"planned_arena_bytes\": {},\n  \"live\": {{\"planned\": [{}], \"measured\": [{}]}},\n  \"values\": [{}\n  ]}}\n",
-                               total(atPeak), jsonString(opText(pg, p.order, p.plannedPeak)), p.plannedPeak, p.order.size(), cats,
-                               total(measuredAtPeak), jsonString(opText(pg, p.order, p.measuredPeak)), p.measuredPeak, measuredCats,
-                               p.arenaAllocated, p.arenaHighWater, p.allocated, p.arenaPlanned, curveText(p.planned), curveText(p.measured), values);
+        values.push_back(Json{{"name", valueName(r->value)}, {"line", ir::sourceLine(pg, r->value->loc)},
+                              {"type", r->value->type.str(&p.compiled.exe->binding())}, {"bytes", r->bytes},
+                              {"category", kKeys[r->category]}});
+      Json out{{"peak_bytes", total(atPeak)},
+               {"peak_op", opText(pg, p.order, p.plannedPeak)},
+               {"peak_index", p.plannedPeak},
+               {"ops", p.order.size()},
+               {"categories", categories(atPeak)},
+               {"measured",
+                {{"peak_bytes", total(measuredAtPeak)},
+                 {"peak_op", opText(pg, p.order, p.measuredPeak)},
+                 {"peak_index", p.measuredPeak},
+                 {"categories", categories(measuredAtPeak)},
+                 {"arena_bytes", p.arenaAllocated},
+                 {"arena_high_water", p.arenaHighWater},
+                 {"allocated_bytes", p.allocated}}},
+               {"planned_arena_bytes", p.arenaPlanned},
+               {"live", {{"planned", curve(p.planned)}, {"measured", curve(p.measured)}}},
+               {"values", values}};
+      std::cout << out.dump(1) << "\n";
     } else {
       std::cout << fmt::format("memory of model '{}', one {} at {} on {}\n", m->name, what, bound, o.device);
       std::cout << fmt::format("{:<22}{:>14}{:>14}\n", "at the peak", "planned", "measured");
