@@ -48,17 +48,22 @@ Lowered lowerFor(ir::Graph &g, const Target &target, const CompileOptions &optio
   return out;
 }
 
-std::unique_ptr<rt::Executable> compile(ir::Graph &g, const Target &target, const CompileOptions &options,
-                                        ir::RecomputeReport *recompute) {
+Compiled compileWithPlan(ir::Graph &g, const Target &target, const CompileOptions &options) {
   Lowered lowered = lowerFor(g, target, options);
-  if (recompute && lowered.recompute)
-    *recompute = std::move(*lowered.recompute);
   compiledKernels += lowered.kernels.kernelInfos().size();
   auto exe = std::make_unique<rt::Executable>(g, lowered.kernels.kernelOf(), lowered.kernels.kernelInfos(),
                                               target.makeDevice(lowered.kernels, options.target));
   if (lowered.plan)
     exe->setArenaPlan(arenaPlan(*lowered.plan));
-  return exe;
+  return Compiled{std::move(exe), std::move(lowered.plan), std::move(lowered.recompute)};
+}
+
+std::unique_ptr<rt::Executable> compile(ir::Graph &g, const Target &target, const CompileOptions &options,
+                                        ir::RecomputeReport *recompute) {
+  Compiled c = compileWithPlan(g, target, options);
+  if (recompute && c.recompute)
+    *recompute = std::move(*c.recompute);
+  return std::move(c.exe);
 }
 
 size_t kernelsCompiled() { return compiledKernels.load(); }

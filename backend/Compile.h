@@ -35,6 +35,14 @@ Lowered lowerFor(ir::Graph &g, const Target &target, const CompileOptions &optio
 // versions by shape) to `recompute` when given.
 std::unique_ptr<rt::Executable> compile(ir::Graph &g, const Target &target, const CompileOptions &options,
                                         ir::RecomputeReport *recompute = nullptr);
+// The same, with the memory plan and the recompute decisions it was compiled with (what
+// `dnnc profile` sets beside the runtime's own counts); they refer to `g`'s values.
+struct Compiled {
+  std::unique_ptr<rt::Executable> exe;
+  std::optional<ir::MemoryPlan> plan;
+  std::optional<ir::RecomputeReport> recompute;
+};
+Compiled compileWithPlan(ir::Graph &g, const Target &target, const CompileOptions &options);
 // How many kernels compile() has compiled in this process, all calls together: what
 // `dnnc train --verbose` reads before and after its steps to show that no batch shape
 // compiled anything again.

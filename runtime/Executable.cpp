@@ -439,6 +439,8 @@ public:
     }
     bool planned = p.state == OpPlan::State::Planned;
     p.checked = planned;
+    if (exe_.tracing_)
+      exe_.traceOp(op, in, out, exe_.ops_[index].view);
     for (size_t k = 0; k < out.size(); ++k) {
       if (made && planned) // made at the shapes its type gives under this binding: nothing to bind
         values[op.results[k]] = std::move(out[k]);
@@ -494,6 +496,8 @@ private:
     std::vector<Tensor> carried;
     for (size_t k = carriedFrom; k < op.operands.size(); ++k)
       carried.push_back(values.at(op.operands[k]));
+    if (exe_.tracing_)
+      exe_.traceCopies(op, carried);
     auto enter = [&](const ir::Region &r, std::optional<int64_t> i, ir::Binding &inner) {
       size_t a = 0;
       if (i) {
@@ -515,6 +519,8 @@ private:
       hostReads(valuesOf(body.yields));
       for (size_t k = 0; k < carried.size(); ++k)
         carried[k] = values.at(body.yields[k]);
+      if (exe_.tracing_)
+        exe_.traceCopies(op, carried);
     };
     if (isFor) {
       for (int64_t i = lo; i < hi; ++i)
@@ -612,6 +618,58 @@ void Executable::setProfiling(bool on) {
   times_.assign(on ? ops_.size() : 0, OpTime{});
   profiledRuns_ = 0;
   profiledSeconds_ = 0;
+}
+
+void Executable::setMemoryTracing(bool on) {
+  tracing_ = on;
+  trace_ = MemoryTrace{};
+}
+
+void Executable::traceOp(const ir::Op &op, const std::vector<const Tensor *> &in, const std::vector<Tensor> &out, bool view) {
+  MemoryEvent e;
+  e.op = &op;
+  e.reads.assign(op.operands.begin(), op.operands.end());
+  for (const Tensor *t : in)
+    e.readData.push_back(t->data());
+  // Reads inside a fused op's body are of its operands already; reads by ops nested in
+  // control flow are traced by those ops when they run.
+  auto within = [](const uint8_t *p, const uint8_t *base, size_t size) { return size && p >= base && p < base + size; };
+  for (size_t k = 0; k < out.size() && k < op.results.size(); ++k) {
+    MemoryEvent::Made m;
+    m.value = op.results[k];
+    m.bytes = static_cast<int64_t>(out[k].byteSize());
+    m.data = out[k].data();
+    bool aliases = view;
+    for (const Tensor *t : in)
+      aliases = aliases || within(m.data, t->data(), t->byteSize());
+    if (within(m.data, arena_.data(), arena_.size())) {
+      m.where = Placement::Arena;
+      trace_.arenaHighWater = std::max(trace_.arenaHighWater, static_cast<int64_t>(m.data - arena_.data()) + m.bytes);
+    } else if (within(m.data, lateArena_.data(), lateArena_.size())) {
+      m.where = Placement::Arena;
+    } else if (aliases) {
+      m.where = Placement::View;
+    } else {
+      trace_.allocatedBytes += m.bytes;
+    }
+    e.made.push_back(m);
+  }
+  trace_.events.push_back(std::move(e));
+}
+
+// A loop's carried values are copies the executor owns (Tensor's copy owns its bytes:
+// the arena slot of the yield that made them is reused in the next iteration), made at
+// the loop's entry and after every iteration: memory no op makes, which the trace
+// charges to the loop.
+void Executable::traceCopies(const ir::Op &loop, const std::vector<Tensor> &carried) {
+  MemoryEvent e;
+  e.op = &loop;
+  for (size_t k = 0; k < carried.size() && k < loop.results.size(); ++k) {
+    MemoryEvent::Made m{loop.results[k], static_cast<int64_t>(carried[k].byteSize()), Placement::Allocated, carried[k].data()};
+    trace_.allocatedBytes += m.bytes;
+    e.made.push_back(m);
+  }
+  trace_.events.push_back(std::move(e));
 }
 
 Executable::Profile Executable::profile() const {

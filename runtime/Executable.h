@@ -130,6 +130,35 @@ public:
   void setProfiling(bool on); // on: counting from zero (again)
   Profile profile() const;
 
+  // The memory trace (`dnnc profile`): while it is on, every op the walk executes (kernel,
+  // param view or host op; params, control flow and asserts make no memory) records the
+  // values it read and the bytes of each result, and where those bytes are: in an arena
+  // (at the planned offset), in memory the runtime allocated for that result alone, or a
+  // view of memory that exists already (a param view, a host op's alias of its operand).
+  // A loop's carried values, which the executor copies at its entry and after each
+  // iteration, are recorded as results of the loop op. These are the runtime's own
+  // counts, so a profile can set them beside the plan.
+  enum class Placement { Arena, Allocated, View };
+  struct MemoryEvent {
+    const ir::Op *op = nullptr;
+    std::vector<const ir::Value *> reads;
+    std::vector<const uint8_t *> readData; // the memory each read is at (a loop's carried value is its last yield's)
+    struct Made {
+      const ir::Value *value = nullptr;
+      int64_t bytes = 0;
+      Placement where = Placement::Allocated;
+      const uint8_t *data = nullptr; // to tell a result written over its operand (in place)
+    };
+    std::vector<Made> made;
+  };
+  struct MemoryTrace {
+    std::vector<MemoryEvent> events; // in execution order, over every run since it was turned on
+    int64_t allocatedBytes = 0;      // allocated for single results (Placement::Allocated), added up
+    int64_t arenaHighWater = 0;      // the most arena bytes any result reached (offset + bytes)
+  };
+  void setMemoryTracing(bool on); // on: an empty trace (again)
+  const MemoryTrace &memoryTrace() const { return trace_; }
+
 private:
   friend class Walk;
   std::vector<Device::Range> arenas() const; // the host memory only kernels write
@@ -165,6 +194,10 @@ private:
   LaunchPlan *plan_ = nullptr; // the running call's
   size_t plannedRuns_ = 0;
   bool profiling_ = false;
+  bool tracing_ = false;
+  MemoryTrace trace_;
+  void traceOp(const ir::Op &op, const std::vector<const Tensor *> &in, const std::vector<Tensor> &out, bool view);
+  void traceCopies(const ir::Op &loop, const std::vector<Tensor> &carried);
   std::vector<OpTime> times_; // by op index, while profiling
   size_t profiledRuns_ = 0;
   double profiledSeconds_ = 0;

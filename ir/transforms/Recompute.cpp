@@ -220,7 +220,7 @@ public:
     if (options_.mode == RecomputeMode::Auto && !options_.budget)
       chooseVersion(report, chosen);
     for (Span &s : spans_)
-      rewrite(s, chosen);
+      rewrite(s, chosen, report.recomputedValues);
     return report;
   }
 
@@ -385,7 +385,7 @@ private:
 
   // Clones each chosen value's chain right before its first backward reader; every
   // backward read of it then reads the clone.
-  void rewrite(Span &s, const std::unordered_set<const Value *> &chosen) {
+  void rewrite(Span &s, const std::unordered_set<const Value *> &chosen, std::vector<const Value *> &made) {
     std::unordered_map<const Value *, Value *> clones;
     std::vector<Op *> pending;
     std::function<Value *(Value *)> materialize = [&](Value *v) -> Value * {
@@ -395,6 +395,7 @@ private:
       Op *c = cloneOp(g_, *op, [&](Value *o) { return needsClone(s, o, chosen) ? materialize(o) : o; });
       for (size_t k = 0; k < op->results.size(); ++k)
         clones[op->results[k]] = c->results[k];
+      made.insert(made.end(), c->results.begin(), c->results.end());
       pending.push_back(c);
       return clones.at(v);
     };
@@ -444,6 +445,13 @@ const char *recomputeModeName(RecomputeMode mode) {
   }
 }
 
+std::optional<double> byteUnit(const std::string &unit) {
+  const std::map<std::string, double> units{{"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+                                            {"TiB", 1099511627776.0}};
+  auto u = units.find(unit);
+  return u == units.end() ? std::nullopt : std::optional<double>(u->second);
+}
+
 std::optional<int64_t> parseByteSize(const std::string &text) {
   size_t i = 0;
   while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'))
@@ -451,12 +459,10 @@ std::optional<int64_t> parseByteSize(const std::string &text) {
   std::string number = text.substr(0, i), unit = text.substr(i);
   if (number.empty() || std::count(number.begin(), number.end(), '.') > 1 || number == ".")
     return std::nullopt;
-  const std::map<std::string, double> units{{"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
-                                            {"TiB", 1099511627776.0}};
-  auto u = units.find(unit);
-  if (u == units.end())
+  std::optional<double> factor = byteUnit(unit);
+  if (!factor)
     return std::nullopt;
-  double bytes = std::stod(number) * u->second;
+  double bytes = std::stod(number) * *factor;
   if (!(bytes >= 1) || bytes > 9.0e18)
     return std::nullopt;
   return static_cast<int64_t>(bytes);

@@ -74,6 +74,9 @@ const char *recomputeModeName(RecomputeMode mode);
 // "8GiB", "512MiB", "1.5GiB", "1000000" (bytes; units B, KiB, MiB, GiB, TiB): nullopt for
 // anything else, zero or negative.
 std::optional<int64_t> parseByteSize(const std::string &text);
+// The bytes one unit of a memory size stands for ("" and B: 1, KiB ... TiB: powers of
+// 1024); nullopt for any other unit. parseByteSize's units, and the REPL's :solve's.
+std::optional<double> byteUnit(const std::string &unit);
 // The diagnostics of the flags and :set commands (tested by their text).
 std::string badRecomputeMode(const std::string &text);
 std::string badMemoryBudget(const std::string &text);
@@ -106,6 +109,9 @@ struct RecomputeReport {
   std::vector<RecomputeVersion> versions;
   size_t version = 0;
   sym::ExprRef stepCost;
+  // Every result of an op the rewrite cloned into the backward pass (`dnnc profile` counts
+  // their buffers as recomputed); fusion keeps a fused group's root result as its own.
+  std::vector<const Value *> recomputedValues;
   sym::ExprRef keptBytes() const;       // stashed activations still stashed
   sym::ExprRef recomputedBytes() const; // those the backward pass recomputes
   // The decisions by shape at `binding` (every dim bound), and the version a binding

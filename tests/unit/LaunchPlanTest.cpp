@@ -118,3 +118,62 @@ TEST_CASE("a binding that fails its checks fails at every call", "[plan]") {
                       "dim T = 65 is outside its range 1..64");
   CHECK(m->exe->launchPlans() == 0);
 }
+
+// The executor's memory trace (Executable::setMemoryTracing, what `dnnc profile` measures):
+// each executed op's reads and results, every result's bytes those of its type at the
+// run's binding, param views placed as views, planned intermediates in the arena (never
+// past the bytes the runtime allocated), EDO results and outputs allocated on their own,
+// and a loop's carried values, which the executor copies, charged to the loop.
+TEST_CASE("the memory trace records each result's bytes and where they went", "[plan]") {
+  std::mt19937 rng(17);
+  for (std::string target : {"cpu", "cuda-sim"}) {
+    auto m = compile(kStatic, target, rng);
+    m->exe->setMemoryTracing(true);
+    checkRun(*m, random({2, 5, 8}, rng));
+    const rt::Executable::MemoryTrace &trace = m->exe->memoryTrace();
+    REQUIRE(!trace.events.empty());
+    size_t views = 0, arena = 0, copies = 0;
+    for (const rt::Executable::MemoryEvent &e : trace.events) {
+      if (e.op->kind == ir::OpKind::For) { // the carried h, copied at entry and after each iteration
+        ++copies;
+        CHECK(e.made.size() == 1);
+        CHECK(e.made.at(0).where == rt::Executable::Placement::Allocated);
+      } else {
+        CHECK(e.reads.size() == e.op->operands.size());
+        CHECK(e.readData.size() == e.reads.size());
+      }
+      for (const auto &made : e.made) {
+        CHECK(made.bytes == *sym::evaluate(made.value->type.bytes(), m->exe->binding()));
+        views += made.where == rt::Executable::Placement::View;
+        arena += made.where == rt::Executable::Placement::Arena;
+        CHECK((made.where == rt::Executable::Placement::View) == rt::isParamView(*e.op));
+      }
+    }
+    CHECK(views == 2); // w[l], once per iteration
+    CHECK(copies == 3);
+    CHECK(arena > 0);
+    CHECK(trace.arenaHighWater > 0);
+    CHECK(trace.arenaHighWater <= m->exe->arenaBytes());
+    size_t events = trace.events.size();
+    m->exe->setMemoryTracing(true); // from empty again
+    CHECK(m->exe->memoryTrace().events.empty());
+    checkRun(*m, random({1, 3, 8}, rng));
+    CHECK(m->exe->memoryTrace().events.size() == events); // the same ops at another binding
+    m->exe->setMemoryTracing(false);
+    checkRun(*m, random({1, 3, 8}, rng));
+    CHECK(m->exe->memoryTrace().events.empty());
+  }
+  auto m = compile(kEdo, "cpu", rng);
+  m->exe->setMemoryTracing(true);
+  checkRun(*m, random({33}, rng));
+  int64_t m_ = m->exe->binding().at("M");
+  int64_t selected = 0;
+  for (const rt::Executable::MemoryEvent &e : m->exe->memoryTrace().events)
+    for (const auto &made : e.made)
+      if (e.op->kind == ir::OpKind::MaskedSelect) {
+        CHECK(made.where == rt::Executable::Placement::Allocated);
+        selected += made.bytes;
+      }
+  CHECK(selected == 4 * m_);
+  CHECK(m->exe->memoryTrace().allocatedBytes >= 4 * m_);
+}

@@ -52,6 +52,17 @@ struct TrainOptions : api::TrainConfig {
 };
 // `dnnc train` (docs/training.md).
 int trainModel(Program &p, const TrainOptions &o);
+struct ProfileOptions {
+  std::string model, device = "cpu", svg;
+  Binding binding;
+  bool train = false, json = false;
+  ir::Optimizer optimizer;
+  std::string optimizerName = "sgd";
+  uint64_t seed = 0;
+  backend::CompileOptions compile; // the recompute mode and budget are in its passes
+};
+// `dnnc profile` (tools/dnnc/MemoryProfile.cpp; docs/training.md).
+int profileMemory(Program &p, const ProfileOptions &o);
 // `dnnc run ARTIFACT`: loads and runs a `dnnc build` artifact with no compiling.
 int runArtifact(const std::string &path, const RunOptions &o);
 

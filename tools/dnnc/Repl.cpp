@@ -490,7 +490,7 @@ private:
     size_t afterNumber = i;
     space();
     std::string unit = word();
-    if (unit == "B" || unit == "KiB" || unit == "MiB" || unit == "GiB" || unit == "TiB")
+    if (!unit.empty() && ir::byteUnit(unit))
       q.unit = unit;
     else
       i = afterNumber; // no unit: bytes
@@ -517,9 +517,7 @@ private:
       error("usage: :solve [train] mem <= SIZE[B|KiB|MiB|GiB|TiB] for DIM, e.g. :solve mem <= 16GiB for B");
       return;
     }
-    const std::map<std::string, double> units{{"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
-                                              {"TiB", 1099511627776.0}};
-    double limit = std::strtod(q->number.c_str(), nullptr) * units.at(q->unit);
+    double limit = std::strtod(q->number.c_str(), nullptr) * *ir::byteUnit(q->unit);
     if (!std::isfinite(limit)) {
       error(fmt::format("the size {}{}{} is too large: it is not a finite number of bytes",
                         q->number.size() > 40 ? q->number.substr(0, 40) + "..." : q->number, q->unit.empty() ? "" : " ", q->unit));

@@ -44,6 +44,8 @@ commands:
                                   compile a model (or load an artifact) and run it
   train FILE --data NAME=X.npy...|DIR [--batch N] [--epochs E | --steps S] [--optimizer sgd|momentum|adam|adamw] [--lr X] [--save OUT] [--resume OUT.state]
                                   train a model's params (its first output is the loss)
+  profile FILE [--bind B=8] [--train] [--recompute none|auto|all] [--svg OUT.svg] [--json]
+                                  where the memory of one call or training step goes, planned and measured
   repl [FILE]                     the shape-query REPL
   builtins [--markdown]           the builtin functions from the op registry (--markdown: docs/builtins.md)
 
@@ -653,6 +655,62 @@ int cmdTrain(int argc, char **argv) {
   return trainModel(p, o);
 }
 
+int cmdProfile(int argc, char **argv) {
+  CommonOptions c;
+  PassFlags flags;
+  ProfileOptions o;
+  std::string bind, optimizer;
+  po::options_description desc = commonOptions(c);
+  desc.add_options()("model", po::value(&o.model), "the model to profile (default: main, or the first)")(
+      "bind", po::value(&bind), "the binding to profile at: every dim the inputs name, e.g. B=8,T=512")(
+      "train", "profile one training step (as dnnc train compiles it) instead of one call")(
+      "optimizer", po::value(&optimizer), "with --train: sgd, momentum, adam or adamw (default sgd, as for dnnc train)")(
+      "svg", po::value(&o.svg),
+      "also draw live bytes over the op order to this SVG file (bands per category, the peak; with --train the forward and "
+      "backward shaded, and with --recompute auto the curve of --recompute none beside it)")(
+      "json", "print one JSON object instead of the tables")(
+      "device", po::value(&o.device), "cpu (the default) or cuda-sim: where the step runs to be measured")(
+      "seed", po::value(&o.seed), "seed for the random inputs and params (default 0)");
+  desc.add(passOptions(flags));
+  po::variables_map vm;
+  const char *usage = "usage: dnnc profile FILE [--bind B=8,T=512] [--train [--optimizer sgd|momentum|adam|adamw]] "
+                      "[--recompute none|auto|all] [--memory-budget 8GiB] [--svg OUT.svg] [--json] [--device cpu|cuda-sim]\n";
+  if (int rc = parseOptions(argc, argv, desc, usage, true, c, vm); rc >= 0)
+    return rc;
+  o.train = vm.count("train") > 0;
+  o.json = vm.count("json") > 0;
+  std::string err;
+  if (!o.train && (vm.count("recompute") || vm.count("memory-budget") || vm.count("optimizer")))
+    err = "--recompute, --memory-budget and --optimizer are for a training step: they need --train";
+  else if (vm.count("optimizer") && !ir::parseOptimizer(optimizer))
+    err = ir::unknownOptimizer(optimizer);
+  else if (o.device == "ref")
+    err = "--device ref: the reference interpreter has no memory plan or allocation counters to measure; profile on cpu or cuda-sim";
+  else if (o.device != "cpu" && o.device != "cuda-sim" && o.device != "cuda")
+    err = fmt::format("unknown device '{}' for dnnc profile (devices: cpu, cuda-sim, cuda)", o.device);
+  else if (const backend::Target *t = backend::findTarget(o.device); !t || !t->probe(o.compile.target).empty())
+    err = fmt::format("--device {}: {}", o.device, t ? t->probe(o.compile.target) : "no such target");
+  else if (!o.svg.empty() && (o.svg.size() < 5 || o.svg.substr(o.svg.size() - 4) != ".svg"))
+    err = fmt::format("--svg {}: the chart is an SVG file; give a name ending in .svg", o.svg);
+  if (err.empty())
+    err = parseBinding(bind, o.binding);
+  if (!err.empty()) {
+    std::cerr << "dnnc: error: " << err << "\n";
+    return kUsage;
+  }
+  if (vm.count("optimizer")) {
+    o.optimizerName = optimizer;
+    o.optimizer = *ir::parseOptimizer(optimizer);
+  }
+  if (!readPassOptions(vm, flags, o.compile.passes))
+    return kUsage;
+  Program p;
+  DiagnosticEngine diags(p.sources());
+  if (!loadProgram(p, c, diags))
+    return kUserError;
+  return profileMemory(p, o);
+}
+
 int cmdBuild(int argc, char **argv) {
   CommonOptions c;
   PassFlags flags;
@@ -740,6 +798,8 @@ int main(int argc, char **argv) {
       return cmdBuild(argc - 1, argv + 1);
     if (cmd == "train")
       return cmdTrain(argc - 1, argv + 1);
+    if (cmd == "profile")
+      return cmdProfile(argc - 1, argv + 1);
     if (cmd == "builtins") {
       bool markdown = argc == 3 && std::string(argv[2]) == "--markdown";
       if (argc > 3 || (argc == 3 && !markdown)) {
