@@ -22,10 +22,13 @@ RULES = [
     ("runtime", "tools", "the runtime sits below the driver"),
     ("runtime", "ir/transforms", "the runtime needs no compiler"),
     ("runtime", "dnnc_interp", "the reference interpreter is the tests' independent oracle, not the runtime's executor"),
+    ("import", "frontend", "the importer writes .dnn text; the driver checks it with the frontend"),
+    ("import", "backend", "the importer writes .dnn text and compiles nothing"),
+    ("import", "tools", "the importer sits below the driver"),
     ("base", "ir", "base sits below every phase"),
     ("base", "runtime", "base sits below every phase"),
 ]
-PROJECT_FOLDERS = ("base", "ir", "runtime", "backend", "frontend", "tools")
+PROJECT_FOLDERS = ("base", "ir", "runtime", "backend", "frontend", "import", "tools")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 

@@ -40,6 +40,8 @@ struct RunOptions {
   backend::CompileOptions compile; // the target's options are probed, not given
 };
 int runModel(Program &p, const RunOptions &o);
+// dnnc import MODEL.onnx -o MODEL.dnn (tools/dnnc/Import.cpp).
+int cmdImport(int argc, char **argv);
 // --profile's table: each kernel and host op with its calls, time, share of the runs,
 // GF/s (ops with a FLOP count) or GB/s and the share of this CPU's peak, and its source
 // lines; then the executor's own time and the total. `order`: "time" or "order".

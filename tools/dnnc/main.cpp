@@ -1,4 +1,4 @@
-// dnnc: the command-line driver (check, shapes, emit, opt, run, build, repl).
+// dnnc: the command-line driver (check, shapes, emit, opt, run, build, train, import, repl).
 #include "backend/Compile.h"
 #include "frontend/Ast.h"
 #include "frontend/Parser.h"
@@ -44,6 +44,8 @@ commands:
                                   compile a model (or load an artifact) and run it
   train FILE --data NAME=X.npy...|DIR [--batch N] [--epochs E | --steps S] [--optimizer sgd|momentum|adam|adamw] [--lr X] [--save OUT] [--resume OUT.state]
                                   train a model's params (its first output is the loss)
+  import MODEL.onnx -o MODEL.dnn [--weights-out W.safetensors] [--model-name M]
+                                  translate an ONNX model into .dnn source and its weights
   repl [FILE]                     the shape-query REPL
 
 Commands that compile also take --verify-each, --print-before=PASS and --print-after=PASS.
@@ -739,6 +741,8 @@ int main(int argc, char **argv) {
       return cmdBuild(argc - 1, argv + 1);
     if (cmd == "train")
       return cmdTrain(argc - 1, argv + 1);
+    if (cmd == "import")
+      return cmdImport(argc - 1, argv + 1);
     std::cerr << "dnnc: error: unknown command '" << cmd << "'\n" << kUsageText;
     return kUsage;
   } catch (const std::exception &e) {
