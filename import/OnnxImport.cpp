@@ -140,6 +140,7 @@ private:
   size_t indent_ = 1;
   bool usesNn_ = false;
   int freshDims_ = 0;
+  std::set<std::string> asserted_; // dim facts already stated
   const Node *node_ = nullptr;
   size_t nodeIndex_ = 0;
 
@@ -403,9 +404,9 @@ void Importer::precheck(const Graph &g, const std::string &where, std::map<std::
       std::string type = n.domain.empty() || n.domain == "ai.onnx" ? n.op : n.domain + "." + n.op;
       bad[type].push_back((n.name.empty() ? fmt::format("node {}", k) : "'" + n.name + "'") + where);
     }
-    for (const auto &[attrName, a] : n.attrs)
-      if (a.graph)
-        precheck(*a.graph, fmt::format(" (in the {} of {})", attrName, n.where(k)) + where, bad);
+    for (const std::string &attrName : n.attrOrder)
+      if (const Attribute *a = n.attr(attrName); a && a->graph)
+        precheck(*a->graph, fmt::format(" (in the {} of {})", attrName, n.where(k)) + where, bad);
   }
 }
 
@@ -630,6 +631,18 @@ void Importer::variadic(const Node &n) {
     xs.push_back(&in(k));
   if (xs.empty())
     fail("has no inputs");
+  // Max/Min of shape data (`min(K, N)` for a TopK's k) fold into dims.
+  bool allInts = n.op == "Max" || n.op == "Min";
+  for (Val *v : xs)
+    allInts = allInts && v->ints && v->ints->size() == xs[0]->ints->size() && v->shape.size() == xs[0]->shape.size();
+  if (allInts) {
+    std::vector<ExprRef> vals = *xs[0]->ints;
+    for (size_t k = 1; k < xs.size(); ++k)
+      for (size_t q = 0; q < vals.size(); ++q)
+        vals[q] = n.op == "Max" ? sym::max(vals[q], (*xs[k]->ints)[q]) : sym::min(vals[q], (*xs[k]->ints)[q]);
+    known(0, xs[0]->dtype, xs[0]->shape, vals);
+    return;
+  }
   std::string expr = ref(*xs[0]);
   Shape shape = xs[0]->shape;
   for (size_t k = 1; k < xs.size(); ++k) {
@@ -1202,17 +1215,27 @@ void Importer::opSplit(const Node &n) {
 
 void Importer::opSlice(const Node &n) {
   Val &x = in(0);
-  std::vector<int64_t> starts, ends, axes, steps;
+  // Bounds are dim expressions: constants, or dims from shape data (`pos[0:T]`).
+  std::vector<ExprRef> starts, ends;
+  std::vector<int64_t> axes, steps;
+  auto bounds = [&](size_t k, const char *what) {
+    std::optional<std::vector<ExprRef>> v = dimsOf(k);
+    if (!v)
+      fail(fmt::format("its {} ('{}') must be known when importing (constants or shapes)", what, n.inputs[k]));
+    return *v;
+  };
   if (n.inputs.size() > 1) {
-    starts = constInts(1, "starts");
-    ends = constInts(2, "ends");
+    starts = bounds(1, "starts");
+    ends = bounds(2, "ends");
     if (has(3))
       axes = constInts(3, "axes");
     if (has(4))
       steps = constInts(4, "steps");
   } else { // Slice-1's attributes
-    starts = n.intsAttr("starts");
-    ends = n.intsAttr("ends");
+    for (int64_t v : n.intsAttr("starts"))
+      starts.push_back(sym::constant(v));
+    for (int64_t v : n.intsAttr("ends"))
+      ends.push_back(sym::constant(v));
     axes = n.intsAttr("axes");
   }
   if (axes.empty())
@@ -1230,39 +1253,49 @@ void Importer::opSlice(const Node &n) {
   const int64_t big = int64_t(1) << 40; // INT64_MAX and friends mean "to the end"
   for (size_t q = 0; q < starts.size(); ++q) {
     size_t a = size_t(axisOf(axes[q], r));
-    int64_t s = starts[q], e = ends[q], st = steps[q];
+    int64_t st = steps[q];
     if (st <= 0)
       fail(fmt::format("step {} on axis {}: only positive steps are supported", st, a));
     ExprRef d = x.shape[a];
     auto dc = d->asConst();
-    // Bounds as NumPy clamps them.
-    auto bound = [&](int64_t v) -> ExprRef {
+    // A bound as NumPy clamps it; a symbolic bound is taken to lie inside the dim (as
+    // exporters write them: `pos[0:T]`).
+    auto bound = [&](ExprRef e) -> ExprRef {
+      auto c = e->asConst();
+      if (!c)
+        return e;
+      int64_t v = *c;
       if (v >= big)
         return d;
       if (v <= -big)
         return sym::constant(0);
       if (v < 0)
         return dc ? sym::constant(std::max<int64_t>(*dc + v, 0)) : sym::max(sym::add(d, sym::constant(v)), sym::constant(0));
-      return dc ? sym::constant(std::min(v, *dc)) : sym::min(sym::constant(v), d);
+      return dc ? sym::constant(std::min(v, *dc)) : sym::constant(v);
     };
-    ExprRef lo = bound(s), hi = bound(e);
-    // A bound at the start or the end is left out, so that a slice like x[:, 1:] keeps
-    // the plain dim expression sema derives too.
-    bool openLo = s == 0 || s <= -big, openHi = e >= big;
-    if (!openLo && s >= 0 && !dc)
-      lo = sym::constant(s); // assumed inside the dim, as exporters write them
-    if (!openHi && e >= 0 && !dc)
-      hi = sym::constant(e);
-    ExprRef len = sym::floorDiv(sym::add(sym::sub(hi, lo), sym::constant(st - 1)), sym::constant(st));
+    ExprRef lo = bound(starts[q]), hi = bound(ends[q]);
+    auto sc = starts[q]->asConst(), ec = ends[q]->asConst();
+    if (!ec && ends[q] != d && !fold) {
+      // ONNX clamps the bound to the dim; the model can only mean one inside it (the
+      // position table holds `sequence` rows): say so, and the slice is `sequence` long.
+      std::string fact = fmt::format("{} <= {}", ends[q]->str(), d->str());
+      if (asserted_.insert(fact).second)
+        line(fmt::format("assert {};", fact));
+    }
+    // A bound at the start or the end is left out, so that x[:, 1:] keeps the plain dim
+    // expression sema derives too.
+    bool openLo = sc && (*sc == 0 || *sc <= -big), openHi = (ec && *ec >= big) || ends[q] == d;
+    ExprRef len = sym::floorDiv(sym::add(sym::sub(openHi ? d : hi, lo), sym::constant(st - 1)), sym::constant(st));
     if (auto c = len->asConst(); c && *c < 0)
       len = sym::constant(0);
     shape[a] = len;
-    std::string text = (openLo ? "" : std::to_string(s)) + ":" + (openHi ? "" : std::to_string(e));
+    auto text = [](ExprRef e) { return e->str(); };
+    std::string t = (openLo ? "" : text(starts[q])) + ":" + (openHi ? "" : text(ends[q]));
     if (st != 1)
-      text += ":" + std::to_string(st);
-    subs[a] = text;
+      t += ":" + std::to_string(st);
+    subs[a] = t;
     if (fold) {
-      auto l = lo->asConst(), h = hi->asConst();
+      auto l = lo->asConst(), h = (openHi ? d : hi)->asConst();
       if (!l || !h)
         fold = false;
       else

@@ -54,6 +54,7 @@ struct Node {
   std::string op, domain, name;
   std::vector<std::string> inputs, outputs; // "" marks an omitted optional input
   std::map<std::string, Attribute> attrs;
+  std::vector<std::string> attrOrder; // the attributes' names as the file lists them
 
   const Attribute *attr(const std::string &n) const {
     auto it = attrs.find(n);

@@ -226,6 +226,7 @@ struct Reader {
           break;
         default: attr.kind = Attribute::Kind::Other; break;
         }
+        node.attrOrder.push_back(a.name());
         node.attrs[a.name()] = std::move(attr);
       }
       out.nodes.push_back(std::move(node));

@@ -72,7 +72,13 @@ def feeds_for(model, dims, rng, ints=(0, 5)):
     return feeds
 
 
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
 class ImportTest(unittest.TestCase):
+    """Imports and runs; the test classes below add the cases."""
     exe = None
 
     def setUp(self):
@@ -104,7 +110,7 @@ class ImportTest(unittest.TestCase):
             np.save(f, a)
             args += ["--input", f"{re.sub(r'[^A-Za-z0-9_]+', '_', k).strip('_')}={f}"]
         p = self.dnnc(*args)
-        self.assertEqual(p.returncode, 0, f"dnnc run failed:\n{p.stderr}\n{open(dnn).read()}")
+        self.assertEqual(p.returncode, 0, f"dnnc run failed:\n{p.stderr}\n{read(dnn)}")
         return [np.load(os.path.join(d, re.sub(r"[^A-Za-z0-9_]+", "_", n).strip("_") + ".npy")) for n in out_names]
 
     def check(self, model, shapes, rtol=1e-4, atol=1e-5, seed=0, ints=(0, 5), name="m"):
@@ -122,13 +128,13 @@ class ImportTest(unittest.TestCase):
             for who, want in refs:
                 for n, g, w in zip(names, got, want):
                     w = np.asarray(w)
-                    msg = f"{n} at {dims} vs {who}\n{open(dnn).read()}"
+                    msg = f"{n} at {dims} vs {who}\n{read(dnn)}"
                     self.assertEqual(g.shape, w.shape, msg)
                     if np.issubdtype(w.dtype, np.floating):
                         np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=msg)
                     else:
                         np.testing.assert_array_equal(g, w, err_msg=msg)
-        return open(dnn).read()
+        return read(dnn)
 
 
 def op_model(op, inputs, n_out=1, opset=OPSET, **attrs):
@@ -268,8 +274,265 @@ def make_op_test(name, build, shapes):
     return test
 
 
+class OpTest(ImportTest):
+    """One model per supported op (the cases are OP_CASES)."""
+
+
 for _name, (_build, _shapes) in OP_CASES.items():
-    setattr(ImportTest, f"test_op_{_name}", make_op_test(_name, _build, _shapes))
+    setattr(OpTest, f"test_op_{_name}", make_op_test(_name, _build, _shapes))
+
+
+
+# ------------------------------------------------------------------------------------
+# Whole models, as exporters write them
+
+
+def mlp_model():
+    nodes = [helper.make_node("Gemm", ["x", "w1", "b1"], ["h1"], transB=1, name="fc1"),
+             helper.make_node("Relu", ["h1"], ["a1"]),
+             helper.make_node("Gemm", ["a1", "w2", "b2"], ["h2"], transB=1, name="fc2"),
+             helper.make_node("Relu", ["h2"], ["a2"]),
+             helper.make_node("MatMul", ["a2", "w3"], ["m3"]), helper.make_node("Add", ["m3", "b3"], ["logits"]),
+             helper.make_node("Softmax", ["logits"], ["probs"], axis=-1)]
+    inits = [init("fc1.weight", w(16, 8)), init("fc1.bias", w(16)), init("fc2.weight", w(12, 16)), init("fc2.bias", w(12)),
+             init("w3", w(12, 5)), init("b3", w(5))]
+    # Gemm's initializers have dotted names, as PyTorch writes them.
+    for n in nodes[:3:2]:
+        n.input[1:] = [f"{n.name}.weight", f"{n.name}.bias"]
+    return make(nodes, [vi("x", F, ["batch", 8])], [vi("logits", F, ["batch", 5]), vi("probs", F, ["batch", 5])], inits)
+
+
+def shape_dim(nodes, src, axis, out):
+    """Shape -> Gather -> Unsqueeze: one dim of `src` as a [1] tensor (what torch.onnx writes)."""
+    nodes += [helper.make_node("Shape", [src], [out + "_shape"]),
+              helper.make_node("Gather", [out + "_shape", f"c_{axis}"], [out + "_s"], axis=0),
+              helper.make_node("Unsqueeze", [out + "_s", "c_axes0"], [out])]
+
+
+def encoder_model(layers=2, D=16, H=2, V=30, P=32, F_=32):
+    hd = D // H
+    nodes, inits = [], [init("c_0", np.array(0, np.int64)), init("c_1", np.array(1, np.int64)),
+                        init("c_axes0", np.array([0], np.int64)), init("c_axes12", np.array([1, 2], np.int64)),
+                        init("c_heads", np.array([H, hd], np.int64)), init("c_D", np.array([D], np.int64)),
+                        init("c_one", np.array(1.0, np.float32)), init("c_neg", np.array(-10000.0, np.float32)),
+                        init("c_scale", np.array(np.sqrt(hd), np.float32)), init("c_sqrt2", np.array(np.sqrt(2), np.float32)),
+                        init("c_half", np.array(0.5, np.float32)), init("c_start", np.array([0], np.int64)),
+                        init("embeddings.word_embeddings.weight", w(V, D)),
+                        init("embeddings.position_embeddings.weight", w(P, D))]
+    N = helper.make_node
+    shape_dim(nodes, "input_ids", 0, "B")
+    shape_dim(nodes, "input_ids", 1, "T")
+    nodes += [N("Gather", ["embeddings.word_embeddings.weight", "input_ids"], ["tok"]),
+              N("Slice", ["embeddings.position_embeddings.weight", "c_start", "T", "c_axes0"], ["pos"]),
+              N("Add", ["tok", "pos"], ["x0"]),
+              N("Cast", ["attention_mask"], ["maskf"], to=F), N("Sub", ["c_one", "maskf"], ["inv"]),
+              N("Mul", ["inv", "c_neg"], ["bias0"]), N("Unsqueeze", ["bias0", "c_axes12"], ["mask_bias"]),
+              N("Concat", ["B", "T", "c_heads"], ["heads_shape"], axis=0),
+              N("Concat", ["B", "T", "c_D"], ["model_shape"], axis=0)]
+    x = "x0"
+    for l in range(layers):
+        p = f"encoder.layer.{l}."
+        def lin(src, name, n_in, n_out, out):
+            inits.extend([init(p + name + ".weight", w(n_in, n_out) * 0.3), init(p + name + ".bias", w(n_out) * 0.1)])
+            nodes.extend([N("MatMul", [src, p + name + ".weight"], [out + "_mm"], name=f"/{p}{name}/MatMul"),
+                          N("Add", [out + "_mm", p + name + ".bias"], [out], name=f"/{p}{name}/Add")])
+        def heads(src, out, perm):
+            nodes.extend([N("Reshape", [src, "heads_shape"], [out + "_r"]), N("Transpose", [out + "_r"], [out], perm=perm)])
+        lin(x, "q", D, D, f"q{l}")
+        lin(x, "k", D, D, f"k{l}")
+        lin(x, "v", D, D, f"v{l}")
+        heads(f"q{l}", f"qh{l}", [0, 2, 1, 3])
+        heads(f"k{l}", f"kh{l}", [0, 2, 3, 1])
+        heads(f"v{l}", f"vh{l}", [0, 2, 1, 3])
+        nodes += [N("MatMul", [f"qh{l}", f"kh{l}"], [f"s{l}"]), N("Div", [f"s{l}", "c_scale"], [f"ss{l}"]),
+                  N("Add", [f"ss{l}", "mask_bias"], [f"sm{l}"]), N("Softmax", [f"sm{l}"], [f"p{l}"], axis=-1),
+                  N("MatMul", [f"p{l}", f"vh{l}"], [f"ctx{l}"]), N("Transpose", [f"ctx{l}"], [f"ctxt{l}"], perm=[0, 2, 1, 3]),
+                  N("Reshape", [f"ctxt{l}", "model_shape"], [f"ctxr{l}"])]
+        lin(f"ctxr{l}", "attention.output.dense", D, D, f"o{l}")
+        inits += [init(p + "ln1.weight", 1 + 0.1 * w(D)), init(p + "ln1.bias", 0.1 * w(D)),
+                  init(p + "ln2.weight", 1 + 0.1 * w(D)), init(p + "ln2.bias", 0.1 * w(D))]
+        nodes += [N("Add", [x, f"o{l}"], [f"r{l}"]),
+                  N("LayerNormalization", [f"r{l}", p + "ln1.weight", p + "ln1.bias"], [f"h{l}"], axis=-1, epsilon=1e-12)]
+        lin(f"h{l}", "intermediate.dense", D, F_, f"f{l}")
+        # GELU as torch.onnx writes it before opset 20: x * 0.5 * (1 + erf(x / sqrt 2)).
+        nodes += [N("Div", [f"f{l}", "c_sqrt2"], [f"g1{l}"]), N("Erf", [f"g1{l}"], [f"g2{l}"]),
+                  N("Add", [f"g2{l}", "c_one"], [f"g3{l}"]), N("Mul", [f"f{l}", f"g3{l}"], [f"g4{l}"]),
+                  N("Mul", [f"g4{l}", "c_half"], [f"g{l}"])]
+        lin(f"g{l}", "output.dense", F_, D, f"d{l}")
+        nodes += [N("Add", [f"h{l}", f"d{l}"], [f"r2{l}"]),
+                  N("LayerNormalization", [f"r2{l}", p + "ln2.weight", p + "ln2.bias"], [f"x{l + 1}"], axis=-1, epsilon=1e-12)]
+        x = f"x{l + 1}"
+    nodes += [N("Identity", [x], ["last_hidden_state"]),
+              N("ReduceMean", [x], ["pooled"], axes=[1], keepdims=0)]
+    return make(nodes, [vi("input_ids", I64, ["batch", "sequence"]), vi("attention_mask", I64, ["batch", "sequence"])],
+                [("last_hidden_state", F), ("pooled", F)], inits)
+
+
+def cnn_model():
+    N = helper.make_node
+    nodes = [N("Conv", ["image", "conv1.weight", "conv1.bias"], ["c1"], pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+             N("BatchNormalization", ["c1", "bn1.weight", "bn1.bias", "bn1.running_mean", "bn1.running_var"], ["b1"]),
+             N("Relu", ["b1"], ["r1"]),
+             N("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+             N("Conv", ["p1", "conv2.weight", "conv2.bias"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             N("Relu", ["c2"], ["r2"]),
+             N("GlobalAveragePool", ["r2"], ["g"]),
+             N("Flatten", ["g"], ["f"], axis=1),
+             N("Gemm", ["f", "fc.weight", "fc.bias"], ["logits"], transB=1)]
+    inits = [init("conv1.weight", w(6, 3, 3, 3) * 0.5), init("conv1.bias", w(6)), init("bn1.weight", 1 + 0.1 * w(6)),
+             init("bn1.bias", w(6)), init("bn1.running_mean", w(6) * 0.1), init("bn1.running_var", np.abs(w(6)) + 0.5),
+             init("conv2.weight", w(8, 6, 3, 3) * 0.3), init("conv2.bias", w(8)), init("fc.weight", w(4, 8)),
+             init("fc.bias", w(4))]
+    return make(nodes, [vi("image", F, ["N", 3, "height", "width"])], [("logits", F)], inits)
+
+
+def control_model(D=4):
+    """If on a data-dependent condition, a counted Loop with a scan output, and a Loop that
+    runs while a data-dependent condition holds."""
+    N = helper.make_node
+    then_g = helper.make_graph([N("Mul", ["x", "two"], ["t_out"])], "then", [], [vi("t_out", F, None)])
+    else_g = helper.make_graph([N("Sub", ["x", "one_f"], ["e_out"])], "else", [], [vi("e_out", F, None)])
+    body = helper.make_graph(
+        [N("Identity", ["cond_in"], ["cond_out"]), N("MatMul", ["h_in", "W"], ["hw"]),
+         N("Cast", ["iter"], ["iter_f"], to=F), N("Add", ["hw", "iter_f"], ["hwi"]), N("Tanh", ["hwi"], ["h_out"]),
+         N("ReduceSum", ["h_out", "axes1"], ["row_sum"], keepdims=0)],
+        "body", [vi("iter", I64, []), vi("cond_in", BOOL, []), vi("h_in", F, None)],
+        [vi("cond_out", BOOL, []), vi("h_out", F, None), vi("row_sum", F, None)])
+    halve = helper.make_graph(
+        [N("Mul", ["g_in", "half"], ["g_out"]), N("Abs", ["g_out"], ["ga"]), N("ReduceMax", ["ga"], ["gm"], keepdims=0),
+         N("Greater", ["gm", "tenth"], ["c_out"])],
+        "halve", [vi("i2", I64, []), vi("c2", BOOL, []), vi("g_in", F, None)],
+        [vi("c_out", BOOL, []), vi("g_out", F, None)])
+    nodes = [N("ReduceSum", ["x"], ["total"], keepdims=0), N("Greater", ["total", "zero_f"], ["positive"]),
+             N("If", ["positive"], ["y"], then_branch=then_g, else_branch=else_g),
+             N("Loop", ["trips", "", "y"], ["h", "sums"], body=body),
+             N("Loop", ["max_trips", "start", "h"], ["g"], body=halve)]
+    inits = [init("two", np.array(2.0, np.float32)), init("one_f", np.array(1.0, np.float32)),
+             init("zero_f", np.array(0.0, np.float32)), init("W", w(D, D) * 0.5), init("axes1", np.array([1], np.int64)),
+             init("trips", np.array(3, np.int64)), init("half", np.array(0.5, np.float32)),
+             init("tenth", np.array(0.1, np.float32)), init("max_trips", np.array(50, np.int64)),
+             init("start", np.array(True))]
+    return make(nodes, [vi("x", F, ["B", D])], [("y", F), ("h", F), ("sums", F), ("g", F)], inits)
+
+
+def detect_model(C=5):
+    """Scores above a threshold (NonZero), then the best K = min(3, count) of them (TopK)."""
+    N = helper.make_node
+    nodes = [N("ReduceMax", ["scores"], ["best"], axes=[1], keepdims=0), N("Greater", ["best", "thresh"], ["keep"]),
+             N("NonZero", ["keep"], ["nz"]), N("Squeeze", ["nz", "axes0"], ["idx"]),
+             N("Gather", ["best", "idx"], ["kept"]), N("Gather", ["boxes", "idx"], ["kept_boxes"]),
+             N("Shape", ["kept"], ["count"]), N("Min", ["count", "k_max"], ["k"]),
+             N("TopK", ["kept", "k"], ["top_scores", "order"]),
+             N("Gather", ["kept_boxes", "order"], ["top_boxes"], axis=0)]
+    inits = [init("thresh", np.array(0.0, np.float32)), init("axes0", np.array([0], np.int64)),
+             init("k_max", np.array([3], np.int64))]
+    return make(nodes, [vi("scores", F, ["anchors", C]), vi("boxes", F, ["anchors", 4])],
+                [("top_scores", F), ("top_boxes", F), ("idx", I64)], inits)
+
+
+class ModelTest(ImportTest):
+    def test_mlp(self):
+        src = self.check(mlp_model(), [{"batch": 1}, {"batch": 4}, {"batch": 9}])
+        self.assertIn("dim batch;", src)
+        self.assertIn('param fc1_weight: f32[16, 8] from "fc1.weight";', src)
+        self.assertIn("-> (logits: f32[batch, 5], probs: f32[batch, 5])", src)
+
+    def test_transformer_encoder(self):
+        shapes = [{"batch": 1, "sequence": 1}, {"batch": 2, "sequence": 7}, {"batch": 3, "sequence": 32}]
+        src = self.check(encoder_model(), shapes, rtol=2e-4, atol=2e-5, ints=(0, 2), name="encoder")
+        # The exporter's shape subgraphs became dims: no Shape/Concat values are computed.
+        self.assertIn("reshape(", src)
+        self.assertRegex(src, r"reshape\(\w+, \[batch, sequence, 2, 8\]\)")
+        self.assertRegex(src, r"reshape\(\w+, \[batch, sequence, 16\]\)")
+        self.assertNotIn("arange(", src)
+        self.assertIn("nn.layer_norm(", src)
+
+    def test_cnn(self):
+        src = self.check(cnn_model(), [{"N": 1, "height": 8, "width": 8}, {"N": 2, "height": 11, "width": 6},
+                                       {"N": 3, "height": 16, "width": 13}], rtol=2e-4, atol=2e-5)
+        self.assertIn("dim height;", src)
+        self.assertIn("conv2d(", src)
+
+    def test_if_and_loop(self):
+        src = self.check(control_model(), [{"B": 1}, {"B": 3}, {"B": 6}], seed=3)
+        self.assertRegex(src, r"\n  if \w+ \{")
+        self.assertRegex(src, r"for \w+ in 0\.\.3 \{")
+        self.assertRegex(src, r"while \w+ and \w+ < 50 \{")
+
+    def test_if_both_branches(self):
+        # Inputs whose sums are positive and negative take each branch.
+        model = control_model()
+        dnn, weights = self.import_model(model)
+        for sign in (1.0, -1.0):
+            x = (sign * (np.abs(np.random.default_rng(1).standard_normal((2, 4))) + 0.1)).astype(np.float32)
+            got = self.run_dnn(dnn, weights, {"x": x}, ["y", "g"])
+            want = run_model(model, {"x": x})
+            np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(got[1], want[3], rtol=1e-5, atol=1e-6)
+
+    def test_nonzero_topk(self):
+        src = self.check(detect_model(), [{"anchors": 6}, {"anchors": 20}, {"anchors": 50}], seed=5)
+        self.assertIn("nonzero(", src)
+        self.assertIn("topk(", src)
+        self.assertRegex(src, r"topk\(\w+, min\(3, N\d\)\)")
+
+
+class ErrorTest(ImportTest):
+    def import_fails(self, data, name="bad"):
+        path = os.path.join(self.tmp, name + ".onnx")
+        with open(path, "wb") as f:
+            f.write(data)
+        out = os.path.join(self.tmp, name + ".dnn")
+        p = self.dnnc("import", path, "-o", out)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertNotIn("internal error", p.stderr)
+        self.assertEqual(sorted(os.listdir(self.tmp)), [name + ".onnx"], "a failed import wrote files")
+        return p.stderr.replace(path, "MODEL")
+
+    def test_unsupported_ops_listed_at_once(self):
+        N = helper.make_node
+        then_g = helper.make_graph([N("Det", ["x"], ["d"], name="det_then")], "then", [], [vi("d", F, None)])
+        nodes = [N("Relu", ["x"], ["r"]), N("Det", ["r"], ["d1"], name="det1"), N("Hardmax", ["r"], ["h"], name="hm"),
+                 N("Det", ["h"], ["d2"]), N("ReduceSum", ["r"], ["s"]), N("Greater", ["s", "z"], ["c"]),
+                 N("If", ["c"], ["y"], then_branch=then_g, else_branch=then_g, name="if0"),
+                 N("Foo", ["r"], ["f"], domain="com.example", name="custom")]
+        m = make(nodes, [vi("x", F, ["B", 3, 3])], [("y", F), ("d1", F), ("d2", F), ("f", F)],
+                 [init("z", np.array(0.0, np.float32))])
+        err = self.import_fails(m.SerializeToString())
+        self.assertEqual(err.strip(),
+                         "dnnc: error: MODEL: 3 ONNX op types are not supported by dnnc import (6 nodes); nothing was written:\n"
+                         "  Det: 'det1', node 3, 'det_then' (in the then_branch of If 'if0'), 'det_then' (in the else_branch of If 'if0')\n"
+                         "  Hardmax: 'hm'\n"
+                         "  com.example.Foo: 'custom'")
+
+    def test_malformed_and_truncated_files(self):
+        good = mlp_model().SerializeToString()
+        for data in (b"", b"not an onnx model at all", good[:len(good) // 2], good[:7], bytes(range(256)) * 4):
+            err = self.import_fails(data)
+            self.assertRegex(err, r"^dnnc: error: MODEL: not an ONNX model: ", err)
+
+    def test_unsupported_form_names_the_node(self):
+        m = op_model("Slice", [X3, ("s", np.array([2], np.int64)), ("e", np.array([0], np.int64)),
+                               ("a", np.array([2], np.int64)), ("p", np.array([-1], np.int64))])
+        err = self.import_fails(m.SerializeToString())
+        self.assertEqual(err.strip(), "dnnc: error: MODEL: Slice 'slice0': step -1 on axis 2: only positive steps are supported")
+
+    def test_unsupported_input_dtype(self):
+        m = op_model("Abs", [("x", TensorProto.DOUBLE, ["B"])])
+        err = self.import_fails(m.SerializeToString())
+        self.assertEqual(err.strip(), "dnnc: error: MODEL: graph input 'x' is double, for which dnnc has no dtype")
+
+    def test_names_become_identifiers(self):
+        N = helper.make_node
+        m = make([N("Relu", ["input.1"], ["/layer.0/Relu_output_0"]), N("Neg", ["/layer.0/Relu_output_0"], ["output:0"])],
+                 [vi("input.1", F, ["batch size", 2])], [("output:0", F)])
+        dnn, _ = self.import_model(m)
+        src = read(dnn)
+        self.assertIn("dim batch_size;  # dim_param \"batch size\"", src)
+        self.assertIn("model main(input_1: f32[batch_size, 2]) -> (output_0: f32[batch_size, 2])", src)
+        self.assertIn("let layer_0_Relu_output_0 = relu(input_1);", src)
+        x = np.array([[1.0, -2.0]], np.float32)
+        np.testing.assert_array_equal(self.run_dnn(dnn, None, {"input.1": x}, ["output:0"])[0], -np.maximum(x, 0))
 
 
 def main():
@@ -277,6 +540,7 @@ def main():
     ap.add_argument("--dnnc", required=True)
     a, rest = ap.parse_known_args()
     ImportTest.exe = a.dnnc
+    del globals()['ImportTest']  # a base: no tests of its own
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
 
 
