@@ -499,9 +499,10 @@ class ErrorTest(ImportTest):
         m = make(nodes, [vi("x", F, ["B", 3, 3])], [("y", F), ("d1", F), ("d2", F), ("f", F)],
                  [init("z", np.array(0.0, np.float32))])
         err = self.import_fails(m.SerializeToString())
+        # Subgraphs in the order the file lists the If's attributes (helper.make_node sorts them).
         self.assertEqual(err.strip(),
                          "dnnc: error: MODEL: 3 ONNX op types are not supported by dnnc import (6 nodes); nothing was written:\n"
-                         "  Det: 'det1', node 3, 'det_then' (in the then_branch of If 'if0'), 'det_then' (in the else_branch of If 'if0')\n"
+                         "  Det: 'det1', node 3, 'det_then' (in the else_branch of If 'if0'), 'det_then' (in the then_branch of If 'if0')\n"
                          "  Hardmax: 'hm'\n"
                          "  com.example.Foo: 'custom'")
 
