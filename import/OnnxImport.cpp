@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <functional>
 #include <set>
@@ -74,7 +75,18 @@ std::string sanitize(const std::string &name) {
 }
 
 std::string floatLiteral(double v) {
+  // The shortest text that reads back as the same f32 (ONNX attributes and tensors are
+  // f32: 1e-12 stays 1e-12, not 9.99999996e-13).
+  if (v == std::floor(v) && std::fabs(v) < 1e15)
+    return fmt::format("{:.1f}", v); // -10000.0, not -1e+04
   std::string s = fmt::format("{:.9g}", v);
+  for (int digits = 1; digits < 9; ++digits) {
+    std::string t = fmt::format("{:.{}g}", v, digits);
+    if (static_cast<float>(std::strtod(t.c_str(), nullptr)) == static_cast<float>(v)) {
+      s = t;
+      break;
+    }
+  }
   if (s.find_first_of(".en") == std::string::npos)
     s += ".0";
   return s;
@@ -480,7 +492,7 @@ ImportResult Importer::run() {
   std::set<std::string> initNames;
   for (const Initializer &i : g.initializers)
     initNames.insert(i.name);
-  std::vector<std::string> inputs;
+  std::vector<std::string> inputs, inputNames;
   std::map<std::string, ExprRef> dimParams;
   for (const ValueInfo &vi : g.inputs) {
     if (initNames.count(vi.name))
@@ -514,6 +526,7 @@ ImportResult Importer::run() {
       v.shape.push_back(it->second);
     }
     inputs.push_back(fmt::format("{}: {}", v.ref, typeText(v.dtype, v.shape)));
+    inputNames.push_back(v.ref);
     bind(vi.name, std::move(v));
   }
 
@@ -544,9 +557,12 @@ ImportResult Importer::run() {
   if (model_.opset)
     src << " (ONNX opset " << model_.opset << (model_.producer.empty() ? "" : ", produced by " + model_.producer) << ")";
   src << ".\n";
+  src << "# Run: dnnc run " << (opts_.outputName.empty() ? "FILE.dnn" : opts_.outputName);
   if (!weights_.empty())
-    src << "# Params load by name from " << opts_.weightsName << ": dnnc run FILE --weights " << opts_.weightsName
-        << " --input NAME=X.npy ...\n";
+    src << " --weights " << opts_.weightsName;
+  for (const std::string &i : inputNames)
+    src << " --input " << i << "=" << i << ".npy";
+  src << "\n";
   if (usesNn_)
     src << "import nn;\n";
   src << "\n";

@@ -13,6 +13,7 @@ namespace dnnc::onnx {
 struct ImportOptions {
   std::string modelName = "main";
   std::string sourceName;  // the .onnx file, for the header comment
+  std::string outputName;  // the .dnn file and
   std::string weightsName; // the weights file, for the header comment's run line
 };
 

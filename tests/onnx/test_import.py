@@ -137,9 +137,10 @@ class ImportTest(unittest.TestCase):
         return read(dnn)
 
 
-def op_model(op, inputs, n_out=1, opset=OPSET, **attrs):
+def op_model(op, inputs, n_out=1, opset=OPSET, out_types=(), **attrs):
     """One node of `op`. `inputs`: (name, type, dims) graph inputs, or (name, array)
-    initializers, or None for an omitted optional input."""
+    initializers, or None for an omitted optional input; outputs are float unless
+    `out_types` says otherwise."""
     graph_inputs, inits, names = [], [], []
     for i in inputs:
         if i is None:
@@ -152,7 +153,8 @@ def op_model(op, inputs, n_out=1, opset=OPSET, **attrs):
             names.append(i[0])
     outs = [f"y{k}" for k in range(n_out)]
     node = helper.make_node(op, names, outs, name=f"{op.lower()}0", **attrs)
-    return make([node], graph_inputs, [(o, F) for o in outs], inits, opset)
+    types = list(out_types) + [F] * (n_out - len(out_types))
+    return make([node], graph_inputs, list(zip(outs, types)), inits, opset)
 
 
 BT = [{"B": 2, "T": 3}, {"B": 1, "T": 5}, {"B": 3, "T": 1}]
@@ -175,7 +177,7 @@ OP_CASES = {
     **{f"binary_{op}": (lambda op=op: op_model(op, [X, ("b", F, ["T"])]), BT) for op in ["Add", "Sub", "Mul", "Div"]},
     "binary_Pow_const": (lambda: op_model("Pow", [("x", F, ["B", "T"]), ("e", np.array(2.0, np.float32))]), BT),
     "binary_scalar_const": (lambda: op_model("Mul", [X, ("s", np.array(0.125, np.float32))]), BT),
-    **{f"compare_{op}": (lambda op=op: op_model(op, [X, ("b", F, ["B", "T"])]), BT) for op in
+    **{f"compare_{op}": (lambda op=op: op_model(op, [X, ("b", F, ["B", "T"])], out_types=[BOOL]), BT) for op in
        ["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"]},
     "logic_And_Or_Xor_Not": (lambda: make([helper.make_node("And", ["p", "q"], ["a"]), helper.make_node("Or", ["p", "q"], ["o"]),
                                            helper.make_node("Xor", ["p", "q"], ["x"]), helper.make_node("Not", ["p"], ["n"])],
@@ -263,8 +265,9 @@ OP_CASES = {
     "Pad": (lambda: op_model("Pad", [X3, ("p", np.array([0, 1, 0, 0, 2, 1], np.int64)), ("v", np.array(0.5, np.float32))]), BT),
     "NonZero": (lambda: make([helper.make_node("Greater", ["x", "z"], ["m"]), helper.make_node("NonZero", ["m"], ["y"])],
                              [vi(*X)], [("y", I64)], [init("z", np.array(0.0, np.float32))]), BT),
-    "TopK": (lambda: op_model("TopK", [X3, ("k", np.array([2], np.int64))], n_out=2), BT),
-    "TopK_smallest_axis": (lambda: op_model("TopK", [X3, ("k", np.array([1], np.int64))], n_out=2, axis=1, largest=0), BT),
+    "TopK": (lambda: op_model("TopK", [X3, ("k", np.array([2], np.int64))], n_out=2, out_types=[F, I64]), BT),
+    "TopK_smallest_axis": (lambda: op_model("TopK", [X3, ("k", np.array([1], np.int64))], n_out=2, out_types=[F, I64], axis=1,
+                                                 largest=0), BT),
 }
 
 

@@ -56,6 +56,7 @@ int cmdImport(int argc, char **argv) {
   onnx::ImportOptions opts;
   opts.modelName = modelName;
   opts.sourceName = file;
+  opts.outputName = fs::path(out).filename().string();
   opts.weightsName = fs::path(weightsOut).filename().string();
   onnx::ImportResult result;
   try {
