@@ -38,6 +38,7 @@ struct Val {
   std::shared_ptr<const rt::Tensor> constant; // its value, for initializers and Constant nodes
   std::string onnxName;
   size_t depth = 0; // the block nesting where `ref` was defined
+  const Initializer *source = nullptr; // the initializer it is, if any
 };
 
 const std::set<std::string> &reservedNames() {
@@ -153,6 +154,9 @@ private:
   bool usesNn_ = false;
   int freshDims_ = 0;
   std::set<std::string> asserted_; // dim facts already stated
+  // Params made from initializers, so that a subgraph translated twice (a Loop body whose
+  // dims change) declares each once.
+  std::map<const Initializer *, std::string> paramOf_;
   const Node *node_ = nullptr;
   size_t nodeIndex_ = 0;
 
@@ -296,7 +300,7 @@ private:
 std::string Importer::ref(Val &v) {
   if (!v.ref.empty() && v.depth <= scopes_.size())
     return v.ref;
-  if (v.constant && !v.ints) {
+  if (v.constant) { // an initializer or Constant used as a tensor: a param
     std::string name = fresh(sanitize(v.onnxName));
     std::string key = v.onnxName.empty() ? name : v.onnxName;
     while (weights_.count(key))
@@ -306,6 +310,8 @@ std::string Importer::ref(Val &v) {
                                       : fmt::format("param {}: {} from \"{}\";", name, typeText(v.dtype, v.shape), key));
     v.ref = name;
     v.depth = 0; // params are visible everywhere
+    if (v.source)
+      paramOf_[v.source] = name;
     return name;
   }
   if (v.ints) {
@@ -429,6 +435,9 @@ void Importer::addInitializers(const Graph &g) {
     for (int64_t d : init.value.shape)
       v.shape.push_back(sym::constant(d));
     v.constant = std::make_shared<rt::Tensor>(init.value);
+    v.source = &init;
+    if (auto it = paramOf_.find(&init); it != paramOf_.end())
+      v.ref = it->second; // depth 0: a param
     if (isInteger(v.dtype) && init.value.numel() <= 64) {
       std::vector<ExprRef> ints;
       for (size_t k = 0; k < init.value.numel(); ++k)
@@ -1806,6 +1815,7 @@ void Importer::opLoop(const Node &n) {
   for (const Val &v : init)
     shapes.push_back(v.shape);
   std::vector<std::string> lines;
+  std::set<std::string> namesBefore = used_;
   std::vector<Val> outs = block(body, bodyInputs(shapes), lines);
   // A carried value whose dims change across iterations gets fresh dims inside the body
   // (an annotation names them) and after the loop; the body is translated again with them.
@@ -1822,6 +1832,14 @@ void Importer::opLoop(const Node &n) {
   }
   std::vector<std::string> prologue;
   if (grows) {
+    // The first translation is dropped: its names are free again (the fresh dims stay taken).
+    used_ = namesBefore;
+    for (const auto &[init, name] : paramOf_)
+      used_.insert(name);
+    for (const Shape &sh : inner)
+      for (ExprRef d : sh)
+        if (const sym::Atom *a = d->asVar())
+          used_.insert(a->name);
     std::vector<Val> ins = bodyInputs(inner);
     for (size_t k = 0; k < carried; ++k)
       if (inner[k] != shapes[k]) {

@@ -479,6 +479,33 @@ class ModelTest(ImportTest):
         self.assertIn("topk(", src)
         self.assertRegex(src, r"topk\(\w+, min\(3, N\d\)\)")
 
+    def test_dims_that_only_running_tells(self):
+        """A Loop that grows its carried value, and an If whose branches give different
+        lengths: fresh dims named by annotations; an axis with no dim_param gets a dim."""
+        N = helper.make_node
+        grow = helper.make_graph([N("Identity", ["c_in"], ["c_out"]), N("Concat", ["acc_in", "x"], ["acc_out"], axis=0)],
+                                 "grow", [vi("it", I64, []), vi("c_in", BOOL, []), vi("acc_in", F, None)],
+                                 [vi("c_out", BOOL, []), vi("acc_out", F, None)])
+        then_g = helper.make_graph([N("Concat", ["x", "x"], ["two"], axis=0)], "then", [], [vi("two", F, None)])
+        else_g = helper.make_graph([N("Identity", ["x"], ["one"])], "else", [], [vi("one", F, None)])
+        nodes = [N("Loop", ["n", "", "x"], ["grown"], body=grow),
+                 N("ReduceSum", ["x"], ["s"], keepdims=0), N("Greater", ["s", "z"], ["c"]),
+                 N("If", ["c"], ["picked"], then_branch=then_g, else_branch=else_g)]
+        m = make(nodes, [vi("x", F, [None, 3]), vi("n", I64, [])], [("grown", F), ("picked", F)],
+                 [init("z", np.array(0.0, np.float32))])
+        dnn, weights = self.import_model(m)
+        src = read(dnn)
+        self.assertIn("dim x_d0;  # axis 0 of 'x' (no dim_param)", src)
+        self.assertRegex(src, r"let grown: f32\[N\d, 3\] = ")
+        self.assertRegex(src, r"let picked: f32\[N\d, 3\] = ")
+        rng = np.random.default_rng(2)
+        for rows, trips in ((1, 0), (2, 3), (4, 5)):
+            x = rng.standard_normal((rows, 3)).astype(np.float32)
+            feeds = {"x": x, "n": np.array(trips, np.int64)}
+            got = self.run_dnn(dnn, weights, feeds, ["grown", "picked"])
+            for g, want in zip(got, run_model(m, feeds)):
+                np.testing.assert_allclose(g, want, rtol=1e-6)
+
 
 class ErrorTest(ImportTest):
     def import_fails(self, data, name="bad"):
