@@ -565,6 +565,30 @@ class ErrorTest(ImportTest):
         x = np.array([[1.0, -2.0]], np.float32)
         np.testing.assert_array_equal(self.run_dnn(dnn, None, {"input.1": x}, ["output:0"])[0], -np.maximum(x, 0))
 
+    def test_translation_that_does_not_check(self):
+        # ONNX leaves B == T to run time; dnnc's checker cannot prove it, so the import
+        # stops with the checker's diagnostic and the translation, writing nothing.
+        m = op_model("Add", [("x", F, ["B"]), ("y", F, ["T"])])
+        err = self.import_fails(m.SerializeToString())
+        self.assertIn("dnnc: error: MODEL: the translated model does not type-check; nothing was written:", err)
+        self.assertIn("[unprovable-equality]", err)
+        self.assertIn("let y0 = x + y;", err)
+
+    def test_usage_errors(self):
+        path = os.path.join(self.tmp, "m.onnx")
+        onnx.save(mlp_model(), path)
+        for args, want in ((["import", path], "dnnc: error: no -o OUT.dnn"),
+                           (["import", "-o", "x.dnn"], "dnnc: error: no input file"),
+                           (["import", path, "-o", os.path.join(self.tmp, "m.dnn"), "--model-name", "2x"],
+                            "dnnc: error: --model-name '2x' is not an identifier")):
+            p = self.dnnc(*args)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertEqual(p.stderr.splitlines()[0], want)
+        self.assertEqual(os.listdir(self.tmp), ["m.onnx"])
+        p = self.dnnc("import", os.path.join(self.tmp, "missing.onnx"), "-o", os.path.join(self.tmp, "m.dnn"))
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("missing.onnx", p.stderr)
+
 
 def main():
     ap = argparse.ArgumentParser()
