@@ -238,6 +238,7 @@ private:
       fail(fmt::format("axis {} is out of range for rank {}", a, rank));
     return a < 0 ? a + r : a;
   }
+  std::vector<int64_t> axesOf(const Node &n, size_t rank);
   std::string unaryCall(const std::string &fn, Val &x) { return fmt::format("{}({})", fn, ref(x)); }
 
   // --- graphs ---
@@ -1118,20 +1119,35 @@ void Importer::opTranspose(const Node &n) {
   def(0, fmt::format("transpose({}, {})", ref(x), intsText(perm)), x.dtype, shape);
 }
 
+// The axes of a Squeeze or a reduction (input 1 since opsets 13/18, else the attribute),
+// made non-negative and sorted.
+std::vector<int64_t> Importer::axesOf(const Node &n, size_t rank) {
+  std::vector<int64_t> axes = has(1) ? constInts(1, "axes") : n.intsAttr("axes");
+  for (int64_t &a : axes)
+    a = axisOf(a, rank);
+  std::sort(axes.begin(), axes.end());
+  return axes;
+}
+
+// `shape` without the sorted `axes` (size 1 there with `keep`).
+Shape reduced(const Shape &shape, const std::vector<int64_t> &axes, bool keep) {
+  Shape out;
+  for (size_t k = 0; k < shape.size(); ++k)
+    if (!std::binary_search(axes.begin(), axes.end(), int64_t(k)))
+      out.push_back(shape[k]);
+    else if (keep)
+      out.push_back(sym::constant(1));
+  return out;
+}
+
 void Importer::opSqueeze(const Node &n) {
   Val &x = in(0);
-  std::vector<int64_t> axes = has(1) ? constInts(1, "axes") : n.intsAttr("axes");
-  if (axes.empty())
+  std::vector<int64_t> axes = axesOf(n, x.shape.size());
+  if (axes.empty()) // every axis of size 1
     for (size_t k = 0; k < x.shape.size(); ++k)
       if (isOne(x.shape[k]))
         axes.push_back(int64_t(k));
-  for (int64_t &a : axes)
-    a = axisOf(a, x.shape.size());
-  std::sort(axes.begin(), axes.end());
-  Shape shape;
-  for (size_t k = 0; k < x.shape.size(); ++k)
-    if (!std::count(axes.begin(), axes.end(), int64_t(k)))
-      shape.push_back(x.shape[k]);
+  Shape shape = reduced(x.shape, axes, false);
   if (x.ints) {
     known(0, x.dtype, shape, *x.ints);
     return;
@@ -1437,45 +1453,26 @@ void Importer::opConstantOfShape(const Node &n) {
 
 void Importer::opReduce(const Node &n) {
   Val &x = in(0);
-  std::vector<int64_t> axes = has(1) ? constInts(1, "axes") : n.intsAttr("axes");
+  std::vector<int64_t> axes = axesOf(n, x.shape.size());
   bool keep = n.intAttr("keepdims", 1) != 0;
   if (axes.empty() && n.intAttr("noop_with_empty_axes", 0)) {
     alias(0, x);
     return;
   }
-  if (axes.empty())
+  if (axes.empty()) // every axis
     for (size_t k = 0; k < x.shape.size(); ++k)
       axes.push_back(int64_t(k));
-  for (int64_t &a : axes)
-    a = axisOf(a, x.shape.size());
-  std::sort(axes.begin(), axes.end());
-  Shape shape;
-  for (size_t k = 0; k < x.shape.size(); ++k)
-    if (!std::count(axes.begin(), axes.end(), int64_t(k)))
-      shape.push_back(x.shape[k]);
-    else if (keep)
-      shape.push_back(sym::constant(1));
+  Shape shape = reduced(x.shape, axes, keep);
   std::string r = ref(x);
   std::string args = fmt::format("axis = {}{}", intsText(axes), keep ? ", keepdims = true" : "");
-  std::string expr;
-  if (n.op == "ReduceSum")
-    expr = fmt::format("sum({}, {})", r, args);
-  else if (n.op == "ReduceMean")
-    expr = fmt::format("mean({}, {})", r, args);
-  else if (n.op == "ReduceMax")
-    expr = fmt::format("max({}, {})", r, args);
-  else if (n.op == "ReduceMin")
-    expr = fmt::format("min({}, {})", r, args);
-  else if (n.op == "ReduceProd")
-    expr = fmt::format("prod({}, {})", r, args);
-  else if (n.op == "ReduceL1")
-    expr = fmt::format("sum(abs({}), {})", r, args);
-  else if (n.op == "ReduceL2")
-    expr = fmt::format("sqrt(sum({0} * {0}, {1}))", r, args);
-  else if (n.op == "ReduceSumSquare")
-    expr = fmt::format("sum({0} * {0}, {1})", r, args);
-  else
-    expr = fmt::format("logsumexp({}, {})", r, args);
+  // Each reduction as a format of (x, axis arguments).
+  static const std::map<std::string, const char *> forms = {
+      {"ReduceSum", "sum({0}, {1})"},          {"ReduceMean", "mean({0}, {1})"},
+      {"ReduceMax", "max({0}, {1})"},          {"ReduceMin", "min({0}, {1})"},
+      {"ReduceProd", "prod({0}, {1})"},        {"ReduceL1", "sum(abs({0}), {1})"},
+      {"ReduceL2", "sqrt(sum({0} * {0}, {1}))"}, {"ReduceSumSquare", "sum({0} * {0}, {1})"},
+      {"ReduceLogSumExp", "logsumexp({0}, {1})"}};
+  std::string expr = fmt::format(fmt::runtime(forms.at(n.op)), r, args);
   def(0, expr, x.dtype, shape);
 }
 

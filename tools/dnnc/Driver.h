@@ -40,8 +40,10 @@ struct RunOptions {
   backend::CompileOptions compile; // the target's options are probed, not given
 };
 int runModel(Program &p, const RunOptions &o);
-// dnnc import MODEL.onnx -o MODEL.dnn (tools/dnnc/Import.cpp).
-int cmdImport(int argc, char **argv);
+// dnnc import: translates the ONNX model `file` into `out` and `weightsOut` (default: `out`
+// with .safetensors), writing nothing unless the translation type-checks
+// (tools/dnnc/Import.cpp); returns the exit code.
+int importOnnx(const std::string &file, const std::string &out, std::string weightsOut, const std::string &modelName);
 // --profile's table: each kernel and host op with its calls, time, share of the runs,
 // GF/s (ops with a FLOP count) or GB/s and the share of this CPU's peak, and its source
 // lines; then the executor's own time and the total. `order`: "time" or "order".

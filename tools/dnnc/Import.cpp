@@ -6,43 +6,15 @@
 #include "import/OnnxImport.h"
 #include "tools/dnnc/Driver.h"
 
-#include <boost/program_options.hpp>
 #include <fmt/format.h>
 
+#include <cctype>
 #include <filesystem>
 #include <iostream>
 
-namespace po = boost::program_options;
-
 namespace dnnc::tool {
 
-int cmdImport(int argc, char **argv) {
-  std::string file, out, weightsOut, modelName = "main";
-  po::options_description desc("options");
-  desc.add_options()("help,h", "show this help")("output,o", po::value(&out), "the .dnn file to write")(
-      "weights-out", po::value(&weightsOut), "the .safetensors file for the params (default: OUT with .safetensors)")(
-      "model-name", po::value(&modelName), "the model's name in the .dnn file (default main)");
-  po::options_description all = desc;
-  all.add_options()("file", po::value(&file), "the .onnx model");
-  po::positional_options_description pos;
-  pos.add("file", 1);
-  const char *usage = "usage: dnnc import MODEL.onnx -o MODEL.dnn [--weights-out W.safetensors] [--model-name M]\n";
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
-    po::notify(vm);
-  } catch (const po::error &e) {
-    std::cerr << "dnnc: error: " << e.what() << "\n" << usage << desc;
-    return kUsage;
-  }
-  if (vm.count("help")) {
-    std::cout << usage << desc;
-    return kOk;
-  }
-  if (file.empty() || out.empty()) {
-    std::cerr << "dnnc: error: " << (file.empty() ? "no input file" : "no -o OUT.dnn") << "\n" << usage << desc;
-    return kUsage;
-  }
+int importOnnx(const std::string &file, const std::string &out, std::string weightsOut, const std::string &modelName) {
   bool identifier = !modelName.empty() && !std::isdigit(static_cast<unsigned char>(modelName[0]));
   for (char c : modelName)
     identifier = identifier && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');

@@ -694,6 +694,24 @@ int cmdBuild(int argc, char **argv) {
   return kOk;
 }
 
+int cmdImport(int argc, char **argv) {
+  CommonOptions c;
+  std::string out, weightsOut, modelName = "main";
+  po::options_description desc("options");
+  desc.add_options()("help,h", "show this help")("output,o", po::value(&out), "the .dnn file to write")(
+      "weights-out", po::value(&weightsOut), "the .safetensors file for the params (default: OUT with .safetensors)")(
+      "model-name", po::value(&modelName), "the model's name in the .dnn file (default main)");
+  po::variables_map vm;
+  const char *usage = "usage: dnnc import MODEL.onnx -o MODEL.dnn [--weights-out W.safetensors] [--model-name M]\n";
+  if (int rc = parseOptions(argc, argv, desc, usage, true, c, vm); rc >= 0)
+    return rc;
+  if (out.empty()) {
+    std::cerr << "dnnc: error: no -o OUT.dnn\n" << usage << desc;
+    return kUsage;
+  }
+  return importOnnx(c.file, out, weightsOut, modelName);
+}
+
 int cmdRepl(int argc, char **argv) {
   CommonOptions c;
   PassFlags flags;
