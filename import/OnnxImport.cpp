@@ -121,6 +121,21 @@ ExprRef product(const Shape &s, size_t from, size_t to) {
 }
 bool isOne(ExprRef e) { return e->asConst() == std::optional<int64_t>(1); }
 
+// Whether two dim expressions are equal, where that is known: their difference is a
+// constant, or one is a constant below 1 and the other a product of dims (each >= 1).
+std::optional<bool> knownEqual(ExprRef a, ExprRef b) {
+  if (auto d = sym::sub(a, b)->asConst())
+    return *d == 0;
+  auto positive = [](ExprRef e) {
+    return e->constant() == 0 && e->terms().size() == 1 && e->terms()[0].coef > 0 &&
+           std::all_of(e->terms()[0].factors.begin(), e->terms()[0].factors.end(),
+                       [](const sym::Atom *f) { return f->kind == sym::Atom::Kind::Var; });
+  };
+  if ((a->asConst() && *a->asConst() < 1 && positive(b)) || (b->asConst() && *b->asConst() < 1 && positive(a)))
+    return false;
+  return std::nullopt;
+}
+
 // NumPy broadcasting of two shapes; where both dims are symbolic and differ, the first
 // is kept (the type checker proves or refuses the equality).
 Shape broadcast(const Shape &a, const Shape &b) {
@@ -625,19 +640,29 @@ void Importer::binary(const Node &n) {
       {"Less", "<"}, {"Greater", ">"}, {"LessOrEqual", "<="}, {"GreaterOrEqual", ">="}, {"And", "and"},
       {"Or", "or"}, {"Xor", "!="}};
   Val &a = in(0), &b = in(1);
-  // Arithmetic on shape data folds into dim expressions.
-  if (a.ints && b.ints && isInteger(a.dtype) && (n.op == "Add" || n.op == "Sub" || n.op == "Mul" || n.op == "Div")) {
+  // Arithmetic and equality on shape data fold into dim expressions (and known bools:
+  // the Equal/Where pairs exporters write around Expand's -1).
+  bool arith = n.op == "Add" || n.op == "Sub" || n.op == "Mul" || n.op == "Div";
+  if (a.ints && b.ints && isInteger(a.dtype) && (arith || n.op == "Equal")) {
     Shape shape = broadcast(a.shape, b.shape);
     ExprRef total = product(shape, 0, shape.size());
     if (auto count = total->asConst(); count && (a.ints->size() == 1 || b.ints->size() == 1 || a.ints->size() == b.ints->size())) {
       std::vector<ExprRef> v;
       for (int64_t k = 0; k < *count; ++k) {
         ExprRef x = (*a.ints)[a.ints->size() == 1 ? 0 : k], y = (*b.ints)[b.ints->size() == 1 ? 0 : k];
-        v.push_back(n.op == "Add" ? sym::add(x, y) : n.op == "Sub" ? sym::sub(x, y) : n.op == "Mul" ? sym::mul(x, y)
-                                                                                                : sym::floorDiv(x, y));
+        if (arith) {
+          v.push_back(n.op == "Add" ? sym::add(x, y) : n.op == "Sub" ? sym::sub(x, y) : n.op == "Mul" ? sym::mul(x, y)
+                                                                                                  : sym::floorDiv(x, y));
+        } else if (std::optional<bool> eq = knownEqual(x, y)) {
+          v.push_back(sym::constant(*eq));
+        } else {
+          break;
+        }
       }
-      known(0, a.dtype, shape, v);
-      return;
+      if (int64_t(v.size()) == *count) {
+        known(0, arith ? a.dtype : DType::Bool, shape, v);
+        return;
+      }
     }
   }
   if (n.op == "Mod" && n.intAttr("fmod", 0) != 0)
@@ -755,6 +780,19 @@ void Importer::opCast(const Node &n) {
 
 void Importer::opWhere(const Node &n) {
   Val &c = in(0), &x = in(1), &y = in(2);
+  if (c.ints && x.ints && y.ints && c.shape.size() <= 1 && x.shape.size() <= 1 && y.shape.size() <= 1) {
+    // A choice among shape data by a known condition.
+    size_t count = std::max({c.ints->size(), x.ints->size(), y.ints->size()});
+    auto at = [&](const std::vector<ExprRef> &v, size_t k) { return v[v.size() == 1 ? 0 : k]; };
+    std::vector<ExprRef> v;
+    for (size_t k = 0; k < count; ++k)
+      if (auto cond = at(*c.ints, k)->asConst())
+        v.push_back(*cond ? at(*x.ints, k) : at(*y.ints, k));
+    if (v.size() == count) {
+      known(0, x.dtype, broadcast(c.shape, broadcast(x.shape, y.shape)), v);
+      return;
+    }
+  }
   def(0, fmt::format("where({}, {}, {})", ref(c), operand(x, y), operand(y, x)), x.dtype,
       broadcast(c.shape, broadcast(x.shape, y.shape)));
 }

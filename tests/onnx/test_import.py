@@ -242,6 +242,18 @@ OP_CASES = {
     "Gather_ids": (lambda: op_model("Gather", [("e", w(10, 4)), ("i", I64, ["B", "T"])]), BT),
     "Gather_scalar": (lambda: op_model("Gather", [X3, ("i", np.array(2, np.int64))], axis=2), BT),
     "Expand": (lambda: op_model("Expand", [("x", F, ["B", 1]), ("s", np.array([1, 3], np.int64))]), BT),
+    # torch.onnx's x.expand(B, -1, 4): the -1 replaced through ConstantOfShape/Mul/Equal/Where.
+    "Expand_torch_minus_one": (lambda: make(
+        [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "zero"], ["b0"]),
+         helper.make_node("Unsqueeze", ["b0", "axes0"], ["b"]),
+         helper.make_node("Concat", ["b", "minus1", "four"], ["want"], axis=0),
+         helper.make_node("ConstantOfShape", ["three"], ["ones"], value=numpy_helper.from_array(np.array([1], np.int64))),
+         helper.make_node("Mul", ["ones", "minus1"], ["neg"]), helper.make_node("Equal", ["want", "neg"], ["is_neg"]),
+         helper.make_node("Where", ["is_neg", "ones", "want"], ["shape"]),
+         helper.make_node("Expand", ["x", "shape"], ["y"])],
+        [vi("x", F, ["B", "T", 1])], [("y", F)],
+        [init("zero", np.array(0, np.int64)), init("axes0", np.array([0], np.int64)), init("minus1", np.array([-1], np.int64)),
+         init("four", np.array([4], np.int64)), init("three", np.array([3], np.int64))]), BT),
     "ConstantOfShape_Range": (lambda: make([helper.make_node("Shape", ["x"], ["s"]),
                                             helper.make_node("ConstantOfShape", ["s"], ["z"],
                                                              value=numpy_helper.from_array(np.array([2.5], np.float32))),
