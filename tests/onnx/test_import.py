@@ -461,6 +461,13 @@ class ModelTest(ImportTest):
         self.assertRegex(src, r"reshape\(\w+, \[batch, sequence, 16\]\)")
         self.assertNotIn("arange(", src)
         self.assertIn("nn.layer_norm(", src)
+        # Ordinary source: the shape tools and the memory planner work on it.
+        dnn = os.path.join(self.tmp, "encoder.dnn")
+        p = self.dnnc("shapes", dnn, "--bind", "batch=2,sequence=7")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertRegex(p.stdout, r"pooled\s+output\s+f32\[2, 16\]")
+        p = subprocess.run([self.exe, "repl", dnn], input=":mem\n", capture_output=True, text=True, timeout=600)
+        self.assertRegex(p.stdout, r"^arena: .*batch.*sequence.* bytes", p.stdout + p.stderr)
 
     def test_cnn(self):
         src = self.check(cnn_model(), [{"N": 1, "height": 8, "width": 8}, {"N": 2, "height": 11, "width": 6},
