@@ -953,8 +953,18 @@ std::string Importer::addBias(const std::string &y, Val &b, size_t rank) {
 
 void Importer::opConv(const Node &n) {
   Val &x = in(0), &w = in(1);
-  if (x.shape.size() != 4 || w.shape.size() != 4)
-    fail("only 2-D convolutions (NCHW input, OIHW weights) are supported");
+  // A 1-D convolution is a 2-D one over an image one row high.
+  bool oneD = x.shape.size() == 3 && w.shape.size() == 3;
+  if (!oneD && (x.shape.size() != 4 || w.shape.size() != 4))
+    fail("only 1-D and 2-D convolutions (NCL/NCHW input) are supported");
+  Shape xs = x.shape, ws = w.shape;
+  std::string xin = ref(x), win = ref(w);
+  if (oneD) {
+    xs.insert(xs.begin() + 2, sym::constant(1));
+    ws.insert(ws.begin() + 2, sym::constant(1));
+    xin = fmt::format("unsqueeze({}, 2)", xin);
+    win = fmt::format("unsqueeze({}, 2)", win);
+  }
   std::string autoPad = n.stringAttr("auto_pad", "NOTSET");
   if (autoPad != "NOTSET" && autoPad != "VALID")
     fail(fmt::format("auto_pad {} is not supported (export with explicit pads)", autoPad));
@@ -965,11 +975,17 @@ void Importer::opConv(const Node &n) {
     pads = {0, 0, 0, 0};
   if (dil.empty())
     dil = {1, 1};
+  if (oneD) { // the row axis: no stride, padding or dilation to speak of
+    strides = {strides.at(0), strides.at(0)};
+    pads = pads.size() == 2 ? std::vector<int64_t>{0, pads[0], 0, pads[1]} : std::vector<int64_t>{0, 0, 0, 0};
+    dil = {dil.at(0), dil.at(0)};
+  }
+  if (strides.size() != 2 || pads.size() != 4 || dil.size() != 2)
+    fail("its strides, pads or dilations do not fit its rank");
   if (dil[0] != dil[1])
     fail(fmt::format("dilations {} differ per axis, which conv2d does not express", intsText(dil)));
   int64_t group = n.intAttr("group", 1);
-  std::string xin = ref(x);
-  Shape sx = x.shape;
+  Shape sx = xs;
   int64_t padding = pads[0];
   if (!(pads[0] == pads[1] && pads[1] == pads[2] && pads[2] == pads[3])) {
     // Uneven padding: pad first, then convolve unpadded.
@@ -980,7 +996,7 @@ void Importer::opConv(const Node &n) {
   }
   bool evenStride = strides[0] == strides[1];
   int64_t stride = evenStride ? strides[0] : 1;
-  std::string args = fmt::format("{}, {}", xin, ref(w));
+  std::string args = fmt::format("{}, {}", xin, win);
   if (stride != 1)
     args += fmt::format(", stride = {}", stride);
   if (padding)
@@ -990,10 +1006,10 @@ void Importer::opConv(const Node &n) {
   if (group != 1)
     args += fmt::format(", groups = {}", group);
   std::string expr = fmt::format("conv2d({})", args);
-  Shape shape = {x.shape[0], w.shape[0]};
+  Shape shape = {xs[0], ws[0]};
   for (int ax = 0; ax < 2; ++ax) {
     // (H + 2p - d(K - 1) - 1) / s + 1, as conv2d's type says
-    ExprRef k = w.shape[2 + ax];
+    ExprRef k = ws[2 + ax];
     ExprRef num = sym::sub(sym::sub(sym::add(sx[2 + ax], sym::constant(2 * padding)),
                                     sym::mul(sym::constant(dil[0]), sym::sub(k, sym::constant(1)))),
                            sym::constant(1));
@@ -1006,6 +1022,10 @@ void Importer::opConv(const Node &n) {
   }
   if (has(2))
     expr = addBias(expr, in(2), 4);
+  if (oneD) {
+    expr = fmt::format("squeeze({}, axis = [2])", expr);
+    shape.erase(shape.begin() + 2);
+  }
   def(0, expr, x.dtype, shape);
 }
 

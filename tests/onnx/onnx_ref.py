@@ -42,6 +42,10 @@ def _pool(x, k, s, p, is_max, include_pad):
 
 def _conv(x, w, b, a):
     from numpy.lib.stride_tricks import sliding_window_view
+    if x.ndim == 3:  # 1-D: one row high
+        a = dict(a, strides=[1] + list(a.get("strides", [1])), dilations=[1] + list(a.get("dilations", [1])),
+                 pads=[0, a.get("pads", [0, 0])[0], 0, a.get("pads", [0, 0])[1]])
+        return _conv(x[:, :, None], w[:, :, None], b, a)[:, :, 0]
     strides = a.get("strides", [1, 1])
     pads = a.get("pads", [0, 0, 0, 0])
     dil = a.get("dilations", [1, 1])

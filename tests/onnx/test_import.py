@@ -217,6 +217,8 @@ OP_CASES = {
                           [{"N": 1, "H": 7, "W": 9}, {"N": 2, "H": 5, "W": 5}]),
     "Conv_uneven": (lambda: op_model("Conv", [("x", F, ["N", 2, "H", "W"]), ("w", w(3, 2, 2, 3))], pads=[0, 1, 1, 1],
                                      strides=[1, 2], dilations=[1, 1]), [{"N": 1, "H": 6, "W": 7}]),
+    "Conv1d": (lambda: op_model("Conv", [("x", F, ["N", 2, "L"]), ("w", w(3, 2, 3)), ("b", w(3))], pads=[2, 1], strides=[2],
+                                dilations=[2]), [{"N": 1, "L": 9}, {"N": 2, "L": 6}, {"N": 3, "L": 16}]),
     "BatchNormalization": (lambda: op_model("BatchNormalization", [("x", F, ["N", 3, "H", "W"]), ("s", w(3)), ("b", w(3)),
                                                                    ("m", w(3)), ("v", np.abs(w(3)) + 0.5)], epsilon=1e-3),
                            [{"N": 2, "H": 3, "W": 4}]),
