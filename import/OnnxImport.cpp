@@ -254,6 +254,7 @@ private:
     return a < 0 ? a + r : a;
   }
   std::vector<int64_t> axesOf(const Node &n, size_t rank);
+  void constantScalar(size_t k, DType dt, const Shape &shape, double v);
   std::string unaryCall(const std::string &fn, Val &x) { return fmt::format("{}({})", fn, ref(x)); }
 
   // --- graphs ---
@@ -614,6 +615,28 @@ ImportResult Importer::run() {
 // ------------------------------------------------------------------------------------
 // Elementwise
 
+// The value of `v` when it is one number known at import (a constant, or a constant dim).
+std::optional<double> scalarValue(const Val &v) {
+  if (v.constant && v.constant->numel() == 1)
+    return v.constant->get(0);
+  if (v.ints && v.ints->size() == 1)
+    if (auto c = (*v.ints)[0]->asConst())
+      return double(*c);
+  return std::nullopt;
+}
+
+// Output k as a one-element float constant (folded scalar arithmetic: an attention scale
+// computed as sqrt(cast(shape(x)[3])) is a literal, not code).
+void Importer::constantScalar(size_t k, DType dt, const Shape &shape, double v) {
+  rt::Tensor t = rt::Tensor::zeros(dt, std::vector<int64_t>(shape.size(), 1));
+  t.set(0, v);
+  Val out;
+  out.dtype = dt;
+  out.shape = shape;
+  out.constant = std::make_shared<rt::Tensor>(std::move(t));
+  bind(node_->outputs[k], std::move(out));
+}
+
 void Importer::unary(const Node &n) {
   static const std::map<std::string, std::string> fns = {
       {"Abs", "abs"}, {"Neg", "neg"}, {"Exp", "exp"}, {"Log", "log"}, {"Sqrt", "sqrt"}, {"Tanh", "tanh"},
@@ -625,6 +648,14 @@ void Importer::unary(const Node &n) {
     for (ExprRef e : *x.ints)
       v.push_back(sym::neg(e));
     known(0, x.dtype, x.shape, v);
+    return;
+  }
+  static const std::map<std::string, double (*)(double)> fold = {
+      {"Sqrt", [](double v) { return std::sqrt(v); }}, {"Exp", [](double v) { return std::exp(v); }},
+      {"Log", [](double v) { return std::log(v); }}, {"Reciprocal", [](double v) { return 1.0 / v; }},
+      {"Neg", [](double v) { return -v; }}, {"Abs", [](double v) { return std::fabs(v); }}};
+  if (auto v = scalarValue(x); v && isFloat(x.dtype) && fold.count(n.op)) {
+    constantScalar(0, x.dtype, x.shape, fold.at(n.op)(*v));
     return;
   }
   if (n.op == "Reciprocal") {
@@ -664,6 +695,11 @@ void Importer::binary(const Node &n) {
         return;
       }
     }
+  }
+  if (auto va = scalarValue(a), vb = scalarValue(b); va && vb && isFloat(a.dtype) && arith) {
+    double r = n.op == "Add" ? *va + *vb : n.op == "Sub" ? *va - *vb : n.op == "Mul" ? *va * *vb : *va / *vb;
+    constantScalar(0, a.dtype, broadcast(a.shape, b.shape), r);
+    return;
   }
   if (n.op == "Mod" && n.intAttr("fmod", 0) != 0)
     fail("fmod = 1 (C's remainder) is not supported: dnnc's % is Python's (the sign of the divisor)");
@@ -769,6 +805,10 @@ void Importer::opCast(const Node &n) {
   }
   if (x.ints && isInteger(to)) {
     known(0, to, x.shape, *x.ints);
+    return;
+  }
+  if (auto v = scalarValue(x); v && isFloat(to) && isInteger(x.dtype)) {
+    constantScalar(0, to, x.shape, *v);
     return;
   }
   if (to == x.dtype) {

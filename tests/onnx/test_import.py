@@ -256,6 +256,12 @@ OP_CASES = {
         [vi("x", F, ["B", "T", 1])], [("y", F)],
         [init("zero", np.array(0, np.int64)), init("axes0", np.array([0], np.int64)), init("minus1", np.array([-1], np.int64)),
          init("four", np.array([4], np.int64)), init("three", np.array([3], np.int64))]), BT),
+    # The attention scale as exporters compute it from the head size: folded to a literal.
+    "scale_from_shape": (lambda: make(
+        [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "two"], ["d"]),
+         helper.make_node("Cast", ["d"], ["df"], to=F), helper.make_node("Sqrt", ["df"], ["r"]),
+         helper.make_node("Div", ["one", "r"], ["scale"]), helper.make_node("Mul", ["x", "scale"], ["y"])],
+        [vi(*X3)], [("y", F)], [init("two", np.array(2, np.int64)), init("one", np.array(1.0, np.float32))]), BT),
     "ConstantOfShape_Range": (lambda: make([helper.make_node("Shape", ["x"], ["s"]),
                                             helper.make_node("ConstantOfShape", ["s"], ["z"],
                                                              value=numpy_helper.from_array(np.array([2.5], np.float32))),
@@ -470,6 +476,10 @@ class ModelTest(ImportTest):
         self.assertRegex(p.stdout, r"pooled\s+output\s+f32\[2, 16\]")
         p = subprocess.run([self.exe, "repl", dnn], input=":mem\n", capture_output=True, text=True, timeout=600)
         self.assertRegex(p.stdout, r"^arena: .*batch.*sequence.* bytes", p.stdout + p.stderr)
+
+    def test_folded_scale_is_a_literal(self):
+        src = self.check(OP_CASES["scale_from_shape"][0](), BT[:1])
+        self.assertIn("let y = x * 0.5;", src)
 
     def test_cnn(self):
         src = self.check(cnn_model(), [{"N": 1, "height": 8, "width": 8}, {"N": 2, "height": 11, "width": 6},
