@@ -902,6 +902,8 @@ Shape matmulShape(const Shape &a, const Shape &b) {
 
 void Importer::opMatMul(const Node &n) {
   Val &a = in(0), &b = in(1);
+  if (a.shape.empty() || b.shape.empty())
+    fail("MatMul takes inputs of rank 1 or more");
   def(0, fmt::format("{} @ {}", ref(a), ref(b)), a.dtype, matmulShape(a.shape, b.shape));
 }
 

@@ -579,6 +579,19 @@ class ErrorTest(ImportTest):
         err = self.import_fails(m.SerializeToString())
         self.assertEqual(err.strip(), "dnnc: error: MODEL: Slice 'slice0': step -1 on axis 2: only positive steps are supported")
 
+    def test_invalid_graphs(self):
+        # Graphs the ONNX checker would refuse are errors naming the node, never a crash.
+        cases = {
+            "Transpose 'transpose0': axis 5 is out of range for rank 3": op_model("Transpose", [X3], perm=[5, 0, 1]),
+            "MatMul 'matmul0': MatMul takes inputs of rank 1 or more": op_model("MatMul", [("x", F, []), ("y", F, [])]),
+            "TopK 'topk0': input 1 is missing": op_model("TopK", [X3], n_out=2),
+            "If 'if0': has no then_branch or else_branch graph": op_model("If", [("c", BOOL, [])]),
+            "Loop 'loop0': has no body graph": op_model("Loop", [("m", np.array(3, np.int64)), None, X3]),
+        }
+        for want, m in cases.items():
+            err = self.import_fails(m.SerializeToString())
+            self.assertEqual(err.strip(), "dnnc: error: MODEL: " + want)
+
     def test_unsupported_input_dtype(self):
         m = op_model("Abs", [("x", TensorProto.DOUBLE, ["B"])])
         err = self.import_fails(m.SerializeToString())
