@@ -468,6 +468,8 @@ void Importer::addInitializers(const Graph &g) {
 void Importer::translateNode(const Node &n, size_t index) {
   node_ = &n;
   nodeIndex_ = index;
+  if (n.outputs.empty())
+    fail("has no outputs");
   (this->*handlers().at(n.op))(n);
   for (const std::string &o : n.outputs)
     if (!o.empty() && !find(o))
@@ -1962,7 +1964,7 @@ void Importer::opLoop(const Node &n) {
     const Val &o = outs[1 + carried + s];
     Shape empty = o.shape;
     empty.insert(empty.begin(), sym::constant(0));
-    scanVars.push_back(fresh(sanitize(n.outputs[carried + s]) + "_var"));
+    scanVars.push_back(fresh(sanitize(carried + s < n.outputs.size() ? n.outputs[carried + s] : "scan") + "_var"));
     line(fmt::format("var {} = zeros({}, dtype = {});", scanVars.back(), dimsText(empty), dtypeName(o.dtype)));
   }
   if (isFor) {

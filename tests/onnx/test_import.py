@@ -587,6 +587,8 @@ class ErrorTest(ImportTest):
             "TopK 'topk0': input 1 is missing": op_model("TopK", [X3], n_out=2),
             "If 'if0': has no then_branch or else_branch graph": op_model("If", [("c", BOOL, [])]),
             "Loop 'loop0': has no body graph": op_model("Loop", [("m", np.array(3, np.int64)), None, X3]),
+            "Shape (node 0): has no outputs": make([helper.make_node("Shape", ["x"], []),
+                                                     helper.make_node("Relu", ["x"], ["y"])], [vi(*X3)], [("y", F)]),
         }
         for want, m in cases.items():
             err = self.import_fails(m.SerializeToString())
