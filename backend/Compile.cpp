@@ -48,8 +48,11 @@ Lowered lowerFor(ir::Graph &g, const Target &target, const CompileOptions &optio
   return out;
 }
 
-std::unique_ptr<rt::Executable> compile(ir::Graph &g, const Target &target, const CompileOptions &options) {
+std::unique_ptr<rt::Executable> compile(ir::Graph &g, const Target &target, const CompileOptions &options,
+                                        ir::RecomputeReport *recompute) {
   Lowered lowered = lowerFor(g, target, options);
+  if (recompute && lowered.recompute)
+    *recompute = std::move(*lowered.recompute);
   compiledKernels += lowered.kernels.kernelInfos().size();
   auto exe = std::make_unique<rt::Executable>(g, lowered.kernels.kernelOf(), lowered.kernels.kernelInfos(),
                                               target.makeDevice(lowered.kernels, options.target));

@@ -31,8 +31,10 @@ struct Lowered {
 };
 Lowered lowerFor(ir::Graph &g, const Target &target, const CompileOptions &options);
 
-// Compiled now, on a new device of `target`.
-std::unique_ptr<rt::Executable> compile(ir::Graph &g, const Target &target, const CompileOptions &options);
+// Compiled now, on a new device of `target`; a training step's stash decisions (its
+// versions by shape) to `recompute` when given.
+std::unique_ptr<rt::Executable> compile(ir::Graph &g, const Target &target, const CompileOptions &options,
+                                        ir::RecomputeReport *recompute = nullptr);
 // How many kernels compile() has compiled in this process, all calls together: what
 // `dnnc train --verbose` reads before and after its steps to show that no batch shape
 // compiled anything again.

@@ -19,7 +19,7 @@ The examples' layers are `for` loops: their backward pass is a reverse loop that
 each layer's forward ops from the layer's stashed input, so the stash counted here is the
 step's top level plus one iteration of each backward loop body.
 
-    /usr/bin/python3 bench/recompute.py --dnnc build/dnnc [--threads 2] [--steps 4] [--rounds 2] [--rows transformer-512]
+    /usr/bin/python3 bench/recompute.py --dnnc build/dnnc [--threads 2] [--steps 4] [--rounds 2] [--rows transformer-512] [--memory-only]
 """
 import argparse
 import json
@@ -101,6 +101,7 @@ def main():
     ap.add_argument("--steps", type=int, default=4, help="steps per run (the first is not timed)")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds; each mode's best round counts")
     ap.add_argument("--rows", default=",".join(r[0] for r in ROWS))
+    ap.add_argument("--memory-only", action="store_true", help="the plan's figures only (exact on any machine); no steps run")
     a = ap.parse_args()
     mib = lambda b: b / 2**20  # noqa: E731
     print(f"threads: {a.threads}; Adam; per-step median of steps 2..{a.steps}, best of {a.rounds} interleaved rounds")
@@ -113,6 +114,13 @@ def main():
             with open(path, "w") as f:
                 f.write(with_loss(example))
             mem = {m: memory(a.dnnc, path, m, dims, batch_dim) for m in MODES}
+            shape = ",".join(f"{k}={v}" for k, v in dims.items())
+            stash = "/".join(f"{mib(mem[m][0]):.1f}" for m in MODES)
+            arena = "/".join(f"{mib(mem[m][1]):.1f}" for m in MODES)
+            if a.memory_only:
+                print(f"{row:<17} {shape:<14} {stash:>25} {mem['none'][0] / max(mem['auto'][0], 1):>8.2f}x {arena:>25} "
+                      f"{'-':>8} {'-':>9} {'-':>8} {mem['none'][2]:>9}/{mem['auto'][2]:<10}", flush=True)
+                continue
             data = data_for(example, dims, rng)
             times, losses = {m: [] for m in MODES}, {}
             for _ in range(a.rounds):  # interleaved, so a change in the machine's load hits every mode alike
@@ -121,9 +129,6 @@ def main():
                     times[m].append(ms)
             best = {m: min(times[m]) for m in MODES}
             agree = max(abs(x - y) / abs(y) for m in MODES for x, y in zip(losses[m], losses["none"]))
-            shape = ",".join(f"{k}={v}" for k, v in dims.items())
-            stash = "/".join(f"{mib(mem[m][0]):.1f}" for m in MODES)
-            arena = "/".join(f"{mib(mem[m][1]):.1f}" for m in MODES)
             print(f"{row:<17} {shape:<14} {stash:>25} {mem['none'][0] / max(mem['auto'][0], 1):>8.2f}x {arena:>25} "
                   f"{best['none']:>8.1f} {best['auto'] / best['none']:>9.3f} {best['all'] / best['none']:>8.3f} "
                   f"{mem['none'][2]:>9}/{mem['auto'][2]:<10}  rel diff {agree:.1e}", flush=True)

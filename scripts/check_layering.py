@@ -21,6 +21,11 @@ RULES = [
     ("runtime", "backend", "the runtime needs no compiler"),
     ("runtime", "tools", "the runtime sits below the driver"),
     ("runtime", "ir/transforms", "the runtime needs no compiler"),
+    ("runtime", "api", "the runtime needs no compiler"),
+    ("ir/", "api", "the IR sits below the compiler's library API"),
+    ("backend", "api", "the backend sits below the compiler's library API"),
+    ("frontend", "api", "the frontend sits below the compiler's library API"),
+    ("api", "tools", "the library API sits below the driver"),
     ("runtime", "dnnc_interp", "the reference interpreter is the tests' independent oracle, not the runtime's executor"),
     ("import", "frontend", "the importer writes .dnn text; the driver checks it with the frontend"),
     ("import", "backend", "the importer writes .dnn text and compiles nothing"),
@@ -28,7 +33,7 @@ RULES = [
     ("base", "ir", "base sits below every phase"),
     ("base", "runtime", "base sits below every phase"),
 ]
-PROJECT_FOLDERS = ("base", "ir", "runtime", "backend", "frontend", "import", "tools")
+PROJECT_FOLDERS = ("base", "ir", "runtime", "backend", "frontend", "import", "api", "tools", "python")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 

@@ -8,8 +8,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <map>
+#include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -19,10 +21,14 @@ namespace {
 using Binding = std::map<std::string, int64_t>;
 
 // A nominal machine for the time model: only ratios to the whole step matter, so what
-// counts is its balance (about 2.5 FLOPs per byte moved, a CPU's or a GPU's order).
-constexpr double kFlopsPerNs = 50, kBytesPerNs = 20;
+// counts is its balance (50 FLOPs and 20 bytes per ns, about 2.5 FLOPs per byte moved, a
+// CPU's or a GPU's order). Costs are dim polynomials in hundredths of a nanosecond.
+constexpr int64_t kCostPerFlop = 2, kCostPerByte = 5;
 // auto without a budget takes a recomputation whose chain costs under this share of the step.
 constexpr double kFreeShare = 0.01;
+// By shape: a value holding at least this share of what the rule above leaves stashed,
+// largest first, while all such chains together cost under kWorthShare of the step.
+constexpr double kLargeStash = 0.25, kWorthShare = 0.05;
 
 double eval(sym::ExprRef e, const Binding &b) {
   if (!e)
@@ -38,34 +44,37 @@ sym::ExprRef numel(const TensorType &t) {
   return n;
 }
 
-// One op's time at `b`: its FLOPs (the registry's; else one per element of its largest
-// operand or result) and the bytes it reads and writes.
-double opCost(const Op &op, const Binding &b) {
-  double bytes = 0, elements = 0;
-  for (const auto *list : {&op.operands, &op.results})
-    for (const Value *v : *list) {
-      bytes += eval(v->type.bytes(), b);
-      elements = std::max(elements, eval(numel(v->type), b));
-    }
-  sym::ExprRef flops = flopCount(op);
-  return (flops ? eval(flops, b) : elements) / kFlopsPerNs + bytes / kBytesPerNs;
+sym::ExprRef timeCost(sym::ExprRef flops, sym::ExprRef bytes) {
+  return sym::add(sym::mul(sym::constant(kCostPerFlop), flops), sym::mul(sym::constant(kCostPerByte), bytes));
 }
 
-// The step's time at `b`: every op, a `for` over dims its body times its trips.
-double regionCost(const Region &r, const Binding &b) {
-  double sum = 0;
+// One op's time: its FLOPs (the registry's; else one per element of its largest operand
+// or result) and the bytes it reads and writes.
+sym::ExprRef opCost(const Op &op) {
+  sym::ExprRef bytes = sym::constant(0), elements = sym::constant(0);
+  for (const auto *list : {&op.operands, &op.results})
+    for (const Value *v : *list) {
+      bytes = sym::add(bytes, v->type.bytes());
+      elements = sym::max(elements, numel(v->type));
+    }
+  sym::ExprRef flops = flopCount(op);
+  return timeCost(flops ? flops : elements, bytes);
+}
+
+// The step's time: every op, a `for` over dims its body times its trips.
+sym::ExprRef regionCost(const Region &r) {
+  sym::ExprRef sum = sym::constant(0);
   for (const Op *op : r.ops) {
     if (op->regions.empty()) {
-      sum += opCost(*op, b);
+      sum = sym::add(sum, opCost(*op));
       continue;
     }
-    double body = 0;
+    sym::ExprRef body = sym::constant(0);
     for (const auto &sub : op->regions)
-      body += regionCost(*sub, b);
-    double trips = 1;
+      body = sym::add(body, regionCost(*sub));
     if (op->kind == OpKind::For && op->has("lo") && op->has("hi"))
-      trips = std::max(0.0, eval(op->get<sym::ExprRef>("hi"), b) - eval(op->get<sym::ExprRef>("lo"), b));
-    sum += body * trips;
+      body = sym::mul(body, sym::max(sym::constant(0), sym::sub(op->get<sym::ExprRef>("hi"), op->get<sym::ExprRef>("lo"))));
+    sum = sym::add(sum, body);
   }
   return sum;
 }
@@ -152,8 +161,9 @@ struct Candidate {
   const Value *value;
   Kind kind;                     // the costliest kind of op in its chain
   std::vector<const Op *> chain; // its op and the unstashed forward ops it needs, inputs first
-  double share = 0;
-  double bytes = 0; // at the reference binding
+  sym::ExprRef cost;             // the chain's time
+  double share = 0;              // its share of the step's, the larger of the two ends
+  double bytes = 0;              // at the reference binding
 };
 
 class Recompute {
@@ -174,41 +184,109 @@ public:
     });
     if (spans_.empty())
       return report;
-    stepCost_[0] = regionCost(g_.body, low_), stepCost_[1] = regionCost(g_.body, reference_);
+    report.stepCost = regionCost(g_.body);
+    double stepCost[2] = {eval(report.stepCost, low_), eval(report.stepCost, reference_)};
     std::vector<Candidate> candidates;
     std::unordered_map<const Value *, std::string> blocked;
     for (Span &s : spans_)
       for (const Value *v : s.stashed) {
-        Candidate c{v, Kind::Cheap, {}, 0, eval(v->type.bytes(), reference_)};
+        Candidate c{v, Kind::Cheap, {}, nullptr, 0, eval(v->type.bytes(), reference_)};
         std::unordered_set<const Op *> seen;
         if (std::string why = chainOf(s, v, c, seen); !why.empty()) {
           blocked[v] = why;
           continue;
         }
+        c.cost = chainCost(s, c.chain);
         for (size_t e = 0; e < 2; ++e)
-          c.share = std::max(c.share, stepCost_[e] > 0 ? chainCost(s, c.chain, e ? reference_ : low_) / stepCost_[e] : 0.0);
+          c.share = std::max(c.share, stepCost[e] > 0 ? eval(c.cost, e ? reference_ : low_) / stepCost[e] : 0.0);
         candidates.push_back(std::move(c));
       }
     std::unordered_set<const Value *> chosen = decide(candidates, report);
-    for (Span &s : spans_)
-      rewrite(s, chosen);
     for (const Span &s : spans_)
       for (const Value *v : s.stashed) {
-        StashDecision d{v, chosen.count(v) != 0, 0, 0, ""};
+        StashDecision d{v, chosen.count(v) != 0, 0, 0, "", false, nullptr};
         auto c = std::find_if(candidates.begin(), candidates.end(), [&](const Candidate &x) { return x.value == v; });
         if (c != candidates.end()) {
           d.chainOps = static_cast<int>(c->chain.size());
           d.costShare = c->share;
           d.why = opInfo(v->def->kind).spelling;
+          d.chainCost = c->cost;
+          d.byShape = options_.mode == RecomputeMode::Auto && !options_.budget && !d.recomputed && c->kind != Kind::Gemm;
         } else {
           d.why = blocked[v];
         }
         report.decisions.push_back(d);
       }
+    if (options_.mode == RecomputeMode::Auto && !options_.budget)
+      chooseVersion(report, chosen);
+    for (Span &s : spans_)
+      rewrite(s, chosen);
     return report;
   }
 
 private:
+  // The versions by shape over a grid of bindings (RecomputeReport::decideAt), and the
+  // one options.version names added to `chosen`.
+  void chooseVersion(RecomputeReport &report, std::unordered_set<const Value *> &chosen) const {
+    report.versions.push_back({std::vector<bool>(report.decisions.size(), false), low_}); // the rule above alone
+    for (const Binding &b : bindingGrid()) {
+      std::vector<bool> at = report.decideAt(b);
+      bool known = std::any_of(report.versions.begin(), report.versions.end(), [&](const RecomputeVersion &v) { return v.recomputed == at; });
+      if (!known && report.versions.size() < kMaxRecomputeVersions)
+        report.versions.push_back({at, b});
+    }
+    if (options_.version >= report.versions.size())
+      throw std::invalid_argument(fmt::format("recompute: version {} of {}", options_.version, report.versions.size()));
+    report.version = options_.version;
+    const std::vector<bool> &take = report.versions[report.version].recomputed;
+    for (size_t k = 0; k < take.size(); ++k)
+      if (take[k]) {
+        report.decisions[k].recomputed = true;
+        chosen.insert(report.decisions[k].value);
+      }
+  }
+
+  // Each dim from a 64th of its reference value (at least its low end: smaller shapes
+  // stash too little for the choice to matter, and their constant terms would make
+  // versions of no use), the powers of two above it and its reference value; every
+  // combination when there are at most 256, else one dim at a time with the others at
+  // their reference values.
+  std::vector<Binding> bindingGrid() const {
+    std::map<std::string, std::vector<int64_t>> points;
+    size_t combinations = 1;
+    for (const auto &[name, hi] : reference_) {
+      int64_t lo = std::max(low_.count(name) ? low_.at(name) : std::min<int64_t>(1, hi), hi / 64);
+      std::vector<int64_t> &p = points[name];
+      p.push_back(lo);
+      for (int64_t v = 1; v < hi; v *= 2)
+        if (v > lo)
+          p.push_back(v);
+      if (hi > lo)
+        p.push_back(hi);
+      combinations *= p.size();
+    }
+    std::vector<Binding> grid{Binding{}};
+    if (combinations <= 256) {
+      for (const auto &[name, values] : points) {
+        std::vector<Binding> next;
+        for (const Binding &b : grid)
+          for (int64_t v : values) {
+            next.push_back(b);
+            next.back()[name] = v;
+          }
+        grid = std::move(next);
+      }
+      return grid;
+    }
+    grid.clear();
+    for (const auto &[name, values] : points)
+      for (int64_t v : values) {
+        grid.push_back(reference_);
+        grid.back()[name] = v;
+      }
+    return grid;
+  }
+
   Span makeSpan(Region &r, size_t start) {
     Span s{&r, start, {}, {}, {}};
     s.forward.insert(r.ops.begin(), r.ops.begin() + static_cast<long>(start));
@@ -228,20 +306,20 @@ private:
   // rewrite puts it): its FLOPs, the bytes of its inputs that the backward pass does not
   // read anyway (a stashed input is loaded by its backward readers already), and the
   // result of a matmul or convolution, which no fusion keeps out of memory.
-  double chainCost(const Span &s, const std::vector<const Op *> &chain, const Binding &b) const {
+  sym::ExprRef chainCost(const Span &s, const std::vector<const Op *> &chain) const {
     std::unordered_set<const Op *> in(chain.begin(), chain.end());
     std::unordered_set<const Value *> loaded;
-    double flops = 0, bytes = 0;
+    sym::ExprRef flops = sym::constant(0), bytes = sym::constant(0);
     for (const Op *op : chain) {
       sym::ExprRef f = flopCount(*op);
-      flops += f ? eval(f, b) : eval(numel(op->results[0]->type), b);
+      flops = sym::add(flops, f ? f : numel(op->results[0]->type));
       if (classify(*op, reference_) != Kind::Cheap)
-        bytes += eval(op->results[0]->type.bytes(), b);
+        bytes = sym::add(bytes, op->results[0]->type.bytes());
       for (const Value *v : op->operands)
         if (!(v->def && in.count(v->def)) && !s.stashedSet.count(v) && loaded.insert(v).second)
-          bytes += eval(v->type.bytes(), b);
+          bytes = sym::add(bytes, v->type.bytes());
     }
-    return flops / kFlopsPerNs + bytes / kBytesPerNs;
+    return timeCost(flops, bytes);
   }
 
   // The ops that recompute `v` from values alive in the backward pass; "" or why not.
@@ -343,7 +421,6 @@ private:
   Graph &g_;
   RecomputeOptions options_;
   Binding reference_, low_;
-  double stepCost_[2] = {0, 0};
   std::vector<Span> spans_;
 };
 
@@ -411,11 +488,80 @@ sym::ExprRef RecomputeReport::recomputedBytes() const {
   return sum;
 }
 
+std::vector<bool> RecomputeReport::decideAt(const std::map<std::string, int64_t> &binding) const {
+  std::vector<bool> out(decisions.size(), false);
+  double step = eval(stepCost, binding), stashed = 0, spent = 0;
+  std::vector<std::pair<double, size_t>> largest; // bytes, decision
+  for (size_t k = 0; k < decisions.size(); ++k) {
+    const StashDecision &d = decisions[k];
+    double bytes = eval(d.value->type.bytes(), binding);
+    if (d.byShape || !d.recomputed) // what the binding-independent rule leaves stashed
+      stashed += bytes;
+    if (d.byShape)
+      largest.emplace_back(bytes, k);
+  }
+  // Largest first, while the step's budget for them lasts.
+  std::stable_sort(largest.begin(), largest.end(), [](const auto &a, const auto &b) { return a.first > b.first; });
+  for (auto [bytes, k] : largest) {
+    double cost = eval(decisions[k].chainCost, binding);
+    if (bytes > 0 && bytes >= kLargeStash * stashed && spent + cost < kWorthShare * step) {
+      out[k] = true;
+      spent += cost;
+    }
+  }
+  return out;
+}
+
+size_t RecomputeReport::versionAt(const std::map<std::string, int64_t> &binding, const std::vector<sym::ExprRef> &arenas) const {
+  if (versions.size() < 2)
+    return 0;
+  std::vector<bool> at = decideAt(binding);
+  auto differ = [&](size_t v) {
+    size_t n = 0;
+    for (size_t k = 0; k < at.size(); ++k)
+      n += at[k] != versions[v].recomputed[k];
+    return n;
+  };
+  auto bytes = [&](size_t v) -> std::optional<int64_t> {
+    return v < arenas.size() && arenas[v] ? sym::evaluate(arenas[v], binding) : std::nullopt;
+  };
+  size_t best = 0;
+  for (size_t v = 1; v < versions.size(); ++v) {
+    std::optional<int64_t> a = bytes(v), b = bytes(best);
+    if (a && b && *a != *b ? *a < *b : differ(v) < differ(best))
+      best = v;
+  }
+  return best;
+}
+
 RecomputeReport recompute(Graph &g, const std::vector<const Op *> &backwardStarts, const RecomputeOptions &options) {
   return Recompute(g, options).run(backwardStarts);
 }
 
+std::string printVersions(const RecomputeReport &report) {
+  std::string out = fmt::format("  {} versions by shape (this is version {}; the memory plan picks a binding's):\n", report.versions.size(),
+                                report.version + 1);
+  for (size_t v = 0; v < report.versions.size(); ++v) {
+    std::vector<std::string> at, names;
+    for (const auto &[dim, value] : report.versions[v].firstAt)
+      at.push_back(fmt::format("{}={}", dim, value));
+    for (size_t k = 0; k < report.decisions.size(); ++k)
+      if (report.versions[v].recomputed[k])
+        names.push_back(valueName(report.decisions[k].value));
+    out += names.empty() ? fmt::format("    version {}: only what every shape recomputes\n", v + 1)
+                         : fmt::format("    version {} (from {}): also recomputes {}\n", v + 1, fmt::join(at, ", "), fmt::join(names, ", "));
+  }
+  return out;
+}
+
 std::string print(const RecomputeReport &report, const Graph &g) {
+  // Whether some version recomputes the value and another does not.
+  auto byShape = [&](const StashDecision &d) {
+    size_t k = static_cast<size_t>(&d - report.decisions.data()), n = 0;
+    for (const RecomputeVersion &v : report.versions)
+      n += v.recomputed[k];
+    return n > 0 && n < report.versions.size();
+  };
   size_t n = std::count_if(report.decisions.begin(), report.decisions.end(), [](const StashDecision &d) { return d.recomputed; });
   std::string out = fmt::format("recompute ({}{}): {} stashed values, {} recomputed in the backward pass\n", recomputeModeName(report.mode),
                                 report.budget ? fmt::format(", budget {} bytes{}", *report.budget, report.budgetMet ? "" : ", not met") : "",
@@ -423,9 +569,11 @@ std::string print(const RecomputeReport &report, const Graph &g) {
   for (const StashDecision &d : report.decisions) {
     std::string detail = d.recomputed || d.chainOps ? fmt::format("{}, {} op{}, {:.2f}% of the step", d.why, d.chainOps, d.chainOps == 1 ? "" : "s", 100 * d.costShare)
                                                     : d.why;
-    out += fmt::format("  {:<10} {} {}  {} bytes  ({}; {})\n", d.recomputed ? "recompute" : "stash", valueName(d.value), d.value->type.str(),
-                       d.value->type.bytes()->str(), detail, sourceLine(g, d.value->loc));
+    out += fmt::format("  {:<10} {} {}  {} bytes  ({}{}; {})\n", d.recomputed ? "recompute" : "stash", valueName(d.value), d.value->type.str(),
+                       d.value->type.bytes()->str(), detail, byShape(d) ? ", by shape" : "", sourceLine(g, d.value->loc));
   }
+  if (report.versions.size() > 1)
+    out += printVersions(report);
   out += fmt::format("  stashed: {} bytes; recomputed: {} bytes\n", report.keptBytes()->str(), report.recomputedBytes()->str());
   return out;
 }

@@ -119,6 +119,66 @@ class Recompute(unittest.TestCase):
         self.check("lstm", src, [self.save("xs", self.rng.standard_normal((5, 4, 3)).astype(np.float32)),
                                  self.save("labels", self.rng.integers(0, 3, 5).astype(np.int32))], batch=2)
 
+    def test_versions_by_shape(self):
+        """auto's versions by shape: the example transformer's attention probabilities
+        (B*H*T*T) are recomputed only where they are a large part of the stash and the
+        memory plan says that lowers the peak, so a folder of batches at T = 5 and T = 40
+        runs two versions of the step, both compiled before the first step; the losses and
+        weights are those of --recompute none."""
+        src = example("transformer", dict(D=16, H=2, L=2, V=50), "nn.cross_entropy(prediction, targets)", "targets: i32[B, T]")
+        model = self.path("versions.dnn")
+        with open(model, "w") as f:
+            f.write(src)
+        p = subprocess.run([self.exe, "emit", model, "-I", STDLIB, "--emit=plan", "--train=adam"], capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("2 versions by shape (this is version 1; the memory plan picks a binding's):\n", p.stdout)
+        self.assertRegex(p.stdout, r"version 1: only what every shape recomputes\n    version 2 \(from B=1, T=\d+\): also recomputes p\n")
+        self.assertRegex(p.stdout, r"  stash +p f32\[B, 2, T, T\] .*by shape")
+        data = self.path("steps")
+        for s, t in enumerate((5, 40, 5, 40)):
+            os.makedirs(os.path.join(data, f"{s:06d}"))
+            seq = self.rng.integers(0, 50, (3 - s % 2, t + 1)).astype(np.int32)
+            np.save(os.path.join(data, f"{s:06d}", "tokens.npy"), seq[:, :-1].copy())
+            np.save(os.path.join(data, f"{s:06d}", "targets.npy"), seq[:, 1:].copy())
+        for device in ("cpu", "cuda-sim"):
+            runs = {}
+            for mode in ("none", "auto"):
+                out = self.path(f"versions-{device}-{mode}.safetensors")
+                p = subprocess.run([self.exe, "train", model, "-I", STDLIB, "--data", data, "--steps", "4", "--optimizer", "adam", "--lr", "0.01",
+                                    "--json", "--verbose", "--device", device, "--seed", "3", "--save", out, "--recompute", mode],
+                                   capture_output=True, text=True, timeout=600)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertIn("kernels compiled after the first step: 0\n", p.stderr)
+                runs[mode] = ([json.loads(line)["loss"] for line in p.stdout.splitlines()], read_safetensors(out), p.stderr)
+            with self.subTest(device=device):
+                self.assertIn("steps by recompute version: 2, 2\n", runs["auto"][2])
+                self.assertNotIn("steps by recompute version", runs["none"][2])
+                np.testing.assert_allclose(runs["auto"][0], runs["none"][0], rtol=1e-6)
+                for k, w in runs["none"][1].items():
+                    np.testing.assert_allclose(runs["auto"][1][k], w, rtol=0, atol=1e-5 * float(np.abs(w).max()), err_msg=k)
+
+    def test_repl_versions(self):
+        """`:mem train` sizes the step of the version the bound dims run: at T = 512 the
+        example transformer (D = 256) stashes a third or less of what none stashes."""
+        src = example("transformer", {}, "nn.cross_entropy(prediction, targets)", "targets: i32[B, T]")
+        model = self.path("tr.dnn")
+        with open(model, "w") as f:
+            f.write(src)
+        stashed = {}
+        for mode in ("none", "auto"):
+            for t in (1, 512):
+                p = subprocess.run([self.exe, "repl", model, "-I", STDLIB], input=f":bind B=8,T={t}\n:set recompute {mode}\n:mem train adam\n",
+                                   capture_output=True, text=True, timeout=300)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                stashed[mode, t] = int(re.search(r"stashed activations: (\d+) bytes", p.stdout).group(1))
+                if mode == "auto":
+                    version = re.search(r"version (\d+) of (\d+) by shape", p.stdout)
+                    self.assertIsNotNone(version, p.stdout)
+                    self.assertIn(f"(this is version {version.group(1)}; ", p.stdout)
+                    stashed["version", t] = version.group(1)
+        self.assertNotEqual(stashed["version", 1], stashed["version", 512])
+        self.assertLessEqual(3 * stashed["auto", 512], stashed["none", 512])
+
 
 if __name__ == "__main__":
     run_with_exe(Recompute)

@@ -1,6 +1,8 @@
 // Pieces shared by the dnnc subcommands.
 #pragma once
 
+#include "api/Models.h"
+#include "api/Training.h"
 #include "backend/Compile.h"
 #include "frontend/Sema.h"
 #include "ir/transforms/TrainStep.h"
@@ -14,14 +16,10 @@ namespace dnnc::tool {
 
 enum ExitCode { kOk = 0, kUserError = 1, kUsage = 2, kInternal = 3 };
 
-using Binding = std::map<std::string, int64_t>;
-
-// Parses "B=4,T=16" (commas or spaces); returns an error message or "".
-std::string parseBinding(const std::string &text, Binding &out);
-// Checks that every bound dim exists in the model and lies in its range; "" when fine.
-std::string checkBinding(const ModelInfo &m, const Binding &b);
-// Chooses --model, or the only/"main" model; null with a message when none fits.
-ModelInfo *selectModel(Program &p, const std::string &name, std::string &error);
+using api::Binding;
+using api::checkBinding; // (api/Models.h)
+using api::parseBinding;
+using api::selectModel;
 
 struct RunOptions {
   std::string model, outDir = "out", device = "auto";
@@ -48,19 +46,11 @@ int importOnnx(const std::string &file, const std::string &out, std::string weig
 // GF/s (ops with a FLOP count) or GB/s and the share of this CPU's peak, and its source
 // lines; then the executor's own time and the total. `order`: "time" or "order".
 void printProfile(const ir::Graph &g, rt::Executable &exe, const std::string &order, std::ostream &os);
-struct TrainOptions {
-  std::string model, save, resume, device = "auto";
-  std::vector<std::string> weights; // as dnnc run's; none: each param from its initializer
-  bool strict = false;
-  std::vector<std::pair<std::string, std::string>> data; // NAME=FILE.npy
-  std::string dataDir;                                   // --data DIR: per-step batches DIR/000000/NAME.npy, ...
-  int64_t batch = 32, epochs = 1, steps = 0, logEvery = 1, saveEvery = 0;
-  double lr = 1e-3;
-  ir::Optimizer optimizer;
-  std::string optimizerName = "sgd";
-  uint64_t seed = 0;
+// `dnnc train`'s options: the loop's (api/Training.h) and how the command reports.
+struct TrainOptions : api::TrainConfig {
+  std::string model;
+  int64_t logEvery = 1;
   bool json = false, verbose = false;
-  backend::CompileOptions compile;
 };
 // `dnnc train` (docs/training.md).
 int trainModel(Program &p, const TrainOptions &o);

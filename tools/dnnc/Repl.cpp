@@ -1,4 +1,5 @@
 // `dnnc repl`: shape queries on a loaded model; nothing runs.
+#include "api/Memory.h"
 #include "backend/Compile.h"
 #include "ir/graph/Serialize.h"
 #include "tools/dnnc/Driver.h"
@@ -7,6 +8,8 @@
 #include <editline/readline.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <functional>
 #include <unistd.h>
 
 #include <algorithm>
@@ -234,17 +237,10 @@ private:
 
   // The model's memory plan as `dnnc run` makes it: on a fused copy of the graph (the
   // REPL keeps the model as written), made once per model.
-  struct Planned {
-    std::unique_ptr<ir::Graph> graph;
-    ir::MemoryPlan plan;
-  };
   const ir::MemoryPlan &plan() {
     auto it = plans_.find(model_);
     if (it == plans_.end()) {
-      Planned p;
-      p.graph = ir::cloneGraph(*model_->graph);
-      p.plan = std::move(*backend::lowerFor(*p.graph, *backend::findTarget("cpu"), compile_).plan);
-      it = plans_.emplace(model_, std::move(p)).first;
+      it = plans_.emplace(model_, api::planMemory(*model_->graph, compile_)).first;
     }
     return it->second.plan;
   }
@@ -260,10 +256,12 @@ private:
     sym::ExprRef params, trained, state, inputs, outputs, total;
     ir::RecomputeReport recompute;
   };
-  const TrainMemory *trainMemory(const std::string &optimizer) {
+  // The step of recompute version `version` by shape (ir/transforms/Recompute.h).
+  const TrainMemory *trainMemory(const std::string &optimizer, size_t version = 0) {
     // A budget is checked at the bound dims: the plan is then the binding's.
     compile_.passes.recompute.budgetAt = compile_.passes.recompute.budget ? binding_ : Binding{};
-    auto key = std::make_pair(model_, optimizer + (compile_.passes.recompute.budget ? " at " + bindingText() : ""));
+    auto key = std::make_pair(model_, optimizer + (compile_.passes.recompute.budget ? " at " + bindingText() : "") +
+                                          (version ? fmt::format(" version {}", version) : ""));
     auto it = trainPlans_.find(key);
     if (it != trainPlans_.end())
       return &it->second;
@@ -291,11 +289,12 @@ private:
     t.paramCount = params.size();
     for (size_t k = 0; k < body.args.size(); ++k) // the optimizer's scalars (lr, ...) count as inputs
       (k < t.step.modelInputs + t.step.scalars.size() ? inputs : state).push_back(body.args[k]);
-    t.params = totalBytes(params), t.trained = totalBytes(trained), t.inputs = totalBytes(inputs);
-    t.state = totalBytes(state);
-    t.outputs = totalBytes(body.yields);
+    t.params = api::totalBytes(params), t.trained = api::totalBytes(trained), t.inputs = api::totalBytes(inputs);
+    t.state = api::totalBytes(state);
+    t.outputs = api::totalBytes(body.yields);
     backend::CompileOptions options = compile_;
     options.constantParams = false;
+    options.passes.recompute.version = version;
     backend::Lowered lowered = backend::lowerFor(*t.graph, *backend::findTarget("cpu"), options);
     t.plan = std::move(*lowered.plan);
     if (lowered.recompute)
@@ -306,17 +305,36 @@ private:
     return &trainPlans_.emplace(key, std::move(t)).first->second;
   }
 
+  // The step of the version by shape that `binding` runs (the first while a dim the
+  // decisions read is unbound).
+  const TrainMemory *trainMemoryAt(const std::string &optimizer, const Binding &binding) {
+    const TrainMemory *t = trainMemory(optimizer);
+    if (!t || t->recompute.versions.size() < 2)
+      return t;
+    for (const auto &[dim, value] : t->recompute.versions[0].firstAt)
+      if (!binding.count(dim))
+        return t;
+    std::vector<sym::ExprRef> arenas{t->plan.arena};
+    for (size_t v = 1; v < t->recompute.versions.size(); ++v)
+      if (const TrainMemory *other = trainMemory(optimizer, v))
+        arenas.push_back(other->plan.arena);
+    size_t version = t->recompute.versionAt(binding, arenas);
+    return version ? trainMemory(optimizer, version) : t;
+  }
+
   void memTrain(const std::string &optimizer) {
-    const TrainMemory *t = trainMemory(optimizer.empty() ? "adam" : optimizer);
+    const TrainMemory *t = trainMemoryAt(optimizer.empty() ? "adam" : optimizer, binding_);
     if (!t)
       return;
     // As bytesText, but with nothing bound the formula prints as sym::add built it (see
     // trainMemory on the analyzer).
     auto bytesText = [&](sym::ExprRef e) { return binding_.empty() ? e->str() : this->bytesText(e); };
     std::string states = fmt::format("{}", fmt::join(t->step.stateNames, ", "));
-    out(fmt::format("training step ({}, recompute {}{}): {} bytes", optimizer.empty() ? "adam" : optimizer,
+    const ir::RecomputeReport &r = t->recompute;
+    std::string version = r.versions.size() < 2 ? "" : fmt::format(", version {} of {} by shape", r.version + 1, r.versions.size());
+    out(fmt::format("training step ({}, recompute {}{}{}): {} bytes", optimizer.empty() ? "adam" : optimizer,
                     ir::recomputeModeName(compile_.passes.recompute.mode),
-                    compile_.passes.recompute.budget ? fmt::format(", budget {} bytes", *compile_.passes.recompute.budget) : "",
+                    compile_.passes.recompute.budget ? fmt::format(", budget {} bytes", *compile_.passes.recompute.budget) : "", version,
                     bytesText(t->total)));
     out(fmt::format("  params: {} bytes ({} tensors, {} trained)", bytesText(t->params), t->paramCount, t->step.params.size()));
     out(fmt::format("  optimizer state: {} bytes ({})", bytesText(t->state), states.empty() ? "none" : states));
@@ -333,6 +351,12 @@ private:
                     recomputed));
     if (!t->recompute.budgetMet)
       out(fmt::format("  the budget is not met: nothing more can be recomputed"));
+    if (r.versions.size() > 1)
+    {
+      std::string versions = ir::printVersions(r);
+      versions.pop_back(); // its last newline: out adds one
+      out(versions + (r.version == 0 && !sym::evaluate(t->plan.arena, binding_) ? "\n  (bind every dim for the version a binding runs)" : ""));
+    }
     if (sym::evaluate(t->plan.arena, binding_))
       out(fmt::format("  most live at once: {} bytes (the arena's lower bound)", t->plan.liveLowerBound(binding_)));
   }
@@ -366,45 +390,29 @@ private:
       size_t recomputed = 0;
       for (const ir::StashDecision &d : t->recompute.decisions)
         recomputed += d.recomputed;
-      out(fmt::format("training step (adam, recompute {}: {} of {} stashed values recomputed)", ir::recomputeModeName(t->recompute.mode),
-                      recomputed, t->recompute.decisions.size()));
-      solve(text, t->total, "the training step");
+      out(fmt::format("training step (adam, recompute {}: {} of {} stashed values recomputed{})", ir::recomputeModeName(t->recompute.mode),
+                      recomputed, t->recompute.decisions.size(),
+                      t->recompute.versions.size() > 1 ? fmt::format(" in version 1, {} versions by shape", t->recompute.versions.size()) : ""));
+      // Each candidate value is sized by the version it runs.
+      solve(text, t->total, "the training step", [&](const Binding &b) -> std::optional<int64_t> {
+        const TrainMemory *at = trainMemoryAt("adam", b);
+        return at ? sym::evaluate(at->total, b) : std::nullopt;
+      });
     }
   }
 
   // An expression under the binding: a number when every dim is bound.
-  std::string bytesText(sym::ExprRef e) const {
-    if (auto v = sym::evaluate(e, binding_))
-      return std::to_string(*v);
-    std::map<std::string, sym::ExprRef> bound;
-    for (auto &[name, v] : binding_)
-      bound[name] = sym::constant(v);
-    try {
-      return model_->analyzer.simplify(sym::substitute(e, bound))->str();
-    } catch (const std::overflow_error &) { // every dim is bound and the value needs more than 64 bits
-      return "more than 2^63 - 1";
-    }
-  }
-
-  template <class Values> static sym::ExprRef totalBytes(const Values &values) {
-    sym::ExprRef sum = sym::constant(0);
-    for (const ir::Value *v : values)
-      sum = sym::add(sum, v->type.bytes());
-    return sum;
-  }
+  std::string bytesText(sym::ExprRef e) const { return api::bytesText(e, binding_, model_->analyzer); }
 
   void mem() {
     const ir::MemoryPlan &p = plan();
     const ir::Graph &g = *model_->graph;
-    out(fmt::format("arena: {} bytes", bytesText(p.arena)));
-    if (p.lateArena)
-      out(fmt::format("arena after sync points: {} bytes (sized when its EDO dims are known)", bytesText(p.lateArena)));
-    std::vector<const ir::Value *> params;
-    for (const ir::Op *op : g.body.ops)
-      if (op->kind == ir::OpKind::Param)
-        params.push_back(op->results[0]);
-    out(fmt::format("params: {} bytes ({} tensors); inputs: {} bytes; outputs: {} bytes", bytesText(totalBytes(params)),
-                    params.size(), bytesText(totalBytes(g.body.args)), bytesText(totalBytes(g.body.yields))));
+    api::MemorySummary s = api::summarizeMemory(g, p);
+    out(fmt::format("arena: {} bytes", bytesText(s.arena)));
+    if (s.lateArena)
+      out(fmt::format("arena after sync points: {} bytes (sized when its EDO dims are known)", bytesText(s.lateArena)));
+    out(fmt::format("params: {} bytes ({} tensors); inputs: {} bytes; outputs: {} bytes", bytesText(s.params), s.paramCount,
+                    bytesText(s.inputs), bytesText(s.outputs)));
     if (sym::evaluate(p.arena, binding_)) // the yardsticks, once every dim is bound
       out(fmt::format("naive sum of intermediates: {} bytes; most live at once: {} bytes", p.naiveBytes(binding_),
                       p.liveLowerBound(binding_)));
@@ -500,7 +508,10 @@ private:
   // `bytes` (the arena, or a training step's total) grows with every dim, so a binary
   // search over the dim's range finds the largest value that fits. Bytes beyond 64 bits
   // exceed every limit.
-  void solve(const std::string &text, sym::ExprRef bytes, const std::string &what) {
+  // The largest value of the dim whose `bytes` fit; `bytesAt`, when given, sizes a binding
+  // instead (a training step's versions by shape).
+  void solve(const std::string &text, sym::ExprRef bytes, const std::string &what,
+             const std::function<std::optional<int64_t>(const Binding &)> &bytesAt = nullptr) {
     auto q = parseSolve(text);
     if (!q) {
       error("usage: :solve [train] mem <= SIZE[B|KiB|MiB|GiB|TiB] for DIM, e.g. :solve mem <= 16GiB for B");
@@ -520,47 +531,32 @@ private:
       error(fmt::format("model '{}' has no dim '{}'", model_->name, dim));
       return;
     }
-    for (const std::string &n : sym::freeVars(bytes))
-      if (n != dim && !binding_.count(n)) {
-        error(fmt::format("{} also depends on {}: bind it first (:bind {}=...)", what, n, n));
-        return;
-      }
-    Binding b = binding_;
-    // The arena's bytes at dim = v; nullopt when they do not fit in 64 bits.
-    auto arenaAt = [&](int64_t v) {
-      b[dim] = v;
-      return sym::evaluate(bytes, b);
-    };
-    auto fits = [&](std::optional<int64_t> bytes) { return bytes && static_cast<double>(*bytes) <= limit; };
+    api::SolveResult r;
+    try {
+      r = api::solveLargest(bytes, dim, rangeIt->second, binding_, limit, bytesAt);
+    } catch (const DataError &e) {
+      error(e.what());
+      return;
+    }
     auto needs = [](std::optional<int64_t> bytes) {
       return bytes ? fmt::format("{} bytes", *bytes) : std::string("more than 2^63 - 1 bytes");
     };
-    int64_t lo = std::max<int64_t>(rangeIt->second.first, 1), hi = std::min<int64_t>(rangeIt->second.second, int64_t{1} << 40);
-    if (lo > hi) {
-      error(fmt::format("the range of {} holds no value to solve for", dim));
-      return;
-    }
-    if (auto at = arenaAt(lo); !fits(at)) {
-      out(fmt::format("no value of {} fits: {} = {} already needs {}", dim, dim, lo, needs(at)));
-      return;
-    }
-    if (auto at = arenaAt(hi); fits(at)) {
-      out(fmt::format("any value of {} fits: {} = {} needs {}", dim, dim, hi, needs(at)));
-      return;
-    }
-    while (hi - lo > 1) { // arena(lo) fits, arena(hi) does not
-      int64_t mid = lo + (hi - lo) / 2;
-      (fits(arenaAt(mid)) ? lo : hi) = mid;
-    }
-    if (!arenaAt(hi)) // the budget was not what stopped the search
-      out(fmt::format("{} = {} (at {} = {} {} needs more than 2^63 - 1 bytes, which dnnc does not size)", dim, lo, dim, hi, what));
+    if (r.kind == api::SolveResult::Unbound)
+      error(fmt::format("{} also depends on {}: bind it first (:bind {}=...)", what, r.unbound, r.unbound));
+    else if (r.kind == api::SolveResult::None)
+      out(fmt::format("no value of {} fits: {} = {} already needs {}", dim, dim, r.value, needs(r.bytes)));
+    else if (r.kind == api::SolveResult::Any)
+      out(fmt::format("any value of {} fits: {} = {} needs {}", dim, dim, r.value, needs(r.bytes)));
+    else if (r.stoppedByOverflow) // the budget was not what stopped the search
+      out(fmt::format("{} = {} (at {} = {} {} needs more than 2^63 - 1 bytes, which dnnc does not size)", dim, r.value, dim,
+                      r.value + 1, what));
     else
-      out(fmt::format("{} = {}", dim, lo));
+      out(fmt::format("{} = {}", dim, r.value));
   }
 
   std::vector<std::string> includes_;
   backend::CompileOptions compile_; // how :mem's plan is made
-  std::map<const ModelInfo *, Planned> plans_;
+  std::map<const ModelInfo *, api::PlannedMemory> plans_;
   std::map<std::pair<const ModelInfo *, std::string>, TrainMemory> trainPlans_;
   bool interactive_;
   std::unique_ptr<Program> program_;

@@ -187,18 +187,7 @@ int runModel(Program &p, const RunOptions &o) {
   // one works.
   std::unique_ptr<rt::Executable> compiled; // none: the reference interpreter
   try {
-    backend::CompileOptions options = o.compile;
-    const backend::Target *target = backend::findTarget(o.device == "auto" ? "cuda" : o.device);
-    if (target) {
-      if (std::string why = target->probe(options.target); !why.empty()) {
-        if (o.device != "auto")
-          throw DataError(fmt::format("--device {}: {}", o.device, why));
-        target = backend::findTarget("cpu");
-      }
-      compiled = backend::compile(g, *target, options);
-    } else {
-      ir::optimize(g, options.passes); // the interpreter runs the optimized graph too
-    }
+    compiled = api::compileForDevice(g, o.device, o.compile);
   } catch (const DataError &e) {
     std::cerr << "dnnc: error: " << e.what() << "\n";
     return kUserError;

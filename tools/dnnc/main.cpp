@@ -556,8 +556,8 @@ int cmdRun(int argc, char **argv) {
   }
   if (!readNamedFiles(inputs, "--input", o.inputs))
     return kUsage;
-  if (o.device != "auto" && o.device != "ref" && !backend::findTarget(o.device)) {
-    std::cerr << "dnnc: error: unknown device '" << o.device << "' (devices: auto, cpu, cuda, ref, cuda-sim)\n";
+  if (std::string err = api::checkDeviceName(o.device); !err.empty()) {
+    std::cerr << "dnnc: error: " << err << "\n";
     return kUsage;
   }
   if (o.threads > 0)
@@ -628,8 +628,8 @@ int cmdTrain(int argc, char **argv) {
     err = "--lr takes a positive number, --weight-decay a non-negative one";
   else if (data.empty())
     err = "no --data: give NAME=FILE.npy for each input of the model";
-  else if (o.device != "auto" && o.device != "ref" && !backend::findTarget(o.device))
-    err = fmt::format("unknown device '{}' (devices: auto, cpu, cuda, ref, cuda-sim)", o.device);
+  else if (!api::checkDeviceName(o.device).empty())
+    err = api::checkDeviceName(o.device);
   if (!err.empty()) {
     std::cerr << "dnnc: error: " << err << "\n";
     return kUsage;
