@@ -27,10 +27,13 @@ RULES = [
     ("frontend", "api", "the frontend sits below the compiler's library API"),
     ("api", "tools", "the library API sits below the driver"),
     ("runtime", "dnnc_interp", "the reference interpreter is the tests' independent oracle, not the runtime's executor"),
+    ("import", "frontend", "the importer writes .dnn text; the driver checks it with the frontend"),
+    ("import", "backend", "the importer writes .dnn text and compiles nothing"),
+    ("import", "tools", "the importer sits below the driver"),
     ("base", "ir", "base sits below every phase"),
     ("base", "runtime", "base sits below every phase"),
 ]
-PROJECT_FOLDERS = ("base", "ir", "runtime", "backend", "frontend", "api", "tools", "python")
+PROJECT_FOLDERS = ("base", "ir", "runtime", "backend", "frontend", "import", "api", "tools", "python")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 

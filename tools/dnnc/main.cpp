@@ -1,4 +1,4 @@
-// dnnc: the command-line driver (check, shapes, emit, opt, run, build, repl).
+// dnnc: the command-line driver (check, shapes, emit, opt, run, build, train, import, repl).
 #include "backend/Compile.h"
 #include "frontend/Ast.h"
 #include "frontend/Parser.h"
@@ -46,6 +46,8 @@ commands:
                                   train a model's params (its first output is the loss)
   profile FILE [--bind B=8] [--train] [--recompute none|auto|all] [--svg OUT.svg] [--json]
                                   where the memory of one call or training step goes, planned and measured
+  import MODEL.onnx -o MODEL.dnn [--weights-out W.safetensors] [--model-name M]
+                                  translate an ONNX model into .dnn source and its weights
   repl [FILE]                     the shape-query REPL
   builtins [--markdown]           the builtin functions from the op registry (--markdown: docs/builtins.md)
 
@@ -751,6 +753,24 @@ int cmdBuild(int argc, char **argv) {
   return kOk;
 }
 
+int cmdImport(int argc, char **argv) {
+  CommonOptions c;
+  std::string out, weightsOut, modelName = "main";
+  po::options_description desc("options");
+  desc.add_options()("help,h", "show this help")("output,o", po::value(&out), "the .dnn file to write")(
+      "weights-out", po::value(&weightsOut), "the .safetensors file for the params (default: OUT with .safetensors)")(
+      "model-name", po::value(&modelName), "the model's name in the .dnn file (default main)");
+  po::variables_map vm;
+  const char *usage = "usage: dnnc import MODEL.onnx -o MODEL.dnn [--weights-out W.safetensors] [--model-name M]\n";
+  if (int rc = parseOptions(argc, argv, desc, usage, true, c, vm); rc >= 0)
+    return rc;
+  if (out.empty()) {
+    std::cerr << "dnnc: error: no -o OUT.dnn\n" << usage << desc;
+    return kUsage;
+  }
+  return importOnnx(c.file, out, weightsOut, modelName);
+}
+
 int cmdRepl(int argc, char **argv) {
   CommonOptions c;
   PassFlags flags;
@@ -808,6 +828,8 @@ int main(int argc, char **argv) {
       }
       return printBuiltins(markdown, std::cout);
     }
+    if (cmd == "import")
+      return cmdImport(argc - 1, argv + 1);
     std::cerr << "dnnc: error: unknown command '" << cmd << "'\n" << kUsageText;
     return kUsage;
   } catch (const std::exception &e) {
