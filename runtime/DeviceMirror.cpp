@@ -39,12 +39,18 @@ void DeviceMirror::launchDone() {
 }
 
 void DeviceMirror::beginRun(const std::vector<const Tensor *> &params, std::vector<Range> arenas) {
-  for (auto &[host, m] : mirrors_)
-    recycle(m);
-  mirrors_.clear();
   params_.clear();
   for (const Tensor *t : params)
     params_.emplace_back(t->data(), t->byteSize());
+  for (auto it = mirrors_.begin(); it != mirrors_.end();) {
+    if (inside(resident_, it->first, it->second.bytes)) { // the newest copy: kept
+      it->second.param = inside(params_, it->first, it->second.bytes);
+      ++it;
+      continue;
+    }
+    recycle(it->second);
+    it = mirrors_.erase(it);
+  }
   arenas_ = std::move(arenas);
   launchDone();
 }
@@ -145,7 +151,7 @@ void DeviceMirror::hostReads(const std::vector<const Tensor *> &tensors, bool ho
   if (!hostMayAllocate)
     return;
   for (auto it = mirrors_.begin(); it != mirrors_.end();) {
-    if (it->second.param || inside(arenas_, it->first, it->second.bytes)) {
+    if (it->second.param || inside(arenas_, it->first, it->second.bytes) || inside(resident_, it->first, it->second.bytes)) {
       ++it;
       continue;
     }
@@ -153,6 +159,20 @@ void DeviceMirror::hostReads(const std::vector<const Tensor *> &tensors, bool ho
     recycle(it->second);
     it = mirrors_.erase(it);
   }
+}
+
+void DeviceMirror::setResident(std::vector<Range> ranges) {
+  for (auto it = mirrors_.begin(); it != mirrors_.end();) {
+    if (!inside(resident_, it->first, it->second.bytes) || inside(ranges, it->first, it->second.bytes)) {
+      ++it;
+      continue;
+    }
+    download(it->first, it->second);
+    recycle(it->second);
+    it = mirrors_.erase(it);
+  }
+  resident_ = std::move(ranges);
+  launchDone();
 }
 
 void DeviceMirror::setArenas(std::vector<Range> arenas) {

@@ -4,7 +4,9 @@
 //
 // Contract (the runtime's part): only kernels write the arenas (the memory plan's), each
 // result in full; the host reads tensor data only after hostReads() for those tensors;
-// params do not change during a run, and the arenas move only through setArenas().
+// params do not change during a run except by a kernel's in-place update (an output over
+// a param's memory), and the arenas move only through setArenas(). Resident memory
+// (setResident) is not changed by the host while it is resident.
 // Mirrors are keyed by host address. A result written where older mirrors overlap
 // replaces them (the memory plan never overlaps live values). Results in the arenas stay
 // on the device across host phases (the host never frees or writes arena memory); when
@@ -40,6 +42,10 @@ public:
   // A run starts: every mirror is forgotten (params may have changed since the last
   // run); those of `params` (and of views inside them) are kept until the next beginRun.
   void beginRun(const std::vector<const Tensor *> &params, std::vector<Range> arenas);
+  // Host memory whose device copy stays the newest across runs (Device::setResident): its
+  // mirrors survive beginRun and host phases, and come back only through hostReads.
+  // Mirrors of memory that leaves the set are copied back where newer, and forgotten.
+  void setResident(std::vector<Range> ranges);
   // The host reads `tensors` next: results the device holds newer are copied back. With
   // hostMayAllocate (host ops, control flow), mirrors outside the arenas and params are
   // then forgotten (copied back first where the device's are newer).
@@ -77,7 +83,7 @@ private:
 
   Memory &memory_;
   std::map<const uint8_t *, Mirror> mirrors_;
-  std::vector<Range> params_, arenas_;
+  std::vector<Range> params_, arenas_, resident_;
   std::multimap<size_t, uint64_t> pool_; // free device buffers by capacity
   std::vector<std::pair<size_t, uint64_t>> retired_; // forgotten during the current launch
   size_t uploads_ = 0, downloads_ = 0;

@@ -56,6 +56,9 @@ struct TrainOptions {
   std::string optimizerName = "sgd";
   uint64_t seed = 0;
   bool json = false, verbose = false;
+  // Updated params and optimizer state written over the old ones in place (false: as the
+  // step's outputs, copied back: --no-in-place, to compare against).
+  bool inPlace = true;
   backend::CompileOptions compile;
 };
 // `dnnc train` (docs/training.md).

@@ -295,7 +295,9 @@ int trainModel(Program &p, const TrainOptions &o) {
   ir::Graph &g = *m->graph;
   bool progress = !o.json && isatty(STDERR_FILENO);
   try {
-    ir::TrainStep step = ir::makeTrainStep(g, o.optimizer);
+    // On the reference interpreter, which returns fresh outputs, in place means nothing.
+    bool inPlace = o.inPlace && o.device != "ref";
+    ir::TrainStep step = ir::makeTrainStep(g, o.optimizer, inPlace);
     Batches data = o.dataDir.empty() ? sliceFiles(g, step, o) : readFolder(g, step, o.dataDir);
     int64_t steps = o.steps > 0 ? o.steps : o.epochs * data.perEpoch;
     // Every batch shape is checked before anything compiles or trains.
@@ -345,7 +347,26 @@ int trainModel(Program &p, const TrainOptions &o) {
     if (!o.save.empty())
       std::signal(SIGINT, onInterrupt);
     const ir::Optimizer &opt = o.optimizer;
-    size_t compiledAfterFirst = 0;
+    size_t compiledAfterFirst = 0, allocationsAfterFirst = 0;
+    // In place (compiled->updates(): those the compiled order made safe): the updated
+    // params and state go over the old ones, the loss and metrics into `out`, all kept
+    // from step to step; on a GPU the params and state stay on it until synced for a
+    // checkpoint. Updates the order could not make safe come out in `out` as others do.
+    std::vector<bool> updatedInPlace(g.body.yields.size(), false);
+    if (compiled && inPlace)
+      for (const ir::Graph::Update &u : compiled->updates())
+        updatedInPlace[u.output] = true;
+    auto syncToHost = [&] {
+      if (!compiled || !inPlace)
+        return;
+      std::vector<const Tensor *> all;
+      for (const auto &[name, t] : params)
+        all.push_back(&t);
+      for (const Tensor &st : states)
+        all.push_back(&st);
+      compiled->syncToHost(all);
+    };
+    std::vector<Tensor> out;
     for (int64_t s = first; s < steps; ++s) {
       auto start = std::chrono::steady_clock::now();
       std::vector<Tensor> inputs = data.batch(s);
@@ -363,21 +384,37 @@ int trainModel(Program &p, const TrainOptions &o) {
         key.setInt(0, o.seed), key.setInt(1, s + 1);
         inputs.push_back(std::move(key));
       }
-      for (Tensor &st : states) // the step's outputs replace them below
+      size_t firstState = inputs.size();
+      for (Tensor &st : states) // moved, not copied: their memory stays where it is
         inputs.push_back(std::move(st));
-      std::vector<Tensor> out = compiled ? compiled->run(inputs, params, {}) : oracle->run(inputs, params, {});
+      if (!compiled)
+        out = oracle->run(inputs, params, {});
+      else if (inPlace)
+        compiled->runInPlace(inputs, params, out, {});
+      else
+        out = compiled->run(inputs, params, {});
       double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       if (s == first)
         compiledAfterFirst = backend::kernelsCompiled();
+      else if (compiled)
+        allocationsAfterFirst += compiled->outputAllocations();
       double loss = out[0].get(0);
       if (!std::isfinite(loss))
         throw DataError(fmt::format("the loss is {} at step {}: {}", std::isnan(loss) ? "nan" : fmt::format("{}", loss), s + 1,
                                     whyNotFinite(g, data, s)));
+      for (size_t k = 0; k < states.size(); ++k)
+        states[k] = std::move(inputs[firstState + k]);
       size_t at = 1 + step.metrics;
-      for (const std::string &name : step.params)
-        params[name] = std::move(out[at++]);
-      for (Tensor &st : states)
-        st = std::move(out[at++]);
+      for (const std::string &name : step.params) {
+        if (!updatedInPlace[at])
+          params[name] = std::move(out[at]);
+        ++at;
+      }
+      for (Tensor &st : states) {
+        if (!updatedInPlace[at])
+          st = std::move(out[at]);
+        ++at;
+      }
       if ((s + 1) % o.logEvery == 0 || s + 1 == steps) {
         std::vector<std::pair<std::string, double>> metrics;
         for (size_t k = 0; k < step.metrics; ++k)
@@ -401,13 +438,24 @@ int trainModel(Program &p, const TrainOptions &o) {
       }
       if (progress)
         drawProgress(s + 1, steps, loss);
-      if (!o.save.empty() && ((o.saveEvery > 0 && (s + 1) % o.saveEvery == 0) || s + 1 == steps))
+      if (!o.save.empty() && ((o.saveEvery > 0 && (s + 1) % o.saveEvery == 0) || s + 1 == steps)) {
+        syncToHost();
         writeCheckpoint(o.save, params, step, states, o.optimizerName, s + 1);
+      }
     }
+    syncToHost();
     if (progress)
       std::cerr << "\r\x1b[K" << std::flush;
-    if (o.verbose)
+    if (o.verbose) {
       std::cerr << fmt::format("kernels compiled after the first step: {}\n", backend::kernelsCompiled() - compiledAfterFirst);
+      if (compiled) {
+        size_t updates = compiled->updates().size(), outputs = step.params.size() * (1 + step.statesPerParam);
+        std::cerr << fmt::format("updated in place: {} of {} params and state tensors; output allocations after the first step: {}\n",
+                                 updates, outputs, allocationsAfterFirst);
+        if (std::string copies = compiled->device().copies(); !copies.empty())
+          std::cerr << fmt::format("host-device copies: {}\n", copies);
+      }
+    }
     if (!o.save.empty() && !o.json)
       std::cout << fmt::format("saved {} params to {} (optimizer state and step for --resume: {}.state)\n", params.size(), o.save,
                                o.save);
