@@ -25,7 +25,8 @@ namespace dnnc::rt {
 
 class DeviceMirror {
 public:
-  // Device memory: addresses are opaque 64-bit values.
+  // Device memory: addresses are 64-bit values, and an address plus an offset inside its
+  // allocation addresses those bytes (as device pointers do).
   struct Memory {
     virtual ~Memory() = default;
     virtual uint64_t allocate(size_t bytes) = 0;
@@ -63,7 +64,11 @@ public:
   void launchDone();
   size_t uploads() const { return uploads_; }     // for tests and stats
   size_t downloads() const { return downloads_; }
-  std::string copies() const; // "N uploads, M downloads" (Device::copies)
+  // Those of them of resident memory (setResident): the params and state a training step
+  // updates, uploaded once and downloaded when the caller reads them.
+  size_t residentUploads() const { return residentUploads_; }
+  size_t residentDownloads() const { return residentDownloads_; }
+  std::string copies() const; // "N uploads, M downloads ..." (Device::copies)
 
 private:
   struct Mirror {
@@ -74,8 +79,8 @@ private:
   uint64_t acquire(size_t bytes, size_t &capacity);
   void recycle(const Mirror &m);
   // Mirrors overlapping [begin, begin + bytes) that a new one there replaces: all but
-  // params' (which never change), except one at `begin` itself.
-  void forgetOverlapping(const uint8_t *begin, size_t bytes);
+  // params' (which change only when `written` over), except one at `begin` itself.
+  void forgetOverlapping(const uint8_t *begin, size_t bytes, bool written);
   void download(const uint8_t *host, Mirror &m);
   void downloadOverlapping(const uint8_t *begin, size_t bytes);
   bool inside(const std::vector<Range> &ranges, const uint8_t *begin, size_t bytes) const;
@@ -86,7 +91,7 @@ private:
   std::vector<Range> params_, arenas_, resident_;
   std::multimap<size_t, uint64_t> pool_; // free device buffers by capacity
   std::vector<std::pair<size_t, uint64_t>> retired_; // forgotten during the current launch
-  size_t uploads_ = 0, downloads_ = 0;
+  size_t uploads_ = 0, downloads_ = 0, residentUploads_ = 0, residentDownloads_ = 0;
   uint64_t empty_ = 0;
 };
 
