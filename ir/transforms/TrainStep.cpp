@@ -34,7 +34,7 @@ std::string unknownOptimizer(const std::string &name) {
   return fmt::format("unknown optimizer '{}' (optimizers: {})", name, fmt::join(optimizerNames(), ", "));
 }
 
-TrainStep makeTrainStep(Graph &g, const Optimizer &opt, bool inPlace) {
+TrainStep makeTrainStep(Graph &g, const Optimizer &opt) {
   Region &body = g.body;
   if (body.yields.empty() || body.yields[0]->type.rank() != 0 || !isFloat(body.yields[0]->type.dtype))
     throw DataError(fmt::format("model '{}' cannot be trained: its first output is the loss and must be a float scalar, not {}",
@@ -135,13 +135,11 @@ TrainStep makeTrainStep(Graph &g, const Optimizer &opt, bool inPlace) {
   body.ops.insert(body.ops.end(), b.built.begin(), b.built.end());
   body.yields.insert(body.yields.end(), newParams.begin(), newParams.end());
   body.yields.insert(body.yields.end(), newStates.begin(), newStates.end());
-  if (inPlace) {
-    size_t at = 1 + step.metrics;
-    for (const std::string &name : step.params)
-      g.updates.push_back({at++, name, 0});
-    for (size_t input : stateInputs)
-      g.updates.push_back({at++, "", input});
-  }
+  size_t at = 1 + step.metrics;
+  for (const std::string &name : step.params)
+    g.updates.push_back({at++, name, 0});
+  for (size_t input : stateInputs)
+    g.updates.push_back({at++, "", input});
   return step;
 }
 

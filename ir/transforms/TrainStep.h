@@ -7,11 +7,10 @@
 // The step's inputs are the model's, then the optimizer's scalars (`inputs` names them),
 // then `rng` where the model has a dropout, then its state tensors, param by param; its outputs are the loss, the metrics, the
 // updated params (in `params` order) and the updated states (same order as the inputs).
-// The params stay params: the caller passes the current values with each step. With
-// `inPlace`, the graph declares each updated param and state an update of its param or
-// state input (Graph::updates), so that the runtime writes it over the old value in
-// place; without, they are ordinary outputs (the copy-out path `dnnc train --no-in-place`
-// keeps, to compare against).
+// The params stay params: the caller passes the current values with each step. The graph
+// declares each updated param and state the update of its param or state input
+// (Graph::updates), so that Executable::runInPlace writes it over the old value in place
+// (Executable::run still returns it as an output: `dnnc train --no-in-place`).
 #pragma once
 
 #include "ir/graph/Graph.h"
@@ -45,6 +44,6 @@ struct TrainStep {
 
 // Rewrites `g` into its training step; DataError when the first output is not a float
 // scalar or the model has no float param.
-TrainStep makeTrainStep(Graph &g, const Optimizer &opt, bool inPlace = true);
+TrainStep makeTrainStep(Graph &g, const Optimizer &opt);
 
 } // namespace dnnc::ir

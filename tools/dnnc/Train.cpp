@@ -296,8 +296,10 @@ int trainModel(Program &p, const TrainOptions &o) {
   bool progress = !o.json && isatty(STDERR_FILENO);
   try {
     // On the reference interpreter, which returns fresh outputs, in place means nothing.
+    // --no-in-place compiles the same step (the same kernels and order) and only runs it
+    // with Executable::run, which returns the updates as new tensors.
     bool inPlace = o.inPlace && o.device != "ref";
-    ir::TrainStep step = ir::makeTrainStep(g, o.optimizer, inPlace);
+    ir::TrainStep step = ir::makeTrainStep(g, o.optimizer);
     Batches data = o.dataDir.empty() ? sliceFiles(g, step, o) : readFolder(g, step, o.dataDir);
     int64_t steps = o.steps > 0 ? o.steps : o.epochs * data.perEpoch;
     // Every batch shape is checked before anything compiles or trains.
@@ -449,7 +451,7 @@ int trainModel(Program &p, const TrainOptions &o) {
     if (o.verbose) {
       std::cerr << fmt::format("kernels compiled after the first step: {}\n", backend::kernelsCompiled() - compiledAfterFirst);
       if (compiled) {
-        size_t updates = compiled->updates().size(), outputs = step.params.size() * (1 + step.statesPerParam);
+        size_t updates = inPlace ? compiled->updates().size() : 0, outputs = step.params.size() * (1 + step.statesPerParam);
         std::cerr << fmt::format("updated in place: {} of {} params and state tensors; output allocations after the first step: {}\n",
                                  updates, outputs, allocationsAfterFirst);
         if (std::string copies = compiled->device().copies(); !copies.empty())
