@@ -16,41 +16,19 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
-import unittest
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dnnc_test_util import example_with_loss, run_with_exe  # noqa: E402
+from dnnc_test_util import run_with_exe  # noqa: E402
+from test_recompute import STDLIB, TrainingRuns, example  # noqa: E402
 from test_train import LM, MODEL  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-STDLIB = os.path.join(ROOT, "stdlib")
 OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
 
 
-def example(name, consts, loss, inputs):
-    with open(os.path.join(ROOT, "examples", name + ".dnn")) as f:
-        return example_with_loss(f.read(), consts, loss, inputs)[0]
-
-
-class InPlace(unittest.TestCase):
-    exe = None
-
-    def setUp(self):
-        self.dir = tempfile.TemporaryDirectory()
-        self.rng = np.random.default_rng(7)
-
-    def tearDown(self):
-        self.dir.cleanup()
-
-    def path(self, name):
-        return os.path.join(self.dir.name, name)
-
-    def save(self, name, array):
-        np.save(self.path(name + ".npy"), array)
-        return f"{name}={self.path(name + '.npy')}"
+class InPlace(TrainingRuns):
+    seed = 7
 
     def train(self, model, data, device, optimizer, steps, batch, extra):
         out = self.path(f"out-{len(extra)}.safetensors")
@@ -97,14 +75,10 @@ class InPlace(unittest.TestCase):
                     self.assertGreaterEqual(copy_allocations, (steps - 1) * tensors)  # the copy path's, each step
 
     def test_classifier(self):
-        x = self.rng.standard_normal((7, 6)).astype(np.float32)
-        y = np.eye(3, dtype=np.float32)[self.rng.integers(0, 3, 7)]
-        self.check("classifier", MODEL, [self.save("x", x), self.save("y", y)], batch=3)
+        self.check("classifier", MODEL, self.classifier_data(), batch=3)
 
     def test_lm(self):
-        seq = (np.arange(11 * 13) * 7) % 50
-        t = np.stack([seq[i:i + 13] for i in range(11)]).astype(np.int32)
-        self.check("lm", LM, [self.save("tokens", t[:, :12]), self.save("targets", t[:, 1:])], batch=5, optimizers=("sgd", "adam"))
+        self.check("lm", LM, self.lm_data(), batch=5, optimizers=("sgd", "adam"))
 
     def transformer(self):
         src = example("transformer", dict(D=16, H=2, L=2, V=50), "nn.cross_entropy(prediction, targets)", "targets: i32[B, T]")
