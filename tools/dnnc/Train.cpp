@@ -15,6 +15,10 @@
 // uninterrupted run would have used). SIGINT while a checkpoint is being written is
 // held until both files are complete; at any other time it ends the process at once, so
 // an interrupted run leaves the last complete checkpoint or none, never a partial file.
+// The updated params and optimizer state are written over the old ones in place
+// (Executable::runInPlace; on a GPU they stay there between steps and are synced back
+// before a checkpoint); --no-in-place runs the same compiled step through
+// Executable::run and moves the new tensors in, with bit-identical results.
 #include "ir/interp/Interpreter.h"
 #include "ir/transforms/TrainStep.h"
 #include "runtime/ModelIO.h"
