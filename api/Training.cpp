@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -250,6 +251,10 @@ int64_t readCheckpoint(const std::string &path, const ir::TrainStep &step, const
 } // namespace
 
 TrainResult train(ir::Graph &g, const TrainConfig &o, const TrainHooks &hooks) {
+  // On the reference interpreter, which returns fresh outputs, in place means nothing.
+  // Without in place the same step (the same kernels and order) runs through
+  // Executable::run, which returns the updates as new tensors.
+  bool inPlace = o.inPlace && o.device != "ref";
   ir::TrainStep step = ir::makeTrainStep(g, o.optimizer);
   Batches data = o.dataDir.empty() ? sliceFiles(g, step, o) : readFolder(g, step, o.dataDir);
   int64_t steps = o.steps > 0 ? o.steps : o.epochs * data.perEpoch;
@@ -310,6 +315,27 @@ TrainResult train(ir::Graph &g, const TrainConfig &o, const TrainHooks &hooks) {
                                 o.resume, first, steps));
   const ir::Optimizer &opt = o.optimizer;
   size_t compiledAfterFirst = 0;
+  // In place (each version's updates(): those its compiled order made safe): the updated
+  // params and state go over the old ones, the loss and metrics into `out`, all kept from
+  // step to step; on a GPU the params and state stay on it until synced for a checkpoint
+  // or until another version runs. Updates an order could not make safe come out in `out`
+  // as the other outputs do.
+  std::vector<std::vector<bool>> updatedInPlace(compiled.size(), std::vector<bool>(g.body.yields.size(), false));
+  for (size_t v = 0; v < compiled.size() && inPlace; ++v)
+    for (const ir::Graph::Update &u : compiled[v]->updates())
+      updatedInPlace[v][u.output] = true;
+  size_t resident = SIZE_MAX; // the version whose device holds the newest params and state
+  auto syncToHost = [&] {
+    if (resident == SIZE_MAX)
+      return;
+    std::vector<const Tensor *> all;
+    for (const auto &[name, t] : params)
+      all.push_back(&t);
+    for (const Tensor &st : states)
+      all.push_back(&st);
+    compiled[resident]->syncToHost(all);
+  };
+  std::vector<Tensor> out;
   for (int64_t s = first; s < steps; ++s) {
     auto start = std::chrono::steady_clock::now();
     std::vector<Tensor> inputs = data.batch(s);
@@ -335,23 +361,44 @@ TrainResult train(ir::Graph &g, const TrainConfig &o, const TrainHooks &hooks) {
       key.setInt(0, o.seed), key.setInt(1, s + 1);
       inputs.push_back(std::move(key));
     }
-    for (Tensor &st : states) // the step's outputs replace them below
+    size_t firstState = inputs.size();
+    for (Tensor &st : states) // moved, not copied: their memory stays where it is
       inputs.push_back(std::move(st));
-    std::vector<Tensor> out = compiled.empty() ? oracle->run(inputs, params, {}) : compiled[version]->run(inputs, params, {});
+    if (compiled.empty()) {
+      out = oracle->run(inputs, params, {});
+    } else if (inPlace) {
+      if (resident != SIZE_MAX && resident != version) // another version's device has the newest values
+        compiled[resident]->releaseResident();
+      resident = version;
+      compiled[version]->runInPlace(inputs, params, out, {});
+    } else {
+      out = compiled[version]->run(inputs, params, {});
+    }
     if (!compiled.empty())
       ++result.stepsPerVersion[version];
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (s == first)
       compiledAfterFirst = backend::kernelsCompiled();
+    else if (!compiled.empty())
+      result.outputAllocationsAfterFirst += compiled[version]->outputAllocations();
     double loss = out[0].get(0);
     if (!std::isfinite(loss))
       throw DataError(fmt::format("the loss is {} at step {}: {}", std::isnan(loss) ? "nan" : fmt::format("{}", loss), s + 1,
                                   whyNotFinite(g, data, s)));
+    for (size_t k = 0; k < states.size(); ++k)
+      states[k] = std::move(inputs[firstState + k]);
+    const std::vector<bool> &inPlaceOutputs = compiled.empty() ? std::vector<bool>(out.size(), false) : updatedInPlace[version];
     size_t at = 1 + step.metrics;
-    for (const std::string &name : step.params)
-      params[name] = std::move(out[at++]);
-    for (Tensor &st : states)
-      st = std::move(out[at++]);
+    for (const std::string &name : step.params) {
+      if (!inPlaceOutputs[at])
+        params[name] = std::move(out[at]);
+      ++at;
+    }
+    for (Tensor &st : states) {
+      if (!inPlaceOutputs[at])
+        st = std::move(out[at]);
+      ++at;
+    }
     if (hooks.step) {
       StepReport report{s + 1, steps, loss, ms, {}};
       for (size_t k = 0; k < step.metrics; ++k)
@@ -362,8 +409,16 @@ TrainResult train(ir::Graph &g, const TrainConfig &o, const TrainHooks &hooks) {
                                       out[1 + k].get(0));
       hooks.step(report);
     }
-    if (!o.save.empty() && ((o.saveEvery > 0 && (s + 1) % o.saveEvery == 0) || s + 1 == steps))
+    if (!o.save.empty() && ((o.saveEvery > 0 && (s + 1) % o.saveEvery == 0) || s + 1 == steps)) {
+      syncToHost();
       writeCheckpoint(o.save, params, step, states, o.optimizerName, s + 1, hooks);
+    }
+  }
+  syncToHost();
+  if (!compiled.empty()) {
+    result.updatedInPlace = inPlace ? compiled[0]->updates().size() : 0;
+    result.updatable = step.params.size() * (1 + step.statesPerParam);
+    result.copies = compiled[0]->device().copies();
   }
   result.params = std::move(params);
   result.steps = steps;

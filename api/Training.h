@@ -45,6 +45,9 @@ struct TrainConfig {
   ir::Optimizer optimizer;
   std::string optimizerName = "sgd";
   uint64_t seed = 0;
+  // Updated params and optimizer state written over the old ones in place (false: as the
+  // step's outputs, copied back: --no-in-place, to compare against).
+  bool inPlace = true;
   backend::CompileOptions compile;
 };
 
@@ -71,6 +74,11 @@ struct TrainResult {
   int64_t steps = 0;                         // the last step's number
   size_t kernelsAfterFirst = 0;              // kernels compiled after the first step (none: no batch shape recompiled)
   std::vector<int64_t> stepsPerVersion;      // steps run by each recompute version by shape (ir/transforms/Recompute.h)
+  // In place (compiled devices): the updates written in place of the params and state
+  // tensors (the first version's), of `updatable` in all; output buffers the executor
+  // allocated after the first step; the device's host-device copies ("" on the CPU).
+  size_t updatedInPlace = 0, updatable = 0, outputAllocationsAfterFirst = 0;
+  std::string copies;
 };
 
 // Trains `g` (rewritten in place into its training step) on the data of `config`.

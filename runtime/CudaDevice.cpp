@@ -193,6 +193,10 @@ void CudaDevice::hostReads(const std::vector<const Tensor *> &tensors, bool host
 }
 
 void CudaDevice::setArenas(std::vector<Range> arenas) { impl_->mirror->setArenas(std::move(arenas)); }
+void CudaDevice::setResident(std::vector<Range> ranges) {
+  check(driver().ctxSetCurrent(impl_->ctx), "cuCtxSetCurrent");
+  impl_->mirror->setResident(std::move(ranges));
+}
 
 std::string CudaDevice::copies() const { return impl_->mirror->copies(); }
 
@@ -239,6 +243,7 @@ void CudaDevice::launch(size_t, const KernelInfo &, const std::vector<const Tens
 void CudaDevice::beginRun(const std::vector<const Tensor *> &, std::vector<Range>) {}
 void CudaDevice::hostReads(const std::vector<const Tensor *> &, bool) {}
 void CudaDevice::setArenas(std::vector<Range>) {}
+void CudaDevice::setResident(std::vector<Range>) {}
 std::string CudaDevice::copies() const { return {}; }
 
 #endif

@@ -35,6 +35,7 @@ public:
   void beginRun(const std::vector<const Tensor *> &params, std::vector<Range> arenas) override;
   void hostReads(const std::vector<const Tensor *> &tensors, bool hostMayAllocate) override;
   void setArenas(std::vector<Range> arenas) override;
+  void setResident(std::vector<Range> ranges) override;
   std::string copies() const override;
 
 private:

@@ -39,12 +39,18 @@ void DeviceMirror::launchDone() {
 }
 
 void DeviceMirror::beginRun(const std::vector<const Tensor *> &params, std::vector<Range> arenas) {
-  for (auto &[host, m] : mirrors_)
-    recycle(m);
-  mirrors_.clear();
   params_.clear();
   for (const Tensor *t : params)
     params_.emplace_back(t->data(), t->byteSize());
+  for (auto it = mirrors_.begin(); it != mirrors_.end();) {
+    if (inside(resident_, it->first, it->second.bytes)) { // the newest copy: kept
+      it->second.param = inside(params_, it->first, it->second.bytes);
+      ++it;
+      continue;
+    }
+    recycle(it->second);
+    it = mirrors_.erase(it);
+  }
   arenas_ = std::move(arenas);
   launchDone();
 }
@@ -58,6 +64,7 @@ void DeviceMirror::download(const uint8_t *host, Mirror &m) {
   if (m.deviceNewer && m.bytes) {
     memory_.download(const_cast<uint8_t *>(host), m.address, m.bytes);
     ++downloads_;
+    residentDownloads_ += inside(resident_, host, m.bytes);
   }
   m.deviceNewer = false;
 }
@@ -68,12 +75,13 @@ void DeviceMirror::downloadOverlapping(const uint8_t *begin, size_t bytes) {
       download(host, m);
 }
 
-void DeviceMirror::forgetOverlapping(const uint8_t *begin, size_t bytes) {
+void DeviceMirror::forgetOverlapping(const uint8_t *begin, size_t bytes, bool written) {
   for (auto it = mirrors_.begin(); it != mirrors_.end();) {
     const Mirror &m = it->second;
     bool overlaps = it->first < begin + std::max<size_t>(bytes, 1) && begin < it->first + std::max<size_t>(m.bytes, 1);
-    // Params' mirrors stay valid (params never change), except the one a new mirror replaces at its address.
-    if (overlaps && (!m.param || it->first == begin)) {
+    // Params' mirrors stay valid (params change only by an update written over them),
+    // except the one a new mirror replaces at its address.
+    if (overlaps && (!m.param || written || it->first == begin)) {
       recycle(m);
       it = mirrors_.erase(it);
     } else {
@@ -99,9 +107,17 @@ uint64_t DeviceMirror::input(const Tensor &t) {
     return emptyBuffer();
   if (auto it = mirrors_.find(host); it != mirrors_.end() && it->second.bytes >= bytes)
     return it->second.address;
+  // A view inside resident memory (a layer's row `w[l]` of a stacked param an update
+  // wrote): the device's copy of the whole is the newest, so the view is read there.
+  if (inside(resident_, host, bytes))
+    for (auto it = mirrors_.upper_bound(host); it != mirrors_.begin();) {
+      --it;
+      if (it->first + it->second.bytes >= host + bytes && inside(resident_, it->first, it->second.bytes))
+        return it->second.address + static_cast<uint64_t>(host - it->first);
+    }
   // The host's copy is the one to upload, once what the device has newer of it is back.
   downloadOverlapping(host, bytes);
-  forgetOverlapping(host, bytes);
+  forgetOverlapping(host, bytes, false);
   Mirror m;
   m.bytes = bytes;
   m.address = acquire(bytes, m.capacity);
@@ -109,6 +125,7 @@ uint64_t DeviceMirror::input(const Tensor &t) {
   if (bytes) {
     memory_.upload(m.address, host, bytes);
     ++uploads_;
+    residentUploads_ += inside(resident_, host, bytes);
   }
   mirrors_[host] = m;
   return m.address;
@@ -128,7 +145,7 @@ uint64_t DeviceMirror::output(const Tensor &t) {
   } else {
     m.address = acquire(bytes, m.capacity);
   }
-  forgetOverlapping(host, bytes);
+  forgetOverlapping(host, bytes, true); // views of a param an update overwrites too
   m.bytes = bytes;
   m.deviceNewer = true;
   mirrors_[host] = m;
@@ -136,7 +153,11 @@ uint64_t DeviceMirror::output(const Tensor &t) {
 }
 
 std::string DeviceMirror::copies() const {
-  return std::to_string(uploads_) + " uploads, " + std::to_string(downloads_) + " downloads (all runs)";
+  std::string text = std::to_string(uploads_) + " uploads, " + std::to_string(downloads_) + " downloads (all runs)";
+  if (residentUploads_ || residentDownloads_)
+    text += "; of memory kept on the device between runs: " + std::to_string(residentUploads_) + " uploads, " +
+            std::to_string(residentDownloads_) + " downloads";
+  return text;
 }
 
 void DeviceMirror::hostReads(const std::vector<const Tensor *> &tensors, bool hostMayAllocate) {
@@ -145,7 +166,7 @@ void DeviceMirror::hostReads(const std::vector<const Tensor *> &tensors, bool ho
   if (!hostMayAllocate)
     return;
   for (auto it = mirrors_.begin(); it != mirrors_.end();) {
-    if (it->second.param || inside(arenas_, it->first, it->second.bytes)) {
+    if (it->second.param || inside(arenas_, it->first, it->second.bytes) || inside(resident_, it->first, it->second.bytes)) {
       ++it;
       continue;
     }
@@ -153,6 +174,20 @@ void DeviceMirror::hostReads(const std::vector<const Tensor *> &tensors, bool ho
     recycle(it->second);
     it = mirrors_.erase(it);
   }
+}
+
+void DeviceMirror::setResident(std::vector<Range> ranges) {
+  for (auto it = mirrors_.begin(); it != mirrors_.end();) {
+    if (!inside(resident_, it->first, it->second.bytes) || inside(ranges, it->first, it->second.bytes)) {
+      ++it;
+      continue;
+    }
+    download(it->first, it->second);
+    recycle(it->second);
+    it = mirrors_.erase(it);
+  }
+  resident_ = std::move(ranges);
+  launchDone();
 }
 
 void DeviceMirror::setArenas(std::vector<Range> arenas) {

@@ -4,7 +4,9 @@
 //
 // Contract (the runtime's part): only kernels write the arenas (the memory plan's), each
 // result in full; the host reads tensor data only after hostReads() for those tensors;
-// params do not change during a run, and the arenas move only through setArenas().
+// params do not change during a run except by a kernel's in-place update (an output over
+// a param's memory), and the arenas move only through setArenas(). Resident memory
+// (setResident) is not changed by the host while it is resident.
 // Mirrors are keyed by host address. A result written where older mirrors overlap
 // replaces them (the memory plan never overlaps live values). Results in the arenas stay
 // on the device across host phases (the host never frees or writes arena memory); when
@@ -23,7 +25,8 @@ namespace dnnc::rt {
 
 class DeviceMirror {
 public:
-  // Device memory: addresses are opaque 64-bit values.
+  // Device memory: addresses are 64-bit values, and an address plus an offset inside its
+  // allocation addresses those bytes (as device pointers do).
   struct Memory {
     virtual ~Memory() = default;
     virtual uint64_t allocate(size_t bytes) = 0;
@@ -40,6 +43,10 @@ public:
   // A run starts: every mirror is forgotten (params may have changed since the last
   // run); those of `params` (and of views inside them) are kept until the next beginRun.
   void beginRun(const std::vector<const Tensor *> &params, std::vector<Range> arenas);
+  // Host memory whose device copy stays the newest across runs (Device::setResident): its
+  // mirrors survive beginRun and host phases, and come back only through hostReads.
+  // Mirrors of memory that leaves the set are copied back where newer, and forgotten.
+  void setResident(std::vector<Range> ranges);
   // The host reads `tensors` next: results the device holds newer are copied back. With
   // hostMayAllocate (host ops, control flow), mirrors outside the arenas and params are
   // then forgotten (copied back first where the device's are newer).
@@ -57,7 +64,11 @@ public:
   void launchDone();
   size_t uploads() const { return uploads_; }     // for tests and stats
   size_t downloads() const { return downloads_; }
-  std::string copies() const; // "N uploads, M downloads" (Device::copies)
+  // Those of them of resident memory (setResident): the params and state a training step
+  // updates, uploaded once and downloaded when the caller reads them.
+  size_t residentUploads() const { return residentUploads_; }
+  size_t residentDownloads() const { return residentDownloads_; }
+  std::string copies() const; // "N uploads, M downloads ..." (Device::copies)
 
 private:
   struct Mirror {
@@ -68,8 +79,8 @@ private:
   uint64_t acquire(size_t bytes, size_t &capacity);
   void recycle(const Mirror &m);
   // Mirrors overlapping [begin, begin + bytes) that a new one there replaces: all but
-  // params' (which never change), except one at `begin` itself.
-  void forgetOverlapping(const uint8_t *begin, size_t bytes);
+  // params' (which change only when `written` over), except one at `begin` itself.
+  void forgetOverlapping(const uint8_t *begin, size_t bytes, bool written);
   void download(const uint8_t *host, Mirror &m);
   void downloadOverlapping(const uint8_t *begin, size_t bytes);
   bool inside(const std::vector<Range> &ranges, const uint8_t *begin, size_t bytes) const;
@@ -77,10 +88,10 @@ private:
 
   Memory &memory_;
   std::map<const uint8_t *, Mirror> mirrors_;
-  std::vector<Range> params_, arenas_;
+  std::vector<Range> params_, arenas_, resident_;
   std::multimap<size_t, uint64_t> pool_; // free device buffers by capacity
   std::vector<std::pair<size_t, uint64_t>> retired_; // forgotten during the current launch
-  size_t uploads_ = 0, downloads_ = 0;
+  size_t uploads_ = 0, downloads_ = 0, residentUploads_ = 0, residentDownloads_ = 0;
   uint64_t empty_ = 0;
 };
 

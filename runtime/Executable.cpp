@@ -5,6 +5,7 @@
 #include "base/Limits.h"
 #include "base/Size.h"
 #include "ir/graph/OpRegistry.h"
+#include "ir/graph/Updates.h"
 #include "ir/graph/Walk.h"
 #include "runtime/HostOps.h"
 
@@ -28,6 +29,10 @@ Executable::Executable(const ir::Graph &graph, std::map<const ir::Op *, size_t> 
     ops_.push_back(OpEntry{&op, k == kernelOf_.end() ? -1 : static_cast<int64_t>(k->second), isParamView(op),
                            ir::readsIndices(op)});
   });
+  yields_.insert(graph.body.yields.begin(), graph.body.yields.end());
+  // Checked again, not trusted: a graph that the execution-order pass did not order (an
+  // artifact, a --passes list without it) keeps only the updates its order makes safe.
+  updates_ = ir::safeUpdates(graph);
 }
 
 namespace {
@@ -328,7 +333,8 @@ bool Executable::runOp(size_t index, OpPlan &p, const std::vector<const Tensor *
   if (planned) {
     for (size_t k = 0; k < op.results.size(); ++k) {
       DType dtype = op.results[k]->type.dtype;
-      out.push_back(p.offsets[k] < 0 ? Tensor::zeros(dtype, p.shapes[k]) : Tensor::view(dtype, p.shapes[k], arena_.data() + p.offsets[k]));
+      out.push_back(p.offsets[k] < 0 ? unplanned(op.results[k], p.shapes[k])
+                                     : Tensor::view(dtype, p.shapes[k], arena_.data() + p.offsets[k]));
     }
     launchUnlessPacked(index, in, out, p.launch, p.flops);
     return true;
@@ -337,7 +343,7 @@ bool Executable::runOp(size_t index, OpPlan &p, const std::vector<const Tensor *
     std::vector<int64_t> shape = shapeOf(r->type, eval);
     auto planned = arenaPlan_.offsets.find(r);
     if (planned == arenaPlan_.offsets.end()) {
-      out.push_back(Tensor::zeros(r->type.dtype, shape));
+      out.push_back(unplanned(r, std::move(shape)));
       continue;
     }
     bool late = arenaPlan_.late.count(r) != 0;
@@ -365,6 +371,31 @@ bool Executable::runOp(size_t index, OpPlan &p, const std::vector<const Tensor *
       flops = static_cast<double>(eval(f));
   launchUnlessPacked(index, in, out, launchFor(kernels_[e.kernel], b), flops);
   return true;
+}
+
+namespace {
+// Whether `t` holds values of that type (a default-made tensor is a scalar without bytes).
+bool fits(const Tensor &t, DType dtype, const std::vector<int64_t> &shape) {
+  return t.dtype == dtype && t.shape == shape && (t.isView() || t.bytes.size() == t.byteSize());
+}
+} // namespace
+
+// A result outside the arena: in the caller's memory when it is an output runInPlace
+// writes there (a view of it, so the kernel writes it in place), else memory of its own.
+Tensor Executable::unplanned(const ir::Value *r, std::vector<int64_t> shape) {
+  if (auto it = into_.find(r); it != into_.end()) {
+    Tensor &dest = *it->second.tensor;
+    if (!fits(dest, r->type.dtype, shape)) {
+      if (it->second.update) // an update has its target's type, so this cannot be
+        throw InternalError(fmt::format("an update of type {} does not fit its target {}", r->type.str(), dest.typeText()));
+      dest = Tensor::zeros(r->type.dtype, shape); // an output slot of another shape: made anew
+      ++outputAllocations_;
+    }
+    return Tensor::view(dest.dtype, dest.shape, dest.data());
+  }
+  if (yields_.count(r))
+    ++outputAllocations_;
+  return Tensor::zeros(r->type.dtype, std::move(shape));
 }
 
 // Params are constants once the model loads: a prepacked weight kept in the arena since an
@@ -434,6 +465,8 @@ public:
       hostReads(in); // a sync point: the host reads what kernels made
       auto start = std::chrono::steady_clock::now();
       out = host->run(HostOpContext{op, in, b});
+      for (const ir::Value *r : op.results)
+        exe_.outputAllocations_ += exe_.yields_.count(r);
       if (exe_.profiling_)
         exe_.record(index, host->name, start, 0, 0);
     }
@@ -570,10 +603,88 @@ LaunchPlan &Executable::planFor(const std::vector<Tensor> &inputs, const ir::Bin
 
 std::vector<Tensor> Executable::run(const std::vector<Tensor> &inputs, const std::map<std::string, Tensor> &params,
                                     const ir::Binding &preset) {
+  into_.clear();
+  device_->setResident({}); // what a runInPlace left on the device comes back first
+  std::vector<Tensor> out;
+  walkGraph(inputs, params, preset, [&](Walk &walk) {
+    walk.hostReads(walk.valuesOf(graph_->body.yields));
+    for (const ir::Value *y : graph_->body.yields) {
+      out.push_back(walk.values.at(y)); // a copy of its own: the walk's may be a view
+      ++outputAllocations_;
+    }
+  });
+  return out;
+}
+
+void Executable::runInPlace(std::vector<Tensor> &inputs, std::map<std::string, Tensor> &params, std::vector<Tensor> &outputs,
+                            const ir::Binding &preset) {
+  const ir::Region &body = graph_->body;
+  outputs.resize(body.yields.size());
+  into_.clear();
+  std::vector<bool> updated(body.yields.size(), false);
+  std::vector<Device::Range> resident;
+  for (const ir::Graph::Update &u : updates_) {
+    Tensor *target = nullptr;
+    if (u.param.empty()) {
+      if (u.input < inputs.size())
+        target = &inputs[u.input];
+    } else if (auto it = params.find(u.param); it != params.end()) {
+      target = &it->second;
+    }
+    if (!target) // the binding below reports a missing input or param
+      continue;
+    into_[body.yields[u.output]] = {target, true};
+    updated[u.output] = true;
+    resident.emplace_back(target->data(), target->byteSize());
+  }
+  for (size_t k = 0; k < body.yields.size(); ++k)
+    if (!updated[k])
+      into_.emplace(body.yields[k], Into{&outputs[k], false}); // the first such position of a value yielded twice
+  device_->setResident(resident);
+  walkGraph(inputs, params, preset, [&](Walk &walk) {
+    // Whatever is not in its place yet (made by a host op or control flow, yielded twice,
+    // an input or param passed through) is copied there; updates written in place stay
+    // where a device with memory of its own has them, until syncToHost.
+    std::vector<Tensor *> dest(body.yields.size());
+    std::vector<const Tensor *> reads;
+    for (size_t k = 0; k < body.yields.size(); ++k) {
+      dest[k] = updated[k] ? into_.at(body.yields[k]).tensor : &outputs[k];
+      if (walk.values.at(body.yields[k]).data() != dest[k]->data() || !updated[k])
+        reads.push_back(&walk.values.at(body.yields[k]));
+    }
+    walk.hostReads(reads);
+    for (size_t k = 0; k < body.yields.size(); ++k) {
+      const Tensor &v = walk.values.at(body.yields[k]);
+      if (v.data() == dest[k]->data() && v.shape == dest[k]->shape)
+        continue;
+      if (!fits(*dest[k], v.dtype, v.shape)) {
+        if (updated[k])
+          throw InternalError(fmt::format("an update of type {} does not fit its target {}", v.typeText(), dest[k]->typeText()));
+        *dest[k] = Tensor::zeros(v.dtype, v.shape);
+        ++outputAllocations_;
+      }
+      std::copy(v.data(), v.data() + v.byteSize(), dest[k]->data());
+      if (updated[k]) // the host's copy is now the newest: the device's is stale
+        std::erase(resident, Device::Range{dest[k]->data(), dest[k]->byteSize()});
+    }
+  });
+  device_->setResident(resident);
+  into_.clear();
+  if (std::any_of(updates_.begin(), updates_.end(), [](const ir::Graph::Update &u) { return !u.param.empty(); }))
+    paramsChanged(); // new values in the same memory: a prepacked copy of the old ones is stale
+}
+
+void Executable::syncToHost(const std::vector<const Tensor *> &tensors) { device_->hostReads(tensors, false); }
+
+void Executable::releaseResident() { device_->setResident({}); }
+
+void Executable::walkGraph(const std::vector<Tensor> &inputs, const std::map<std::string, Tensor> &params,
+                           const ir::Binding &preset, const std::function<void(Walk &)> &finish) {
   auto start = std::chrono::steady_clock::now();
   arenaBytes_ = 0;
   lateArenaBytes_ = -1;
   opsExecuted_ = 0;
+  outputAllocations_ = 0;
   plan_ = &planFor(inputs, preset);
   binding_ = plan_->binding;
   if (arenaPlan_.bytes) {
@@ -585,8 +696,8 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor> &inputs, const std
     paramTensors.push_back(&t);
   device_->beginRun(paramTensors, arenas());
   Walk walk(*this);
-  // Inputs and params are read, never written: the walk sees them in place (views), and
-  // whatever it returns is copied out.
+  // Inputs and params are seen in place (views): read, and written only by the updates
+  // runInPlace writes there.
   auto inPlace = [](const Tensor &t) { return Tensor::view(t.dtype, t.shape, const_cast<uint8_t *>(t.data())); };
   for (size_t k = 0; k < inputs.size(); ++k)
     walk.values[graph_->body.args[k]] = inPlace(inputs[k]);
@@ -600,15 +711,11 @@ std::vector<Tensor> Executable::run(const std::vector<Tensor> &inputs, const std
     walk.setResult(*op, op->results[0], inPlace(it->second), binding_);
   }
   walk.region(graph_->body, binding_);
-  walk.hostReads(walk.valuesOf(graph_->body.yields));
-  std::vector<Tensor> out;
-  for (const ir::Value *y : graph_->body.yields)
-    out.push_back(walk.values.at(y));
+  finish(walk);
   if (profiling_) {
     ++profiledRuns_;
     profiledSeconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
-  return out;
 }
 
 void Executable::setProfiling(bool on) {

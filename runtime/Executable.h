@@ -10,6 +10,7 @@
 #include "runtime/LaunchPlan.h"
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <set>
 #include <memory>
@@ -52,6 +53,9 @@ public:
   virtual void beginRun(const std::vector<const Tensor *> &params, std::vector<Range> arenas) { (void)params, (void)arenas; }
   virtual void hostReads(const std::vector<const Tensor *> &tensors, bool hostMayAllocate) { (void)tensors, (void)hostMayAllocate; }
   virtual void setArenas(std::vector<Range> arenas) { (void)arenas; }
+  // Host memory whose device copy is the newest between runs (what Executable::runInPlace
+  // updates): kept on the device across runs, read back only by hostReads.
+  virtual void setResident(std::vector<Range> ranges) { (void)ranges; }
   // Copies between host and device memory so far, for --stats (empty: none are made).
   virtual std::string copies() const { return {}; }
 };
@@ -74,6 +78,8 @@ struct ArenaPlan {
 // contiguous bytes of memory that lives through the call, which the runtime passes on as
 // a view instead of copying (so the compiler makes no kernel or buffer for it).
 bool isParamView(const ir::Op &op);
+
+class Walk;
 
 class Executable {
 public:
@@ -100,6 +106,26 @@ public:
   // model. Throws DataError for bad inputs, a violated assert or a size that cannot be.
   std::vector<Tensor> run(const std::vector<Tensor> &inputs, const std::map<std::string, Tensor> &params,
                           const ir::Binding &preset = {});
+  // As run(), but with the outputs in the caller's memory, kept from one call to the
+  // next: an update (Graph::updates, those ir::safeUpdates keeps) is written over its
+  // param in `params` or its input in `inputs`, in place; every other output k into
+  // `outputs[k]`, which is made anew only when its shape changed. So a second call at
+  // the same shapes allocates no output. On a device with memory of its own the updated
+  // params and inputs stay there between calls (uploaded once, never downloaded) until
+  // syncToHost(); the caller must not change them on the host meanwhile.
+  void runInPlace(std::vector<Tensor> &inputs, std::map<std::string, Tensor> &params, std::vector<Tensor> &outputs,
+                  const ir::Binding &preset = {});
+  // Brings the host's copies of `tensors` (params and inputs runInPlace updated) up to date.
+  void syncToHost(const std::vector<const Tensor *> &tensors);
+  // Brings back everything runInPlace left on the device and forgets it there: before
+  // another executable (a training step's other recompute version) updates the same
+  // memory, so that this one's device copies are not taken for the newest next time.
+  void releaseResident();
+  // The updates runInPlace writes in place (the graph's, as far as its order makes them safe).
+  const std::vector<ir::Graph::Update> &updates() const { return updates_; }
+  // Buffers the last call allocated for the model's outputs: those it made with memory
+  // of their own, and the copies run() returns (runInPlace: the output slots it remade).
+  size_t outputAllocations() const { return outputAllocations_; }
   // The arena bytes the last call used (0 without a plan), and those of the late arena
   // (-1 when the call made no late value).
   int64_t arenaBytes() const { return arenaBytes_; }
@@ -177,6 +203,10 @@ private:
                           double flops);
   void record(size_t index, const std::string &name, std::chrono::steady_clock::time_point start, double flops, double bytes);
   LaunchPlan &planFor(const std::vector<Tensor> &inputs, const ir::Binding &preset);
+  // One call's walk: binds, runs the body and hands the walk to `finish` for the outputs.
+  void walkGraph(const std::vector<Tensor> &inputs, const std::map<std::string, Tensor> &params, const ir::Binding &preset,
+                 const std::function<void(Walk &)> &finish);
+  Tensor unplanned(const ir::Value *r, std::vector<int64_t> shape);
   void planOp(size_t index, OpPlan &p) const; // Unplanned -> Planned or Dynamic, under plan_'s binding
 
   std::shared_ptr<const ir::Graph> owned_;
@@ -204,6 +234,14 @@ private:
   std::vector<uint8_t> arena_, lateArena_;
   std::map<const ir::Op *, const uint8_t *> packedFrom_; // the param memory each kept prepack was made from
   int64_t arenaBytes_ = 0, lateArenaBytes_ = -1;
+  std::set<const ir::Value *> yields_;
+  std::vector<ir::Graph::Update> updates_;
+  struct Into {
+    Tensor *tensor;
+    bool update; // the memory of a param or input
+  };
+  std::unordered_map<const ir::Value *, Into> into_; // runInPlace's outputs, while it runs
+  size_t outputAllocations_ = 0;
 };
 
 } // namespace dnnc::rt

@@ -40,6 +40,7 @@ public:
     mirror_->hostReads(tensors, hostMayAllocate);
   }
   void setArenas(std::vector<Range> arenas) override { mirror_->setArenas(std::move(arenas)); }
+  void setResident(std::vector<Range> ranges) override { mirror_->setResident(std::move(ranges)); }
   std::string copies() const override { return mirror_->copies(); }
   const DeviceMirror &mirror() const { return *mirror_; }
 

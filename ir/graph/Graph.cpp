@@ -28,6 +28,15 @@ Op *Graph::newOp(OpKind kind, SourceRange loc) {
   return ops_.back().get();
 }
 
+const Value *updateTarget(const Graph &g, const Graph::Update &u) {
+  if (u.param.empty())
+    return u.input < g.body.args.size() ? g.body.args[u.input] : nullptr;
+  for (const Op *op : g.body.ops)
+    if (op->kind == OpKind::Param && op->get<std::string>("name") == u.param)
+      return op->results[0];
+  return nullptr;
+}
+
 std::string outputName(const Graph &g, size_t k) {
   return k < g.outputNames.size() && !g.outputNames[k].empty() ? g.outputNames[k] : fmt::format("out{}", k);
 }

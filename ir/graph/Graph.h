@@ -94,6 +94,17 @@ public:
   // The model's output names from `-> (emb: f32[B, D], ...)`, "" where unnamed; empty when
   // none is named. outputName() gives every output's name.
   std::vector<std::string> outputNames;
+  // Outputs that are new values of a param or an input (a training step's updated params
+  // and optimizer state, ir/transforms/TrainStep.h): the runtime may write output `output`
+  // straight into the memory of param `param` (when not empty) or of input `input`. The
+  // execution-order pass keeps only those it can make safe (every other reader of the old
+  // value runs first) and drops the rest, which then come out as ordinary outputs.
+  struct Update {
+    size_t output = 0;
+    std::string param;
+    size_t input = 0;
+  };
+  std::vector<Update> updates;
 
   Value *newValue(TensorType type, std::string name = "", SourceRange loc = {});
   Op *newOp(OpKind kind, SourceRange loc);
@@ -107,6 +118,10 @@ private:
 // Output k's name: its name in the model's signature, else out{k} (what `dnnc run` calls
 // its file and `dnnc shapes` lists).
 std::string outputName(const Graph &g, size_t k);
+
+// The value an update overwrites: the param's value or the input (null when the graph
+// has no such param).
+const Value *updateTarget(const Graph &g, const Graph::Update &u);
 
 // "line 18" in the model's file, "nn.dnn:16" in another; "" without a location.
 std::string sourceLine(const Graph &g, const SourceRange &loc);

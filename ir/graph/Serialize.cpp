@@ -306,6 +306,12 @@ json toJson(const Graph &g) {
               {"values", std::move(values)}, {"body", regionToJson(g.body)}};
   if (!g.outputNames.empty()) // only models with named outputs carry the key
     out["output_names"] = g.outputNames;
+  if (!g.updates.empty()) {
+    json updates = json::array();
+    for (const Graph::Update &u : g.updates)
+      updates.push_back({{"output", u.output}, {"param", u.param}, {"input", u.input}});
+    out["updates"] = std::move(updates);
+  }
   return out;
 }
 
@@ -394,6 +400,14 @@ std::unique_ptr<Graph> fromJson(const json &j) {
                             !std::all_of(name.begin(), name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; })))
         bad("an output name is not an identifier");
   }
+  if (j.contains("updates"))
+    for (const json &u : j["updates"]) {
+      Graph::Update up{get<size_t>(at(u, "output"), "output"), get<std::string>(at(u, "param"), "param"),
+                       get<size_t>(at(u, "input"), "input")};
+      if (up.output >= g->body.yields.size() || !updateTarget(*g, up))
+        bad("an update names no output, param or input of the model");
+      g->updates.push_back(std::move(up));
+    }
   try {
     verify(*g);
   } catch (const InternalError &e) {

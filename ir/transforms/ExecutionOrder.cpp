@@ -1,6 +1,7 @@
 // Execution-order planning (see ExecutionOrder.h for the contract).
 #include "ir/transforms/ExecutionOrder.h"
 
+#include "ir/graph/Updates.h"
 #include "ir/graph/Walk.h"
 #include "ir/transforms/MemoryPlan.h"
 
@@ -16,12 +17,15 @@ namespace {
 
 class Orderer {
 public:
-  explicit Orderer(const Graph &g) : reference_(referenceBinding(g)) {}
+  explicit Orderer(Graph &g) : g_(g), reference_(referenceBinding(g)) {}
 
   // Reorders `r` alone (planExecutionOrder orders nested regions first).
   void region(Region &r, OrderStats &stats) {
-    if (r.ops.size() < 3)
+    if (r.ops.size() < 3) {
+      if (&r == &g_.body) // nothing reorders: updates are safe as the order stands, or not
+        g_.updates = safeUpdates(g_);
       return;
+    }
     // Dependencies inside the region: operands (also those used by nested regions).
     std::map<const Value *, size_t> madeBy;
     for (size_t k = 0; k < r.ops.size(); ++k)
@@ -77,26 +81,106 @@ public:
     }
     for (size_t k = 0; k < n; ++k)
       deps[k].erase(k);
+    if (&r == &g_.body)
+      updateEdges(madeBy, reads, deps);
     std::set<const Value *> keep(r.yields.begin(), r.yields.end());
-    std::vector<size_t> program(n);
-    for (size_t k = 0; k < n; ++k)
-      program[k] = k;
+    // Program order, unless an update's edges move its writer after a later reader.
+    std::vector<size_t> program = topological(deps);
     std::vector<size_t> greedy = schedule(r, deps, reads, keep);
     int64_t before = peak(r, program, reads, keep), after = peak(r, greedy, reads, keep);
     stats.peakBefore += before;
-    if (after < before) {
+    if (after < before || program != natural(n)) {
       std::vector<Op *> ops;
       for (size_t k : greedy)
         ops.push_back(r.ops[k]);
+      if (after >= before) { // the update edges moved program order: keep that
+        ops.clear();
+        for (size_t k : program)
+          ops.push_back(r.ops[k]);
+      }
       r.ops = ops;
       ++stats.regionsReordered;
-      stats.peakAfter += after;
+      stats.peakAfter += std::min(after, before);
     } else {
       stats.peakAfter += before;
     }
   }
 
 private:
+  // Write-after-read edges for the body's updates: the op that writes an update over its
+  // target waits for every other op that reads the target's old value (the backward
+  // pass's `g @ wᵀ` has no other reason to run before w's update). An update whose edges
+  // would close a cycle (a reader of the old value that needs the new one) is dropped,
+  // and so is one updateWriters rejects: they come out as ordinary outputs.
+  void updateEdges(const std::map<const Value *, size_t> &madeBy, const std::vector<std::vector<const Value *>> &reads,
+                   std::vector<std::set<size_t>> &deps) {
+    std::vector<Graph::Update> kept;
+    size_t n = deps.size();
+    for (const auto &[u, w] : updateWriters(g_)) {
+      auto at = madeBy.find(w->results[0]);
+      if (at == madeBy.end())
+        continue;
+      size_t writer = at->second;
+      const Value *t = updateTarget(g_, u);
+      std::vector<size_t> readers;
+      for (size_t k = 0; k < n; ++k)
+        if (k != writer && std::find(reads[k].begin(), reads[k].end(), t) != reads[k].end())
+          readers.push_back(k);
+      // Everything that (transitively) waits for the writer: none of it may be a reader.
+      std::vector<std::vector<size_t>> users(n);
+      for (size_t k = 0; k < n; ++k)
+        for (size_t d : deps[k])
+          users[d].push_back(k);
+      std::vector<bool> after(n, false);
+      std::vector<size_t> stack{writer};
+      while (!stack.empty()) {
+        size_t k = stack.back();
+        stack.pop_back();
+        for (size_t user : users[k])
+          if (!after[user])
+            after[user] = true, stack.push_back(user);
+      }
+      if (std::any_of(readers.begin(), readers.end(), [&](size_t k) { return after[k]; }))
+        continue;
+      deps[writer].insert(readers.begin(), readers.end());
+      kept.push_back(u);
+    }
+    g_.updates = std::move(kept);
+  }
+
+  // A topological order of `deps`, the earliest op in program order first among the ready
+  // ones: program order itself when it respects every edge.
+  static std::vector<size_t> natural(size_t n) {
+    std::vector<size_t> order(n);
+    for (size_t k = 0; k < n; ++k)
+      order[k] = k;
+    return order;
+  }
+
+  static std::vector<size_t> topological(const std::vector<std::set<size_t>> &deps) {
+    size_t n = deps.size();
+    std::vector<size_t> waiting(n), order;
+    std::vector<std::vector<size_t>> users(n);
+    for (size_t k = 0; k < n; ++k) {
+      waiting[k] = deps[k].size();
+      for (size_t d : deps[k])
+        users[d].push_back(k);
+    }
+    std::set<size_t> ready;
+    for (size_t k = 0; k < n; ++k)
+      if (!waiting[k])
+        ready.insert(k);
+    while (!ready.empty()) {
+      size_t k = *ready.begin();
+      ready.erase(ready.begin());
+      order.push_back(k);
+      for (size_t u : users[k])
+        if (--waiting[u] == 0)
+          ready.insert(u);
+    }
+    return order;
+  }
+
   int64_t bytes(const Value *v) const {
     auto it = bytes_.find(v);
     if (it == bytes_.end())
@@ -193,6 +277,7 @@ private:
     return order;
   }
 
+  Graph &g_;
   std::map<std::string, int64_t> reference_;
   mutable std::unordered_map<const Value *, int64_t> bytes_;
 };
@@ -204,6 +289,7 @@ OrderStats planExecutionOrder(Graph &g) {
   Orderer orderer(g);
   walkRegions(g.body, [&](Region &r) { orderer.region(r, stats); }, WalkOrder::Post);
   verify(g);
+  g.updates = safeUpdates(g); // what the edges made safe: all that updateEdges kept
   return stats;
 }
 

@@ -5,7 +5,12 @@
 // op's nested regions, is made before its user; `assert_dims` stays a barrier that
 // nothing moves across); it is deterministic; its peak, measured at the reference binding
 // (each dim at its upper bound, or ir::kUnboundedDim without one), is never worse than
-// program order's: when the greedy order is not better, program order is kept.
+// program order's: when the greedy order is not better, program order is kept (with the
+// update edges, the earliest ready op first).
+// In-place updates (Graph::updates, ir/graph/Updates.h): the op writing an update waits
+// for every other reader of its target's old value (write-after-read edges, which bind
+// program order too); an update those edges cannot make safe is dropped from
+// Graph::updates, and its output is then an ordinary one.
 // Greedy rule: among ready ops, run the one that frees the most bytes net of what it
 // allocates, ties in program order.
 #pragma once

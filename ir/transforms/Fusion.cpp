@@ -19,7 +19,11 @@ class Fuser {
 public:
   Fuser(Graph &g, const std::set<FusionKind> &kinds)
       : g_(g), elementwise_(kinds.count(FusionKind::Elementwise) > 0), injective_(kinds.count(FusionKind::Injective) > 0),
-        reduction_(kinds.count(FusionKind::Reduction) > 0) {}
+        reduction_(kinds.count(FusionKind::Reduction) > 0) {
+    for (const Graph::Update &u : g.updates)
+      if (u.output < g.body.yields.size())
+        updates_.insert(g.body.yields[u.output]);
+  }
 
   FusionStats run() {
     uses_ = countUses(g_.body);
@@ -120,7 +124,10 @@ private:
         Op *p = v->def;
         if (!p || taken_.count(p) || p->results.size() != 1 || uses_[v] != 1 || !inRegion.count(p) || inGroup.count(p))
           continue;
-        bool gemm = !hasGemm && pointwise && mayJoinAsGemm(*root, *p) && v->type.dims == root->results[0]->type.dims;
+        // Not into an update (Graph::updates): its result is written over the param the
+        // epilogue reads (p - lr·g), which the GEMM's sums would overwrite first.
+        bool gemm = !hasGemm && pointwise && mayJoinAsGemm(*root, *p) && v->type.dims == root->results[0]->type.dims &&
+                    !updates_.count(root->results[0]);
         if (!gemm && !mayJoin(*root, *p))
           continue;
         group.push_back(p);
@@ -210,6 +217,7 @@ private:
   }
 
   Graph &g_;
+  std::unordered_set<const Value *> updates_; // outputs written in place over a param or input
   bool elementwise_, injective_, reduction_;
   std::unordered_map<const Value *, int> uses_;
   std::unordered_set<const Op *> taken_;

@@ -12,7 +12,9 @@
 // producers through the same broadcasting and index maps the unfused ops use). Results are
 // unchanged up to float reassociation (none is introduced: each element is computed by the
 // same scalar ops in the same order). Control flow, host ops, matmul and convolution are
-// never fused.
+// never fused, except a matmul as the GEMM of an elementwise root's epilogue; not into a
+// root whose result is an in-place update (Graph::updates): the GEMM's sums would land in
+// the updated param before the epilogue reads its old value.
 #pragma once
 
 #include "ir/graph/Graph.h"

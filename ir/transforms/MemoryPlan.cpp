@@ -1,6 +1,8 @@
 // Static memory planning over symbolic sizes (see MemoryPlan.h for the contract).
 #include "ir/transforms/MemoryPlan.h"
 
+#include "ir/graph/Updates.h"
+
 #include "ir/graph/OpRegistry.h"
 
 #include <fmt/format.h>
@@ -197,36 +199,10 @@ private:
   }
 
   // An in-place op (an elementwise one) reads element i only to write element i: its
-  // result may take the bytes of an equally sized operand that dies there. A fused op
-  // qualifies for an operand when everything between that operand and the result is
-  // in-place at the result's shape (reshapes of other operands do not matter).
+  // result may take the bytes of an equally sized operand that dies there.
   bool mayShare(const PlannedBuffer &result, const PlannedBuffer &operand) const {
-    const Op *op = result.value->def;
-    if (operand.last != result.first || result.bytes != operand.bytes || operand.value->type.dims != result.value->type.dims)
-      return false;
-    auto at = std::find(op->operands.begin(), op->operands.end(), operand.value);
-    if (at == op->operands.end())
-      return false;
-    if (!opInfo(op->kind).has(OpFlag::InPlace))
-      return false;
-    if (op->regions.empty())
-      return true;
-    const Region &body = *op->regions[0];
-    // A fused GEMM writes the whole output block before its epilogue reads anything.
-    if (std::any_of(body.ops.begin(), body.ops.end(), [](const Op *m) { return opInfo(m->kind).pattern == OpPattern::OutFusable; }))
-      return false;
-    std::vector<const Value *> frontier{body.args[static_cast<size_t>(at - op->operands.begin())]};
-    while (!frontier.empty()) {
-      const Value *v = frontier.back();
-      frontier.pop_back();
-      for (const Op *user : body.ops)
-        if (std::find(user->operands.begin(), user->operands.end(), v) != user->operands.end()) {
-          if (!opInfo(user->kind).has(OpFlag::InPlace) || user->results[0]->type.dims != result.value->type.dims)
-            return false;
-          frontier.push_back(user->results[0]);
-        }
-    }
-    return true;
+    return operand.last == result.first && result.bytes == operand.bytes &&
+           writesInPlace(*result.value->def, operand.value, result.value);
   }
 
   static bool conflict(const PlannedBuffer &a, const PlannedBuffer &b) { return !(a.last < b.first || b.last < a.first); }
@@ -362,7 +338,18 @@ private:
 } // namespace
 
 MemoryPlan planMemory(const Graph &g, const std::function<bool(const Op &)> &producesBuffer) {
-  return Planner(g, producesBuffer).run();
+  MemoryPlan plan = Planner(g, producesBuffer).run();
+  std::set<size_t> updated;
+  for (const Graph::Update &u : g.updates)
+    if (const Value *t = updateTarget(g, u); t && u.output < g.body.yields.size()) {
+      plan.inPlaceOutputs.emplace_back(g.body.yields[u.output], t);
+      updated.insert(u.output);
+    }
+  plan.outputBytes = sym::constant(0);
+  for (size_t k = 0; k < g.body.yields.size(); ++k)
+    if (!updated.count(k))
+      plan.outputBytes = sym::add(plan.outputBytes, g.body.yields[k]->type.bytes());
+  return plan;
 }
 
 std::string print(const MemoryPlan &plan, const Graph &g) {
@@ -379,6 +366,13 @@ std::string print(const MemoryPlan &plan, const Graph &g) {
   }
   for (const Value *v : plan.unplanned)
     out += fmt::format("  not planned: %{} {} (its size is known only while the model runs)\n", v->id, v->type.str());
+  if (!plan.inPlaceOutputs.empty()) {
+    out += fmt::format("outputs bytes = {} ({} more written in place over the params and inputs they update)\n",
+                       plan.outputBytes->str(), plan.inPlaceOutputs.size());
+    for (const auto &[y, t] : plan.inPlaceOutputs)
+      out += fmt::format("  %{} {} in place over {} {}\n", y->id, y->type.str(),
+                         t->def ? "param" : "input", t->def ? t->def->get<std::string>("name") : t->name);
+  }
   return out;
 }
 

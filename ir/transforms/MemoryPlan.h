@@ -20,6 +20,8 @@
 //   size whose lifetime ends at that op (same offset, flagged inPlace).
 // - Buffers are placed largest first, comparing sizes at a reference binding (each dim
 //   at its range's upper bound, or kUnboundedDim without one): deterministic.
+// - Model outputs are not planned; those that update a param or input in place
+//   (Graph::updates) are listed as sharing its memory and not counted in outputBytes.
 // - Results of `prepack` ops (weights in the GEMM's layout, ir/transforms/Prepack.h) are
 //   kept: live over the whole call and placed first, at constant offsets below every
 //   other buffer, so that the runtime keeps them in the arena from one call to the next
@@ -53,6 +55,11 @@ struct MemoryPlan {
   sym::ExprRef lateArena = nullptr;   // the same for late buffers; null when there are none
   std::vector<const Op *> order;      // the linear op order lifetimes refer to
   std::vector<const Value *> unplanned; // intermediates the runtime allocates as it goes
+  // Model outputs written over the memory of the param or input they update
+  // (Graph::updates that the execution order made safe): (output, target). They take no
+  // bytes of their own; `outputBytes` counts the other outputs only.
+  std::vector<std::pair<const Value *, const Value *>> inPlaceOutputs;
+  sym::ExprRef outputBytes = nullptr;
   const PlannedBuffer *find(const Value *v) const;
   // Bytes of every planned buffer added up (what allocating each separately would take),
   // and the most bytes live at once over the order (a lower bound for any arena), both

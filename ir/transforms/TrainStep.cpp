@@ -80,10 +80,11 @@ TrainStep makeTrainStep(Graph &g, const Optimizer &opt) {
                                                                  : std::vector<std::string>{};
   step.statesPerParam = step.stateNames.size();
   std::vector<std::vector<Value *>> states;
+  std::vector<size_t> stateInputs; // their indices among the step's inputs
   for (size_t i = 0; i < params.size(); ++i) {
     states.emplace_back();
     for (const std::string &state : step.stateNames)
-      states.back().push_back(input(fmt::format("{}.{}", step.params[i], state), params[i]->type));
+      stateInputs.push_back(body.args.size()), states.back().push_back(input(fmt::format("{}.{}", step.params[i], state), params[i]->type));
   }
   // d loss / d params: a grad op for the differentiate pass.
   Op *grad = g.newOp(OpKind::Grad, loc);
@@ -134,6 +135,11 @@ TrainStep makeTrainStep(Graph &g, const Optimizer &opt) {
   body.ops.insert(body.ops.end(), b.built.begin(), b.built.end());
   body.yields.insert(body.yields.end(), newParams.begin(), newParams.end());
   body.yields.insert(body.yields.end(), newStates.begin(), newStates.end());
+  size_t at = 1 + step.metrics;
+  for (const std::string &name : step.params)
+    g.updates.push_back({at++, name, 0});
+  for (size_t input : stateInputs)
+    g.updates.push_back({at++, "", input});
   return step;
 }
 

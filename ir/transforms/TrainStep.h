@@ -7,7 +7,10 @@
 // The step's inputs are the model's, then the optimizer's scalars (`inputs` names them),
 // then `rng` where the model has a dropout, then its state tensors, param by param; its outputs are the loss, the metrics, the
 // updated params (in `params` order) and the updated states (same order as the inputs).
-// The params stay params: the caller passes the current values with each step.
+// The params stay params: the caller passes the current values with each step. The graph
+// declares each updated param and state the update of its param or state input
+// (Graph::updates), so that Executable::runInPlace writes it over the old value in place
+// (Executable::run still returns it as an output: `dnnc train --no-in-place`).
 #pragma once
 
 #include "ir/graph/Graph.h"

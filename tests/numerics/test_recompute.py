@@ -37,12 +37,15 @@ def example(name, consts, loss, inputs):
         return example_with_loss(f.read(), consts, loss, inputs)[0]
 
 
-class Recompute(unittest.TestCase):
+class TrainingRuns(unittest.TestCase):
+    """A temporary folder for models, data and checkpoints (no tests of its own: the base
+    of this file's tests and test_train_inplace.py's)."""
     exe = None
+    seed = 11
 
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
-        self.rng = np.random.default_rng(11)
+        self.rng = np.random.default_rng(self.seed)
 
     def tearDown(self):
         self.dir.cleanup()
@@ -53,6 +56,21 @@ class Recompute(unittest.TestCase):
     def save(self, name, array):
         np.save(self.path(name + ".npy"), array)
         return f"{name}={self.path(name + '.npy')}"
+
+    def classifier_data(self):
+        """test_train's MLP classifier: 7 samples of x and one-hot y."""
+        x = self.rng.standard_normal((7, 6)).astype(np.float32)
+        y = np.eye(3, dtype=np.float32)[self.rng.integers(0, 3, 7)]
+        return [self.save("x", x), self.save("y", y)]
+
+    def lm_data(self):
+        """The one-block LM's: 11 sequences at T = 12."""
+        seq = (np.arange(11 * 13) * 7) % 50
+        t = np.stack([seq[i:i + 13] for i in range(11)]).astype(np.int32)
+        return [self.save("tokens", t[:, :12]), self.save("targets", t[:, 1:])]
+
+
+class Recompute(TrainingRuns):
 
     def recomputed(self, model, mode):
         p = subprocess.run([self.exe, "emit", model, "-I", STDLIB, "--emit=plan", "--train=adam", "--recompute", mode],
@@ -94,15 +112,11 @@ class Recompute(unittest.TestCase):
                             np.testing.assert_allclose(got[k], w, rtol=0, atol=1e-5 * float(np.abs(w).max()), err_msg=k)
 
     def test_classifier(self):
-        x = self.rng.standard_normal((7, 6)).astype(np.float32)
-        y = np.eye(3, dtype=np.float32)[self.rng.integers(0, 3, 7)]
-        self.check("classifier", MODEL, [self.save("x", x), self.save("y", y)], batch=3)
+        self.check("classifier", MODEL, self.classifier_data(), batch=3)
 
     def test_lm(self):
         """The one-block LM at T = 12 and an odd batch (5, then the short 1 of 11 samples)."""
-        seq = (np.arange(11 * 13) * 7) % 50
-        t = np.stack([seq[i:i + 13] for i in range(11)]).astype(np.int32)
-        self.check("lm", LM, [self.save("tokens", t[:, :12]), self.save("targets", t[:, 1:])], batch=5, steps=3)
+        self.check("lm", LM, self.lm_data(), batch=5, steps=3)
 
     def test_transformer_example(self):
         src = example("transformer", dict(D=16, H=2, L=2, V=50), "nn.cross_entropy(prediction, targets)", "targets: i32[B, T]")

@@ -163,3 +163,42 @@ TEST_CASE("an empty result at a live value's address leaves that value's mirror 
   a.mirror.hostReads({&live}, false);
   CHECK(live.get(3) == 4.0f); // once read back as the arena's stale zeros
 }
+
+TEST_CASE("resident params and state stay on the device across runs until the host reads them", "[mirror]") {
+  Heap heap;
+  {
+    DeviceMirror mirror(heap);
+    Tensor w = filled({2, 4}, 1), m = filled({8}, 0);
+    mirror.setResident({{w.data(), w.byteSize()}, {m.data(), m.byteSize()}});
+    for (int run = 1; run <= 3; ++run) {
+      mirror.beginRun({&w}, {});
+      // A layer's row `w[1]` read as a view, then the update kernel: reads w and m and
+      // writes both over themselves (w += 1 + m, m += 1).
+      uint64_t row = mirror.input(Tensor::view(DType::F32, {4}, w.data() + 16));
+      uint64_t wIn = mirror.input(w), mIn = mirror.input(m);
+      CHECK(onDevice(row)[0] == static_cast<float>(1 + run * (run - 1) / 2)); // the newest w, not the host's
+      uint64_t wOut = mirror.output(w), mOut = mirror.output(m);
+      for (int k = 0; k < 8; ++k) {
+        float mk = onDevice(mIn)[k];
+        onDevice(wOut)[k] = onDevice(wIn)[k] + 1 + mk;
+        onDevice(mOut)[k] = mk + 1;
+      }
+      mirror.launchDone();
+      mirror.hostReads({}, true); // a host op: resident memory is not copied back
+    }
+    // Uploaded once (w, its row in the first run, m); never downloaded until read.
+    CHECK(mirror.uploads() == 3);
+    CHECK(mirror.residentUploads() == 3);
+    CHECK(mirror.downloads() == 0);
+    CHECK(w.get(0) == 1.0f);
+    mirror.hostReads({&w, &m}, false);
+    CHECK(w.get(7) == 1.0f + 3 + (0 + 1 + 2)); // three updates
+    CHECK(m.get(0) == 3.0f);
+    CHECK(mirror.residentDownloads() == 2);
+    mirror.output(m); // newer on the device again, then no longer resident: copied back
+    mirror.launchDone();
+    mirror.setResident({});
+    CHECK(mirror.downloads() == 3);
+  }
+  CHECK(heap.live == 0);
+}

@@ -40,7 +40,8 @@ const char *kHelp = R"(commands:
                         the largest B (other dims bound) whose arena fits
   :mem train [adam]     the memory of one training step (dnnc train; sgd, momentum, adam or
                         adamw, default adam) with the recompute setting: params + optimizer
-                        state + inputs + the step's outputs + its arena (gradients, stashed
+                        state + inputs + the step's outputs (loss, metrics: params and state
+                        are updated in place) + its arena (gradients, stashed
                         activations and workspace), each a formula of the dims, and which
                         forward values the backward pass recomputes
   :solve train mem <= 16GiB for B
@@ -291,12 +292,15 @@ private:
       (k < t.step.modelInputs + t.step.scalars.size() ? inputs : state).push_back(body.args[k]);
     t.params = api::totalBytes(params), t.trained = api::totalBytes(trained), t.inputs = api::totalBytes(inputs);
     t.state = api::totalBytes(state);
-    t.outputs = api::totalBytes(body.yields);
     backend::CompileOptions options = compile_;
     options.constantParams = false;
     options.passes.recompute.version = version;
     backend::Lowered lowered = backend::lowerFor(*t.graph, *backend::findTarget("cpu"), options);
     t.plan = std::move(*lowered.plan);
+    // The updated params and state are written over the old ones (the plan's in-place
+    // outputs): only the loss, the metrics and any update that could not be made safe
+    // take memory of their own.
+    t.outputs = t.plan.outputBytes;
     if (lowered.recompute)
       t.recompute = std::move(*lowered.recompute);
     // Not through the analyzer: its simplify is exponential in a training step's nest of
@@ -338,8 +342,10 @@ private:
                     bytesText(t->total)));
     out(fmt::format("  params: {} bytes ({} tensors, {} trained)", bytesText(t->params), t->paramCount, t->step.params.size()));
     out(fmt::format("  optimizer state: {} bytes ({})", bytesText(t->state), states.empty() ? "none" : states));
-    out(fmt::format("  inputs (and the optimizer's scalars): {} bytes; the step's outputs (loss, metrics, updated params and state): {} bytes", bytesText(t->inputs),
+    out(fmt::format("  inputs (and the optimizer's scalars): {} bytes; the step's outputs (loss and metrics): {} bytes", bytesText(t->inputs),
                     bytesText(t->outputs)));
+    out(fmt::format("  updated in place: {} of {} params and state tensors (no second copy)", t->plan.inPlaceOutputs.size(),
+                    t->step.params.size() * (1 + t->step.statesPerParam)));
     out(fmt::format("  arena: {} bytes, planned over the forward and backward passes; in it:", bytesText(t->plan.arena)));
     out(fmt::format("    gradients: {} bytes", bytesText(t->trained)));
     size_t recomputed = 0;

@@ -3,7 +3,10 @@
 // progress bar on a terminal, --verbose's kernel counts, and SIGINT. SIGINT while a
 // checkpoint is being written is held until both files are complete; at any other time it
 // ends the process at once, so an interrupted run leaves the last complete checkpoint or
-// none, never a partial file.
+// none, never a partial file. The updated params and optimizer state are written over the
+// old ones in place (Executable::runInPlace; on a GPU they stay there between steps and
+// are synced back before a checkpoint); --no-in-place runs the same compiled step through
+// Executable::run and moves the new tensors in, with bit-identical results.
 #include "api/Training.h"
 #include "tools/dnnc/Driver.h"
 
@@ -103,6 +106,11 @@ int trainModel(Program &p, const TrainOptions &o) {
       std::cerr << fmt::format("kernels compiled after the first step: {}\n", result.kernelsAfterFirst);
       if (result.stepsPerVersion.size() > 1)
         std::cerr << fmt::format("steps by recompute version: {}\n", fmt::join(result.stepsPerVersion, ", "));
+      if (result.updatable > 0)
+        std::cerr << fmt::format("updated in place: {} of {} params and state tensors; output allocations after the first step: {}\n",
+                                 result.updatedInPlace, result.updatable, result.outputAllocationsAfterFirst);
+      if (!result.copies.empty())
+        std::cerr << fmt::format("host-device copies: {}\n", result.copies);
     }
     if (!o.save.empty() && !o.json)
       std::cout << fmt::format("saved {} params to {} (optimizer state and step for --resume: {}.state)\n", result.params.size(),

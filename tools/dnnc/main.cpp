@@ -601,7 +601,10 @@ int cmdTrain(int argc, char **argv) {
       "to OUT.state (for --resume); after the last step, and every --save-every steps")(
       "save-every", po::value(&o.saveEvery), "also write the --save checkpoint every K steps")(
       "resume", po::value(&o.resume), "continue from a checkpoint's OUT.state file (--steps/--epochs count from the start)")(
-      "verbose", "report on stderr how many kernels were compiled, and that no step after the first compiled more")(
+      "verbose", "report on stderr how many kernels were compiled, and that no step after the first compiled more or "
+      "allocated an output")(
+      "no-in-place", "return the updated params and optimizer state as new tensors each step and copy them back, instead "
+      "of updating them in place (to compare against; the results are bit for bit the same)")(
       "device", po::value(&o.device), "auto, cpu, cuda, ref or cuda-sim, as for dnnc run")(
       "seed", po::value(&o.seed), "seed for the initializers (default 0)")(
       "threads", po::value(&threads), "CPU threads, 1 to 1024 (default: DNNC_NUM_THREADS, else one per core)")(
@@ -616,6 +619,7 @@ int cmdTrain(int argc, char **argv) {
   o.json = vm.count("json") > 0;
   o.strict = vm.count("strict") > 0;
   o.verbose = vm.count("verbose") > 0;
+  o.inPlace = vm.count("no-in-place") == 0;
   o.optimizerName = optimizer;
   std::optional<ir::Optimizer> kind = ir::parseOptimizer(optimizer);
   std::string err;
