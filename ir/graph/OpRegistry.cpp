@@ -520,6 +520,12 @@ std::vector<TensorType> indexRule(const RuleContext &c, DType dt) {
     ExprRef zero = sym::constant(0);
     ExprRef stop = sym::max(zero, sym::min(stops[i], in[i])), start = sym::max(zero, sym::min(starts[i], in[i]));
     ExprRef step = steps[i];
+    // A slice provably empty is 0 outright: its general length max(ceil((stop - start) /
+    // step), 0) may be beyond the analyzer's proofs, and slicing it again would nest it.
+    if (c.analyzer.canProve(stop, Rel::LE, start) && c.analyzer.canProve(step, Rel::GE, one())) {
+      out.push_back(zero);
+      continue;
+    }
     ExprRef len = sym::floorDiv(sym::add(sym::sub(stop, start), sym::sub(step, one())), step);
     len = c.analyzer.simplify(sym::max(len, sym::constant(0)));
     out.push_back(len);

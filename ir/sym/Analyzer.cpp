@@ -11,6 +11,8 @@ constexpr int64_t kInf = Interval::kInf;
 constexpr int kMaxProofDepth = 3;
 // Names the analyzer makes for itself; '$' cannot start a user identifier.
 constexpr char kShiftedPrefix = '$';
+// Prefix of the remainder dims a proof introduces (see proveNonNegative).
+constexpr const char *kScratchPrefix = "%r";
 
 int64_t clampInf(__int128 v) { return v >= kInf ? kInf : v <= -kInf ? -kInf : static_cast<int64_t>(v); }
 
@@ -51,6 +53,11 @@ const char *relSpelling(Rel r) {
 void Analyzer::setRange(const std::string &name, int64_t lo, int64_t hi) {
   Interval cur = range(name);
   ranges_[name] = {std::max(cur.lo, lo), std::min(cur.hi, hi)};
+  forget();
+}
+
+bool Analyzer::memoizable(ExprRef e) const {
+  return proofScratch_.empty() || e->str().find(kScratchPrefix) == std::string::npos;
 }
 
 Interval Analyzer::range(const std::string &name) const {
@@ -65,6 +72,7 @@ Interval Analyzer::range(const std::string &name) const {
 }
 
 void Analyzer::addFact(ExprRef a, Rel rel, ExprRef b) {
+  forget();
   a = simplify(a);
   b = simplify(b);
   switch (rel) {
@@ -109,6 +117,10 @@ void Analyzer::addFact(ExprRef a, Rel rel, ExprRef b) {
 ExprRef Analyzer::simplify(ExprRef e) const {
   if (e->isConst())
     return e;
+  bool memo = memoizable(e);
+  if (memo)
+    if (auto it = simplified_.find(e); it != simplified_.end())
+      return it->second;
   ExprRef cur = e;
   for (int i = 0; i < 8 && !equalities_.empty(); ++i) {
     ExprRef next = substitute(cur, equalities_);
@@ -149,6 +161,8 @@ ExprRef Analyzer::simplify(ExprRef e) const {
     }
     out = add(out, term);
   }
+  if (memo)
+    simplified_[e] = out;
   return out;
 }
 
@@ -195,7 +209,17 @@ Interval Analyzer::rawBounds(ExprRef e) const {
 }
 
 Interval Analyzer::bounds(ExprRef e) const {
-  e = simplify(e);
+  bool memo = memoizable(e);
+  if (memo)
+    if (auto it = bounded_.find(e); it != bounded_.end())
+      return it->second;
+  Interval out = shiftedBounds(simplify(e));
+  if (memo)
+    bounded_[e] = out;
+  return out;
+}
+
+Interval Analyzer::shiftedBounds(ExprRef e) const {
   // Shifting each dim x in [lo, hi] to lo + x' with x' in [0, hi - lo] makes interval
   // arithmetic exact on sums of non-negative terms: B*T - B becomes B'*T' + T' >= 0.
   std::map<std::string, ExprRef> shift;
@@ -225,7 +249,11 @@ bool Analyzer::proveNonNegative(ExprRef d, int depth) const {
       if (q->kind != Atom::Kind::Div || !q->rhs->asConst() || *q->rhs->asConst() <= 0)
         continue;
       int64_t c = *q->rhs->asConst();
-      std::string rname = "%r" + std::to_string(depth) + q->key;
+      std::string rname = kScratchPrefix + std::to_string(depth) + q->key;
+      // A nested proof (simplifying an operand) may reuse this name: keep the outer range.
+      std::optional<Interval> outer;
+      if (auto it = proofScratch_.find(rname); it != proofScratch_.end())
+        outer = it->second;
       proofScratch_[rname] = {0, c - 1};
       ExprRef replaced = sub(q->lhs, var(rname)); // = c * q
       ExprRef out = constant(c * d->constant());
@@ -246,7 +274,10 @@ bool Analyzer::proveNonNegative(ExprRef d, int depth) const {
         out = add(out, uses ? mul(rest, replaced) : mul(rest, constant(c)));
       }
       bool proved = ok && proveNonNegative(out, depth + 1);
-      proofScratch_.erase(rname);
+      if (outer)
+        proofScratch_[rname] = *outer;
+      else
+        proofScratch_.erase(rname);
       if (proved)
         return true;
     }

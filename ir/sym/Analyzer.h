@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace dnnc::sym {
@@ -24,7 +25,10 @@ public:
   // Declares (or narrows) the inclusive range of a dim. Dims are >= 1 unless told otherwise.
   void setRange(const std::string &name, int64_t lo, int64_t hi = Interval::kInf);
   // Sets the range of a new dim outright (fresh dims may be 0).
-  void declare(const std::string &name, int64_t lo, int64_t hi = Interval::kInf) { ranges_[name] = {lo, hi}; }
+  void declare(const std::string &name, int64_t lo, int64_t hi = Interval::kInf) {
+    ranges_[name] = {lo, hi};
+    forget();
+  }
   Interval range(const std::string &name) const;
   // Records `a rel b` as a known fact (from an `assert`). Equalities whose one side is a
   // dim become substitutions; `d <= c` on a dim narrows its range.
@@ -39,7 +43,16 @@ public:
   bool canProve(ExprRef a, Rel rel, ExprRef b) const;
 
 private:
+  // Drops the memoized results; every change to ranges or facts calls it.
+  void forget() const {
+    simplified_.clear();
+    bounded_.clear();
+  }
+  // Whether the results for e may be memoized: not while e mentions a proof's scratch
+  // remainder, whose range lives only as long as that proof.
+  bool memoizable(ExprRef e) const;
   bool proveNonNegative(ExprRef d, int depth) const;
+  Interval shiftedBounds(ExprRef e) const;
   Interval rawBounds(ExprRef e) const;
   Interval atomBounds(const Atom *a) const;
 
@@ -48,6 +61,12 @@ private:
   std::vector<ExprRef> nonNegative_;          // facts f >= 0
   // Remainder variables introduced while a proof eliminates a floor division.
   mutable std::map<std::string, Interval> proofScratch_;
+  // simplify and bounds per interned expression. Both recurse into every min/max/div
+  // operand and prove relations between operands, which simplify and bound them again:
+  // without these, nested slices (max over floor divisions over max ...) cost time
+  // exponential in their depth.
+  mutable std::unordered_map<ExprRef, ExprRef> simplified_;
+  mutable std::unordered_map<ExprRef, Interval> bounded_;
 };
 
 } // namespace dnnc::sym

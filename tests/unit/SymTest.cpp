@@ -76,6 +76,30 @@ TEST_CASE("analyzer proofs", "[sym]") {
   }
 }
 
+// Simplifying max(l, r) simplifies l and r, then proves l >= r, which simplifies and bounds
+// them again: without memoized results the work triples at each level of a nest.
+TEST_CASE("nested max over floor division simplifies in time linear in its depth", "[sym]") {
+  Analyzer an;
+  const int64_t top = int64_t{1} << 40; // wide enough that 24 halvings keep T in the result
+  an.setRange("T", 1, top);
+  ExprRef nest = T, plain = T;
+  for (int level = 0; level < 24; ++level) {
+    nest = max(floorDiv(add(nest, c(level % 3)), c(2)), sub(T, c(top))); // T - top <= 0 <= the quotient
+    plain = floorDiv(add(plain, c(level % 3)), c(2));
+  }
+  ExprRef simple = an.simplify(nest);
+  INFO(simple->str());
+  CHECK(simple == plain); // every max resolved
+  Interval b = an.bounds(nest);
+  for (int64_t t : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{1} << 24, top - 1, top}) {
+    std::optional<int64_t> want = evaluate(plain, {{"T", t}});
+    REQUIRE(want);
+    CHECK(evaluate(nest, {{"T", t}}) == want);
+    CHECK(evaluate(simple, {{"T", t}}) == want);
+    CHECK((b.lo <= *want && *want <= b.hi));
+  }
+}
+
 TEST_CASE("assert facts feed the analyzer", "[sym]") {
   Analyzer an;
   ExprRef S = var("S");
