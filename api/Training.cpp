@@ -280,8 +280,10 @@ TrainResult train(ir::Graph &g, const TrainConfig &o, const TrainHooks &hooks) {
   std::vector<std::unique_ptr<ir::Graph>> versionGraphs;
   ir::RecomputeReport decisions;
   std::unique_ptr<ir::Graph> pristine = ir::cloneGraph(g); // compiling changes g
+  size_t firstVersionKernels = 0; // what emit --train shows: the step of version 1
   if (auto exe = compileForDevice(g, o.device, options, "--device ", &decisions)) {
     compiled.push_back(std::move(exe));
+    firstVersionKernels = backend::kernelsCompiled() - compiledBefore;
     for (size_t v = 1; v < decisions.versions.size(); ++v) {
       versionGraphs.push_back(ir::cloneGraph(*pristine));
       backend::CompileOptions version = options;
@@ -291,9 +293,10 @@ TrainResult train(ir::Graph &g, const TrainConfig &o, const TrainHooks &hooks) {
   }
   pristine.reset();
   if (hooks.compiled)
-    hooks.compiled(compiled.empty() ? "ref" : compiled[0]->device().name(), backend::kernelsCompiled() - compiledBefore);
+    hooks.compiled(compiled.empty() ? "ref" : compiled[0]->device().name(), firstVersionKernels);
   if (hooks.versions && compiled.size() > 1)
-    hooks.versions(ir::printVersions(decisions));
+    hooks.versions(ir::printVersions(decisions) + fmt::format("  the other versions: {} kernels more\n",
+                                                              backend::kernelsCompiled() - compiledBefore - firstVersionKernels));
   TrainResult result;
   result.stepsPerVersion.assign(compiled.size(), 0);
   std::vector<sym::ExprRef> arenas;
