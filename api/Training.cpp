@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cmath>
@@ -279,7 +280,9 @@ TrainResult train(ir::Graph &g, const TrainConfig &o, const TrainHooks &hooks) {
   std::vector<std::unique_ptr<rt::Executable>> compiled;
   std::vector<std::unique_ptr<ir::Graph>> versionGraphs;
   ir::RecomputeReport decisions;
-  std::unique_ptr<ir::Graph> pristine = ir::cloneGraph(g); // compiling changes g
+  // Compiling changes g: the other versions compile copies of it as it is now (the
+  // reference interpreter has no versions, so it needs none).
+  std::unique_ptr<ir::Graph> pristine = o.device == "ref" ? nullptr : ir::cloneGraph(g);
   size_t firstVersionKernels = 0; // what emit --train shows: the step of version 1
   if (auto exe = compileForDevice(g, o.device, options, "--device ", &decisions)) {
     compiled.push_back(std::move(exe));
@@ -323,7 +326,8 @@ TrainResult train(ir::Graph &g, const TrainConfig &o, const TrainHooks &hooks) {
   // step to step; on a GPU the params and state stay on it until synced for a checkpoint
   // or until another version runs. Updates an order could not make safe come out in `out`
   // as the other outputs do.
-  std::vector<std::vector<bool>> updatedInPlace(compiled.size(), std::vector<bool>(g.body.yields.size(), false));
+  // (one all-false entry for the reference interpreter, which updates nothing in place)
+  std::vector<std::vector<bool>> updatedInPlace(std::max<size_t>(compiled.size(), 1), std::vector<bool>(g.body.yields.size(), false));
   for (size_t v = 0; v < compiled.size() && inPlace; ++v)
     for (const ir::Graph::Update &u : compiled[v]->updates())
       updatedInPlace[v][u.output] = true;
@@ -390,7 +394,7 @@ TrainResult train(ir::Graph &g, const TrainConfig &o, const TrainHooks &hooks) {
                                   whyNotFinite(g, data, s)));
     for (size_t k = 0; k < states.size(); ++k)
       states[k] = std::move(inputs[firstState + k]);
-    const std::vector<bool> &inPlaceOutputs = compiled.empty() ? std::vector<bool>(out.size(), false) : updatedInPlace[version];
+    const std::vector<bool> &inPlaceOutputs = updatedInPlace[version];
     size_t at = 1 + step.metrics;
     for (const std::string &name : step.params) {
       if (!inPlaceOutputs[at])

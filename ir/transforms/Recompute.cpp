@@ -562,7 +562,7 @@ std::string printVersions(const RecomputeReport &report) {
 
 std::string print(const RecomputeReport &report, const Graph &g) {
   // Whether some version recomputes the value and another does not.
-  auto byShape = [&](const StashDecision &d) {
+  auto differsByVersion = [&](const StashDecision &d) {
     size_t k = static_cast<size_t>(&d - report.decisions.data()), n = 0;
     for (const RecomputeVersion &v : report.versions)
       n += v.recomputed[k];
@@ -576,7 +576,7 @@ std::string print(const RecomputeReport &report, const Graph &g) {
     std::string detail = d.recomputed || d.chainOps ? fmt::format("{}, {} op{}, {:.2f}% of the step", d.why, d.chainOps, d.chainOps == 1 ? "" : "s", 100 * d.costShare)
                                                     : d.why;
     out += fmt::format("  {:<10} {} {}  {} bytes  ({}{}; {})\n", d.recomputed ? "recompute" : "stash", valueName(d.value), d.value->type.str(),
-                       d.value->type.bytes()->str(), detail, byShape(d) ? ", by shape" : "", sourceLine(g, d.value->loc));
+                       d.value->type.bytes()->str(), detail, differsByVersion(d) ? ", by shape" : "", sourceLine(g, d.value->loc));
   }
   if (report.versions.size() > 1)
     out += printVersions(report);
