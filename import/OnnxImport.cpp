@@ -211,6 +211,15 @@ private:
       fail(fmt::format("input '{}' is not defined before its use", node_->inputs[k]));
     return *v;
   }
+  // Every input of a variadic op (Concat, Max, Sum, ...), at least one.
+  std::vector<Val *> allInputs() {
+    std::vector<Val *> xs;
+    for (size_t k = 0; k < node_->inputs.size(); ++k)
+      xs.push_back(&in(k));
+    if (xs.empty())
+      fail("has no inputs");
+    return xs;
+  }
   bool has(size_t k) const { return k < node_->inputs.size() && !node_->inputs[k].empty(); }
   Val &bind(const std::string &onnxName, Val v) {
     v.onnxName = onnxName;
@@ -715,11 +724,7 @@ void Importer::binary(const Node &n) {
 }
 
 void Importer::variadic(const Node &n) {
-  std::vector<Val *> xs;
-  for (size_t k = 0; k < n.inputs.size(); ++k)
-    xs.push_back(&in(k));
-  if (xs.empty())
-    fail("has no inputs");
+  std::vector<Val *> xs = allInputs();
   // Max/Min of shape data (`min(K, N)` for a TopK's k) fold into dims.
   bool allInts = n.op == "Max" || n.op == "Min";
   for (Val *v : xs)
@@ -1278,11 +1283,7 @@ void Importer::opUnsqueeze(const Node &n) {
 }
 
 void Importer::opConcat(const Node &n) {
-  std::vector<Val *> xs;
-  for (size_t k = 0; k < n.inputs.size(); ++k)
-    xs.push_back(&in(k));
-  if (xs.empty())
-    fail("has no inputs");
+  std::vector<Val *> xs = allInputs();
   int64_t axis = axisOf(n.intAttr("axis", 0), xs[0]->shape.size());
   bool allKnown = true;
   for (Val *v : xs)
