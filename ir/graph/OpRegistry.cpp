@@ -517,8 +517,14 @@ std::vector<TensorType> indexRule(const RuleContext &c, DType dt) {
     }
     // NumPy's bounds: each clamps into [0, size] (sema has already added the size to
     // negative constants, so -10 on 7 elements arrives here as -3 and clamps to 0).
+    // A bound provably >= 0 needs no clamp at 0. A start past the end needs no clamp at the
+    // size either: the stop is at most the size, so the length is 0 both ways (steps are
+    // positive). Each clamp would name the input dim once more, and a chain of slices
+    // (x[1:][1:]...) would nest it twice a level: text and work exponential in the chain.
     ExprRef zero = sym::constant(0);
-    ExprRef stop = sym::max(zero, sym::min(stops[i], in[i])), start = sym::max(zero, sym::min(starts[i], in[i]));
+    auto nonNegative = [&](ExprRef x) { return c.analyzer.canProve(x, Rel::GE, zero); };
+    ExprRef stop = nonNegative(stops[i]) ? sym::min(stops[i], in[i]) : sym::max(zero, sym::min(stops[i], in[i]));
+    ExprRef start = nonNegative(starts[i]) ? starts[i] : sym::max(zero, sym::min(starts[i], in[i]));
     ExprRef step = steps[i];
     // A slice provably empty is 0 outright: its general length max(ceil((stop - start) /
     // step), 0) may be beyond the analyzer's proofs, and slicing it again would nest it.

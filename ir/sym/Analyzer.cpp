@@ -114,6 +114,23 @@ void Analyzer::addFact(ExprRef a, Rel rel, ExprRef b) {
   }
 }
 
+// max(c, max(p, q) + k) with c a constant is max(max(c, p + k), q + k): adding distributes
+// over max, and the clamps it exposes often fold (max(0, max(0, N - 1) - 1) is
+// max(0, N - 2)), so clamps applied one after another (a chain of slices) stay one clamp.
+// Null when neither side has that form.
+ExprRef Analyzer::flattenClampedMax(ExprRef l, ExprRef r) const {
+  if (!l->isConst())
+    std::swap(l, r);
+  if (!l->isConst() || r->terms().size() != 1 || r->constant() == 0) // with k = 0 there is nothing to distribute
+    return nullptr;
+  const Term &t = r->terms()[0];
+  if (t.coef != 1 || t.factors.size() != 1 || t.factors[0]->kind != Atom::Kind::Max)
+    return nullptr;
+  ExprRef k = constant(r->constant());
+  const Atom *inner = t.factors[0];
+  return simplify(max(max(l, add(inner->lhs, k)), add(inner->rhs, k)));
+}
+
 ExprRef Analyzer::simplify(ExprRef e) const {
   if (e->isConst())
     return e;
@@ -142,7 +159,10 @@ ExprRef Analyzer::simplify(ExprRef e) const {
           f = canProve(l, Rel::LE, r) ? l : canProve(r, Rel::LE, l) ? r : min(l, r);
           break;
         case Atom::Kind::Max:
-          f = canProve(l, Rel::GE, r) ? l : canProve(r, Rel::GE, l) ? r : max(l, r);
+          if (ExprRef flat = flattenClampedMax(l, r))
+            f = flat;
+          else
+            f = canProve(l, Rel::GE, r) ? l : canProve(r, Rel::GE, l) ? r : max(l, r);
           break;
         case Atom::Kind::Div: {
           Interval lb = bounds(l), rb = bounds(r);

@@ -53,6 +53,7 @@ private:
   bool memoizable(ExprRef e) const;
   bool proveNonNegative(ExprRef d, int depth) const;
   Interval shiftedBounds(ExprRef e) const;
+  ExprRef flattenClampedMax(ExprRef l, ExprRef r) const;
   Interval rawBounds(ExprRef e) const;
   Interval atomBounds(const Atom *a) const;
 

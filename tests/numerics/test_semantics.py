@@ -310,6 +310,18 @@ class Semantics(unittest.TestCase):
                 # A non-empty slice still works with the same model.
                 self.run_ok(bad, {"x": np.ones((2, 3), np.float32), "k": np.array(1, np.int64)})
 
+    # ---- static slices: NumPy's clamped bounds, chained and past the end ----
+    def test_slice_chains(self):
+        with tempfile.TemporaryDirectory() as d:
+            links = "".join(f"  let a{i} = a{i - 1}[1:];\n" for i in range(1, 13))
+            m = self.model(d, "slices", "dim N;\nmodel main(x: f32[N, 2]) -> (f32[A, 2], f32[S, 2], f32[E, 2], f32[P, 2]) {\n"
+                           f"  let a0 = x;\n{links}"
+                           "  return (a12, x[2:N], x[N + 3:], x[1:7:2]);\n}\n")
+            for n in (1, 2, 3, 12, 13, 20):  # declared dims are >= 1
+                x = np.arange(2 * n, dtype=np.float32).reshape(n, 2)
+                outs = self.run_ok(m, {"x": x}, n=4)
+                self.check_each(outs, [x[12:], x[2:n], x[n + 3:], x[1:7:2]], f"slices N={n}")
+
     # ---- integer matmul ----
     def test_integer_matmul(self):
         rng = np.random.default_rng(5)

@@ -6,6 +6,7 @@
 #include "ir/transforms/RankDimPropagation.h"
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <filesystem>
 #include <functional>
@@ -199,6 +200,25 @@ model main(x: f32[B, T, 4]) -> f32[B, K] {
   CHECK(value(*c, "flat").type.str() == "f32[B, 4*T]");
   CHECK(value(*c, "flat").shapeClass == ir::ShapeClass::ISDOS);
   CHECK(value(*c, "same").type.str() == "f32[B, 4*T]");
+}
+
+// Each clamp of a slice's bounds names the sliced dim once more; clamps that cannot
+// matter are left out and clamps of clamps fold, so a chain of slices is one clamp, not
+// a formula naming N 2^links times.
+TEST_CASE("a chain of slices keeps its dims linear in the chain's length", "[rdp]") {
+  std::string source = "dim N;\nmodel main(x: f32[N]) -> f32[_] {\n  let a0 = x;\n";
+  const int links = 40;
+  for (int i = 1; i <= links; ++i)
+    source += fmt::format("  let a{} = a{}[1:];\n", i, i - 1);
+  source += fmt::format("  let s = x[2:N];\n  let e = x[N + 3:];\n  return a{};\n}}\n", links);
+  auto c = check(source);
+  INFO(c->errors);
+  REQUIRE(c->ok);
+  CHECK(value(*c, "a1").type.str() == "f32[N - 1]"); // dims are >= 1
+  CHECK(value(*c, "s").type.str() == "f32[max(0, N - 2)]");
+  CHECK(value(*c, "e").type.str() == "f32[0]");
+  CHECK(value(*c, "a2").type.str() == "f32[max(0, N - 2)]");
+  CHECK(value(*c, fmt::format("a{}", links)).type.str() == fmt::format("f32[max(0, N - {})]", links));
 }
 
 TEST_CASE("shapes fed by tensor values are ISVDOS with fresh dims", "[rdp]") {
