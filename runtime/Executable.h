@@ -173,12 +173,13 @@ public:
   // Loop paths. A `for` loop's first iteration is walked like any region (it checks and
   // plans every body op); the rest run compiled — each body kernel's launch, operands
   // and results prepared once, then replayed per step with only the counter changing,
-  // the carried values copied into buffers of their own — when the body is kernels and
-  // param views at static points only (indices read from the counter alone), its every
-  // op was planned under the inputs' binding (no dim bound per iteration), no yield
-  // is another carried value, the device works in host memory and no memory trace is
-  // on. Otherwise the loop is walked op by op, as every while loop is. The last run's
-  // paths, in the order the loops finished:
+  // the carried values copied into buffers of their own — when the body holds only
+  // kernels, param views, constants and asserts over the inputs' dims (no other host op,
+  // no nested control flow), every run-time index it reads is the counter or fixed
+  // through the loop, its every op was planned under the inputs' binding (no dim bound
+  // per iteration), no yield is another carried value, the device works in host memory
+  // and no memory trace is on. Otherwise the loop is walked op by op, as every while
+  // loop is. The last run's paths, in the order the loops finished:
   const std::vector<LoopTime> &loopPaths() const { return loopPaths_; }
   void setCompiledLoops(bool on) { compiledLoops_ = on; } // off: every loop walked (to compare)
 
