@@ -13,9 +13,11 @@ shape; the per-call time, not process start). Outputs are compared with dnnc's.
     bench/peers.py --dnnc build/dnnc [--threads N] [--repeat R] [--rounds K]
                    [--models mlp,transformer,lstm,convnet,micro] [--peers eager,compile,ort]
                    [--shapes "B=1,T=512;B=4,T=512"] [--variant=--no-fuse-attention]...
+                   [--run-variant=--walk-loops]...
 
 A --variant is dnnc built with those flags too, one more column interleaved with the rest
-(e.g. a pass turned off, to measure what it gives); dnnc/best compares the plain build.
+(e.g. a pass turned off, to measure what it gives); a --run-variant runs the plain build
+with those `dnnc run` flags (e.g. loops walked op by op); dnnc/best compares the plain build.
 
 Prints one row per (model, shape): milliseconds per call for each tool, dnnc/best-peer and
 the largest |difference| from dnnc's output; GF/s for the micro GEMMs.
@@ -173,10 +175,10 @@ def median_ms(fn, repeat):
 class Dnnc:
     name = "dnnc"
 
-    def __init__(self, exe, model, workdir, threads, repeat, flags=()):
-        self.exe, self.dir, self.threads, self.repeat = exe, workdir, threads, repeat
-        if flags:
-            self.name = "dnnc" + "".join(flags)
+    def __init__(self, exe, model, workdir, threads, repeat, flags=(), run_flags=()):
+        self.exe, self.dir, self.threads, self.repeat, self.run_flags = exe, workdir, threads, repeat, list(run_flags)
+        if flags or run_flags:
+            self.name = "dnnc" + "".join([*flags, *run_flags])
         src = os.path.join(workdir, "model.dnn")
         open(src, "w").write(model.source)
         self.artifact = os.path.join(workdir, f"model{abs(hash(self.name))}.dnnc")
@@ -195,7 +197,7 @@ class Dnnc:
         np.save(os.path.join(self.dir, "x.npy"), x)
         out = os.path.join(self.dir, "out")
         p = subprocess.run([self.exe, "run", self.artifact, *self.weights, "--input", f"{self.input_name}={self.dir}/x.npy",
-                            "--out", out, "--threads", str(self.threads), "--repeat", str(self.repeat), "--stats"],
+                            "--out", out, "--threads", str(self.threads), "--repeat", str(self.repeat), "--stats", *self.run_flags],
                            capture_output=True, text=True)
         if p.returncode != 0:
             raise RuntimeError(p.stderr.strip())
@@ -287,6 +289,7 @@ def main():
     ap.add_argument("--peers", default="eager,compile,ort")
     ap.add_argument("--shapes", default="", help="only these shape labels, ';'-separated (e.g. \"B=1,T=512;B=4,T=512\")")
     ap.add_argument("--variant", action="append", default=[], help="dnnc build flags of one more dnnc column (repeatable)")
+    ap.add_argument("--run-variant", action="append", default=[], help="dnnc run flags of one more dnnc column (repeatable)")
     a = ap.parse_args()
     warnings.filterwarnings("ignore")  # the ONNX exporter's deprecation notices
     wanted = a.peers.split(",") if a.peers else []
@@ -305,8 +308,8 @@ def main():
         import onnxruntime
         print(f"onnxruntime {onnxruntime.__version__}", end="; ")
     print(f"threads: {a.threads}; median of {a.rounds} interleaved rounds of {a.repeat} calls each")
-    variants = [v.split() for v in a.variant]
-    cols = ["dnnc"] + ["dnnc" + "".join(v) for v in variants] + peers
+    variants = [(v.split(), []) for v in a.variant] + [([], v.split()) for v in a.run_variant]
+    cols = ["dnnc"] + ["dnnc" + "".join(b + r) for b, r in variants] + peers
     width = {c: max(12, len(c) + 5) for c in cols}
     print(f"{'model':<12} {'shape':<16}" + "".join(f"{c + ' ms':>{width[c]}}" for c in cols) +
           f"{'dnnc/best':>10} {'max |diff|':>11}  notes")
@@ -318,7 +321,7 @@ def main():
     for name, model in chosen:
         with tempfile.TemporaryDirectory() as d:
             w = model.weights(rng)
-            tools = [Dnnc(a.dnnc, model, d, a.threads, a.repeat, flags) for flags in [()] + variants]
+            tools = [Dnnc(a.dnnc, model, d, a.threads, a.repeat, b, r) for b, r in [((), ())] + variants]
             for t in tools:
                 t.set_weights(w)
             makers = {"eager": Eager, "compile": Compiled}

@@ -16,6 +16,7 @@ public:
   std::string name() const override;
   void launch(size_t kernel, const KernelInfo &info, const std::vector<const Tensor *> &in, std::vector<Tensor> &out,
               const Launch &launch) override;
+  bool hostMemory() const override { return true; }
 
 private:
   std::vector<KernelFn> fns_;

@@ -13,11 +13,48 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <optional>
 #include <unordered_map>
 
 namespace dnnc::rt {
+
+namespace {
+// What in a for loop's body keeps it from running compiled (Executable.h, loop paths),
+// as far as the body alone tells: empty when nothing does.
+std::string bodyRefusal(const ir::Op &loop, const std::map<const ir::Op *, size_t> &kernelOf) {
+  const ir::Region &body = *loop.regions.back();
+  const ir::Value *counter = body.args.empty() ? nullptr : body.args[0];
+  // What varies from step to step: the carried values and what the body makes. An index
+  // read from anything else (the counter, a value from outside the loop) is checked at
+  // the first and last steps.
+  std::set<const ir::Value *> varying(body.args.begin() + (counter ? 1 : 0), body.args.end());
+  for (const ir::Op *op : body.ops)
+    varying.insert(op->results.begin(), op->results.end());
+  for (const ir::Op *op : body.ops) {
+    std::string what = ir::opWhere(*op);
+    if (op->kind == ir::OpKind::For || op->kind == ir::OpKind::While || op->kind == ir::OpKind::If)
+      return "nested control flow: " + what;
+    // A constant the host made in the first step is the same every step; an assert over
+    // the inputs' dims that held then holds (refusal() checks which it is).
+    if (op->kind == ir::OpKind::Constant || op->kind == ir::OpKind::AssertDims)
+      continue;
+    if (!isParamView(*op) && !kernelOf.count(op))
+      return "a host op: " + what;
+    if (ir::readsIndices(*op))
+      for (size_t k = 1; k < op->operands.size(); ++k)
+        if (varying.count(op->operands[k]))
+          return "indices read from data: " + what;
+  }
+  // Copying one carried buffer into another would overwrite what a later copy reads.
+  for (size_t k = 0; k < body.yields.size(); ++k)
+    for (size_t a = 1; a < body.args.size(); ++a)
+      if (body.yields[k] == body.args[a] && a != k + 1)
+        return fmt::format("carried value {} yields carried value {}", k, a - 1);
+  return {};
+}
+} // namespace
 
 Executable::Executable(const ir::Graph &graph, std::map<const ir::Op *, size_t> kernelOf, std::vector<KernelInfo> kernels,
                        std::unique_ptr<Device> device, std::shared_ptr<const ir::Graph> owned)
@@ -30,6 +67,10 @@ Executable::Executable(const ir::Graph &graph, std::map<const ir::Op *, size_t> 
                            ir::readsIndices(op)});
   });
   yields_.insert(graph.body.yields.begin(), graph.body.yields.end());
+  ir::walk(graph.body, [&](const ir::Op &op) {
+    if (op.kind == ir::OpKind::For)
+      loopRefusal_.emplace(&op, bodyRefusal(op, kernelOf_));
+  });
   // Checked again, not trusted: a graph that the execution-order pass did not order (an
   // artifact, a --passes list without it) keeps only the updates its order makes safe.
   updates_ = ir::safeUpdates(graph);
@@ -556,8 +597,18 @@ private:
         exe_.traceCopies(op, carried);
     };
     if (isFor) {
-      for (int64_t i = lo; i < hi; ++i)
-        iterate(i);
+      // The first step is walked: it checks and plans every body op under this binding.
+      int64_t i = lo;
+      if (i < hi)
+        iterate(i++);
+      std::string why = i < hi ? refusal(op, body) : "fewer than two iterations (the first is always walked)";
+      size_t launches = 0;
+      if (why.empty())
+        launches = replay(op, body, carried, i, hi);
+      else
+        for (; i < hi; ++i)
+          iterate(i);
+      exe_.noteLoop(op, why, std::max<int64_t>(0, hi - lo), launches);
     } else {
       const ir::Region &cond = *op.regions[0];
       int64_t maxIterations = limit(Limit::Iterations); // 0: no limit
@@ -576,6 +627,103 @@ private:
     }
     for (size_t k = 0; k < op.results.size(); ++k)
       setResult(op, op.results[k], carried[k], b);
+  }
+
+  // What keeps a for loop whose first step ran from running the rest compiled (empty:
+  // nothing); Executable.h, loop paths.
+  std::string refusal(const ir::Op &op, const ir::Region &body) const {
+    if (const std::string &fixed = exe_.loopRefusal_.at(&op); !fixed.empty())
+      return fixed;
+    if (!exe_.compiledLoops_)
+      return "compiled loops are off";
+    if (!exe_.device_->hostMemory())
+      return "the device keeps memory of its own";
+    if (exe_.tracing_)
+      return "the memory trace follows the walk";
+    const ir::Binding &inputs = exe_.plan_->binding;
+    for (size_t a = 1; a < body.args.size(); ++a)
+      for (sym::ExprRef d : body.args[a]->type.dims)
+        if (!namesOnly(d, inputs))
+          return fmt::format("carried value {} of type {} changes shape", a - 1, body.args[a]->type.str());
+    for (const ir::Op *o : body.ops) {
+      const OpPlan &p = exe_.plan_->ops[exe_.opIndex_.at(o)];
+      if (o->kind == ir::OpKind::AssertDims ? !p.checked : p.state != OpPlan::State::Planned)
+        return fmt::format("{} names a dim bound per iteration", ir::opWhere(*o));
+    }
+    return {};
+  }
+
+  // Steps [i, hi) of a for loop whose first step was walked and whose refusal() is
+  // empty: every body op is planned, so its operands and results lie at the same memory
+  // in every step (arena offsets, the buffers the first step allocated, params, values
+  // from outside the loop) and its launch is the same; a param view at the counter moves
+  // its view each step. The carried values stay in `carried`, which the body's args
+  // view; each step writes the counter, replays the launches and copies the yields over
+  // `carried`. Returns the kernel launches per step.
+  size_t replay(const ir::Op &op, const ir::Region &body, std::vector<Tensor> &carried, int64_t i, int64_t hi) {
+    for (size_t k = 0; k < carried.size(); ++k)
+      values[body.args[k + 1]] = Tensor::view(carried[k].dtype, carried[k].shape, carried[k].data());
+    Tensor &counter = values.at(body.args[0]);
+    struct Step {
+      size_t index;
+      const OpPlan *plan;
+      std::vector<const Tensor *> in;
+      std::vector<Tensor> out;
+    };
+    std::vector<Step> steps;
+    for (const ir::Op *o : body.ops) {
+      size_t index = exe_.opIndex_.at(o);
+      const Executable::OpEntry &e = exe_.ops_[index];
+      if ((e.view && !e.readsIndices) || o->kind == ir::OpKind::Constant || o->kind == ir::OpKind::AssertDims)
+        continue; // the same value every step; an assert that held
+      Step s{index, &exe_.plan_->ops[index], valuesOf(o->operands), {}};
+      if (!e.view)
+        for (const ir::Value *r : o->results) {
+          Tensor &t = values.at(r);
+          s.out.push_back(Tensor::view(t.dtype, t.shape, t.data()));
+        }
+      // Indices read from the counter (or fixed through the loop): the first step checked
+      // `lo`; the range an op accepts is an interval, so `hi - 1` checked too covers every step.
+      if (e.readsIndices) {
+        counter.setInt(0, hi - 1);
+        const std::string &name = e.view ? kParamView : exe_.kernels_[e.kernel].name;
+        checkIndices(*o, s.in, [&](sym::ExprRef x) { return evaluateAtLaunch(name, x, exe_.plan_->binding); });
+      }
+      steps.push_back(std::move(s));
+    }
+    struct Copy {
+      uint8_t *to;
+      const Tensor *from; // its slot: a param view at the counter moves
+      size_t bytes;
+    };
+    std::vector<Copy> copies; // carried <- yield, unless the yield is that carried value
+    for (size_t k = 0; k < carried.size(); ++k) {
+      const Tensor &y = values.at(body.yields[k]);
+      if (y.byteSize() != carried[k].byteSize())
+        throw InternalError(fmt::format("{}: carried value {} changed size in a planned loop", ir::opWhere(op), k));
+      if (body.yields[k] != body.args[k + 1])
+        copies.push_back({carried[k].data(), &y, y.byteSize()});
+    }
+    size_t launches = 0;
+    for (const Step &s : steps)
+      launches += !s.out.empty();
+    for (; i < hi; ++i) {
+      counter.setInt(0, i);
+      for (Step &s : steps) {
+        if (s.out.empty()) { // a param view at the counter: its readers hold its slot
+          const Tensor &x = *s.in[0];
+          values.at(exe_.ops_[s.index].op->results[0]) =
+              Tensor::view(x.dtype, s.plan->shapes[0],
+                           const_cast<uint8_t *>(x.data()) + viewOffset(*s.plan, s.in) * static_cast<int64_t>(dtypeBytes(x.dtype)));
+          continue;
+        }
+        exe_.launchUnlessPacked(s.index, s.in, s.out, s.plan->launch, s.plan->flops);
+      }
+      exe_.opsExecuted_ += body.ops.size();
+      for (const Copy &c : copies)
+        std::memcpy(c.to, c.from->data(), c.bytes);
+    }
+    return launches;
   }
 
   Executable &exe_;
@@ -685,6 +833,7 @@ void Executable::walkGraph(const std::vector<Tensor> &inputs, const std::map<std
   lateArenaBytes_ = -1;
   opsExecuted_ = 0;
   outputAllocations_ = 0;
+  loopPaths_.clear();
   plan_ = &planFor(inputs, preset);
   binding_ = plan_->binding;
   if (arenaPlan_.bytes) {
@@ -725,6 +874,22 @@ void Executable::setProfiling(bool on) {
   times_.assign(on ? ops_.size() : 0, OpTime{});
   profiledRuns_ = 0;
   profiledSeconds_ = 0;
+  loopTimes_.clear();
+}
+
+void Executable::noteLoop(const ir::Op &op, const std::string &why, int64_t steps, size_t launches) {
+  auto add = [&](LoopTime &t) { // the latest path and reason, the steps of all
+    t.op = &op;
+    t.compiled = why.empty();
+    t.why = why;
+    ++t.runs;
+    t.steps += steps;
+    t.launches = launches;
+  };
+  auto it = std::find_if(loopPaths_.begin(), loopPaths_.end(), [&](const LoopTime &t) { return t.op == &op; });
+  add(it != loopPaths_.end() ? *it : loopPaths_.emplace_back());
+  if (profiling_)
+    add(loopTimes_[&op]);
 }
 
 void Executable::setMemoryTracing(bool on) {
@@ -784,6 +949,10 @@ Executable::Profile Executable::profile() const {
   for (const OpTime &t : times_)
     if (t.calls)
       p.ops.push_back(t);
+  for (const auto &[op, t] : loopTimes_)
+    p.loops.push_back(t);
+  std::sort(p.loops.begin(), p.loops.end(),
+            [&](const LoopTime &a, const LoopTime &b) { return opIndex_.at(a.op) < opIndex_.at(b.op); });
   p.runs = profiledRuns_;
   p.seconds = profiledSeconds_;
   return p;

@@ -58,6 +58,9 @@ public:
   virtual void setResident(std::vector<Range> ranges) { (void)ranges; }
   // Copies between host and device memory so far, for --stats (empty: none are made).
   virtual std::string copies() const { return {}; }
+  // Whether kernels read and write the host's memory itself (no copies of their own to
+  // keep up to date): the executor's compiled loops copy carried values on the host.
+  virtual bool hostMemory() const { return false; }
 };
 
 // Where planned intermediates live: one arena of `bytes`, each value at its offset (all
@@ -148,13 +151,37 @@ public:
     size_t calls = 0;
     double seconds = 0, flops = 0, bytes = 0;
   };
+  // How each `for` loop ran (see loop paths below): its body replayed as prepared
+  // launches (compiled) or walked op by op, and why.
+  struct LoopTime {
+    const ir::Op *op = nullptr;
+    bool compiled = false;
+    std::string why; // what kept it interpreted (empty when compiled)
+    size_t runs = 0;
+    int64_t steps = 0;    // iterations over every run
+    size_t launches = 0;  // kernel launches a compiled step replays
+  };
   struct Profile {
     std::vector<OpTime> ops; // those that ran, in program order
+    std::vector<LoopTime> loops;
     size_t runs = 0;
     double seconds = 0;
   };
   void setProfiling(bool on); // on: counting from zero (again)
   Profile profile() const;
+
+  // Loop paths. A `for` loop's first iteration is walked like any region (it checks and
+  // plans every body op); the rest run compiled — each body kernel's launch, operands
+  // and results prepared once, then replayed per step with only the counter changing,
+  // the carried values copied into buffers of their own — when the body holds only
+  // kernels, param views, constants and asserts over the inputs' dims (no other host op,
+  // no nested control flow), every run-time index it reads is the counter or fixed
+  // through the loop, its every op was planned under the inputs' binding (no dim bound
+  // per iteration), no yield is another carried value, the device works in host memory
+  // and no memory trace is on. Otherwise the loop is walked op by op, as every while
+  // loop is. The last run's paths, in the order the loops finished:
+  const std::vector<LoopTime> &loopPaths() const { return loopPaths_; }
+  void setCompiledLoops(bool on) { compiledLoops_ = on; } // off: every loop walked (to compare)
 
   // The memory trace (`dnnc profile`): while it is on, every op the walk executes (kernel,
   // param view or host op; params, control flow and asserts make no memory) records the
@@ -163,7 +190,9 @@ public:
   // view of memory that exists already (a param view, a host op's alias of its operand).
   // A loop's carried values, which the executor copies at its entry and after each
   // iteration, are recorded as results of the loop op. These are the runtime's own
-  // counts, so a profile can set them beside the plan.
+  // counts, so a profile can set them beside the plan. While it is on, every loop is
+  // walked (no compiled loops, see loop paths): the trace is of the walk, whose copies
+  // are fresh memory each step where a compiled loop reuses its carried buffers.
   enum class Placement { Arena, Allocated, View };
   struct MemoryEvent {
     const ir::Op *op = nullptr;
@@ -229,6 +258,11 @@ private:
   void traceOp(const ir::Op &op, const std::vector<const Tensor *> &in, const std::vector<Tensor> &out, bool view);
   void traceCopies(const ir::Op &loop, const std::vector<Tensor> &carried);
   std::vector<OpTime> times_; // by op index, while profiling
+  std::unordered_map<const ir::Op *, std::string> loopRefusal_; // what the body alone rules out, per for loop
+  std::vector<LoopTime> loopPaths_;                          // the last run's
+  bool compiledLoops_ = true;
+  std::map<const ir::Op *, LoopTime> loopTimes_;              // while profiling
+  void noteLoop(const ir::Op &op, const std::string &why, int64_t steps, size_t launches);
   size_t profiledRuns_ = 0;
   double profiledSeconds_ = 0;
   std::vector<uint8_t> arena_, lateArena_;

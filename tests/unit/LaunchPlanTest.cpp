@@ -177,3 +177,34 @@ TEST_CASE("the memory trace records each result's bytes and where they went", "[
   CHECK(selected == 4 * m_);
   CHECK(m->exe->memoryTrace().allocatedBytes >= 4 * m_);
 }
+
+// Loop paths (Executable.h): on the CPU the loop over param views at the counter runs its
+// second step compiled, with the same results; a device with memory of its own and a
+// memory trace keep it walked, and say why.
+TEST_CASE("a planned for loop runs compiled on the CPU after its first step", "[plan]") {
+  std::mt19937 rng(19);
+  for (std::string target : {"cpu", "cuda-sim"}) {
+    auto m = compile(kStatic, target, rng);
+    for (int call = 0; call < 2; ++call) { // the second call with the plan made
+      checkRun(*m, random({3, 5, 8}, rng));
+      const std::vector<rt::Executable::LoopTime> &paths = m->exe->loopPaths();
+      REQUIRE(paths.size() == 1);
+      CHECK(paths[0].op->kind == ir::OpKind::For);
+      CHECK(paths[0].runs == 1);
+      CHECK(paths[0].steps == 2);
+      CHECK(paths[0].compiled == (target == "cpu"));
+      if (target == "cpu")
+        CHECK(paths[0].launches > 0);
+      else
+        CHECK(paths[0].why == "the device keeps memory of its own");
+    }
+  }
+  auto m = compile(kStatic, "cpu", rng);
+  m->exe->setMemoryTracing(true);
+  checkRun(*m, random({1, 3, 8}, rng));
+  REQUIRE(m->exe->loopPaths().size() == 1);
+  CHECK(m->exe->loopPaths()[0].why == "the memory trace follows the walk");
+  m->exe->setMemoryTracing(false);
+  checkRun(*m, random({1, 3, 8}, rng));
+  CHECK(m->exe->loopPaths().at(0).compiled);
+}

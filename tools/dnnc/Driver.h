@@ -33,6 +33,7 @@ struct RunOptions {
   int threads = 0; // 0: the runtime's default
   int repeat = 0;  // timed runs after the first (--stats reports their median)
   bool stats = false;
+  bool walkLoops = false; // --walk-loops: no compiled loops (Executable::setCompiledLoops)
   std::string profile; // --profile: "" (none), "time" (rows by time) or "order" (program order)
   bool artifact = false; // running a built artifact: nothing is compiled
   backend::CompileOptions compile; // the target's options are probed, not given

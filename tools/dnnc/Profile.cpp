@@ -52,6 +52,17 @@ void printProfile(const ir::Graph &g, rt::Executable &exe, const std::string &or
     dims += fmt::format("{}{} = {}", dims.empty() ? "" : ", ", name, v);
   os << fmt::format("profile of {} run{} at {} on {}: {:.3f} ms per run\n", p.runs, p.runs == 1 ? "" : "s", dims,
                     exe.device().name(), 1e3 * p.seconds / static_cast<double>(p.runs));
+  // How each for loop ran (Executable.h, loop paths): before the table, whose rows its
+  // kernels' times are part of.
+  for (const rt::Executable::LoopTime &l : p.loops) {
+    std::string where = ir::sourceLine(g, l.op->loc);
+    if (l.compiled)
+      os << fmt::format("loop at {}: compiled: after the first, each step replays {} kernel launch{} ({} steps in {} run{})\n",
+                        where, l.launches, l.launches == 1 ? "" : "es", l.steps, l.runs, l.runs == 1 ? "" : "s");
+    else
+      os << fmt::format("loop at {}: interpreted op by op: {} ({} steps in {} run{})\n", where, l.why, l.steps, l.runs,
+                        l.runs == 1 ? "" : "s");
+  }
   if (order == "time")
     std::stable_sort(p.ops.begin(), p.ops.end(), [](const auto &a, const auto &b) { return a.seconds > b.seconds; });
   struct Row {

@@ -123,6 +123,8 @@ int execute(const ir::Graph &g, rt::Executable *compiled, const RunOptions &o) {
     auto runOnce = [&] { return compiled ? compiled->run(all, params, o.binding) : oracle->run(all, params, o.binding); };
     if (compiled && !o.profile.empty())
       compiled->setProfiling(true);
+    if (compiled)
+      compiled->setCompiledLoops(!o.walkLoops);
     std::vector<Tensor> outputs = runOnce();
     if (compiled && !o.profile.empty() && o.repeat > 0)
       compiled->setProfiling(true); // the profile covers the timed runs, not the first

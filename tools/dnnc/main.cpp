@@ -515,6 +515,7 @@ int cmdRun(int argc, char **argv) {
       "stop with an error when a while loop runs N iterations and its condition still holds (default: no limit)")(
       "repeat", po::value(&o.repeat), "run N more times and report the median time with --stats")(
       "no-memory-plan", "allocate every intermediate on its own (no planned arena)")(
+      "walk-loops", "run every loop op by op from the host (no compiled loops), to compare")(
       "stats", "print the dims, kernels, ops run and arena bytes")(
       "profile", po::value(&o.profile)->implicit_value("time"),
       "print each kernel's and host op's calls, time, share, GF/s or GB/s against this CPU's peak and source lines, "
@@ -531,6 +532,7 @@ int cmdRun(int argc, char **argv) {
   o.randomParams = vm.count("random-params") > 0;
   o.randomInputs = vm.count("random-inputs") > 0;
   o.compile.memoryPlan = vm.count("no-memory-plan") == 0;
+  o.walkLoops = vm.count("walk-loops") > 0;
   if (!readPassOptions(vm, flags, o.compile.passes))
     return kUsage;
   if (!o.profile.empty() && o.profile != "time" && o.profile != "order") {
