@@ -54,8 +54,9 @@ public:
   ValuePtr readValue(const ir::Value *v, const Dims &idx);
   // The kernel buffer holding v: the op's operand, or the fused op's region argument.
   int bufferOf(const ir::Value *v) const;
-  int64_t intAttr(const std::string &n) const {
-    const ir::Attr &a = op_.attrs.at(n);
+  int64_t intAttr(const std::string &n) const { return intAttrOf(op_, n); }
+  static int64_t intAttrOf(const ir::Op &op, const std::string &n) {
+    const ir::Attr &a = op.attrs.at(n);
     if (auto *i = std::get_if<int64_t>(&a))
       return *i;
     return *std::get<ExprRef>(a)->asConst();
@@ -157,6 +158,9 @@ private:
   StmtPtr reduction();
   StmtPtr softmax();
   StmtPtr matmul(const ir::Op &mm);
+  // A conv2d as the implicit GEMM of a fused group (ir::FusionKind::ConvEpilogue), the
+  // group's elementwise ops its epilogue.
+  StmtPtr convGemm(const ir::Op &conv);
   StmtPtr attention();
   StmtPtr window(bool conv);
   StmtPtr copyFlat();
@@ -198,7 +202,7 @@ ValuePtr Lowering::readValue(const ir::Value *v, const Dims &idx) {
                 std::find(outer_.regions[0]->ops.begin(), outer_.regions[0]->ops.end(), p) != outer_.regions[0]->ops.end();
   if (!member) // a buffer: the fused op's operand (its region's argument), or the op's own
     return kir::load(bufferOf(v), kir::flatIndex(v->type.dims, idx), v->type.dtype);
-  if (p->kind == OpKind::Matmul) // a fused GEMM has already written it to the output
+  if (p->kind == OpKind::Matmul || p->kind == OpKind::Conv2d) // a fused GEMM has already written it to the output
     return kir::load(out(), kir::flatIndex(v->type.dims, idx), v->type.dtype);
   const Dims &o = v->type.dims;
   auto operandDims = [&](size_t k) -> const Dims & { return p->operands[k]->type.dims; };
@@ -431,6 +435,17 @@ StmtPtr Lowering::softmax() {
                    : kir::binary(OpKind::Sub, shifted, kir::unary(OpKind::Log, sum, DType::F32), DType::F32);
   body.push_back(kir::loop(j, in[a], one(kir::store(out(), flat, kir::cast(v, dtype(out())))), Stmt::Schedule::Vectorize));
   return loopNest(rowShape, rowIdx, std::move(body));
+}
+
+StmtPtr Lowering::convGemm(const ir::Op &op) {
+  Conv2d conv{op.operands[0]->type.dims, op.operands[1]->type.dims, op.results[0]->type.dims, intAttrOf(op, "stride"),
+              intAttrOf(op, "padding"), intAttrOf(op, "dilation"), intAttrOf(op, "groups"), out()};
+  conv.input = bufferOf(op.operands[0]), conv.weights = bufferOf(op.operands[1]);
+  StmtPtr body = conv2dGemm(conv, [&] { return sym::var(kir::loopVar(next_++)); },
+                            [&](const Dims &idx) { return readValue(op_.results[0], idx); });
+  if (!body) // ir::fuse joins a conv2d only where the target's schedule makes it a GEMM
+    throw InternalError(fmt::format("{}: a fused conv2d that is not an implicit GEMM", k_.name));
+  return body;
 }
 
 StmtPtr Lowering::matmul(const ir::Op &mm) {
@@ -777,8 +792,8 @@ std::optional<kir::Kernel> Lowering::run() {
   StmtPtr body;
   if (outer_.kind == OpKind::Fused) // a GEMM with an elementwise epilogue
     for (const ir::Op *member : outer_.regions[0]->ops)
-      if (member->kind == OpKind::Matmul) {
-        k_.body = matmul(*member);
+      if (member->kind == OpKind::Matmul || member->kind == OpKind::Conv2d) {
+        k_.body = member->kind == OpKind::Matmul ? matmul(*member) : convGemm(*member);
         return std::move(k_);
       }
   if (outer_.kind == OpKind::Fused && !ir::isReduction(op_.kind) && !ir::isElementwise(op_.kind)) {
@@ -814,7 +829,11 @@ std::optional<kir::Kernel> Lowering::run() {
   case OpKind::Conv2d:
     if (schedule_.vectorizedConv2d && dtype(0) == DType::F32 && dtype(out()) == DType::F32) {
       Conv2d conv{dims(0), dims(1), dims(out()), intAttr("stride"), intAttr("padding"), intAttr("dilation"), intAttr("groups"), out()};
-      body = vectorizedConv2d(conv, [&] { return sym::var(kir::loopVar(next_++)); });
+      auto fresh = [&] { return sym::var(kir::loopVar(next_++)); };
+      if (schedule_.implicitGemmConv2d)
+        body = conv2dGemm(conv, fresh);
+      if (!body)
+        body = vectorizedConv2d(conv, fresh);
     } else {
       body = window(true);
     }
