@@ -630,22 +630,36 @@ StmtPtr Lowering::window(bool conv) {
   ValuePtr inside = kir::binary(OpKind::And, inRange(ih, x[2]), inRange(iw, x[3]), DType::Bool);
   ExprRef channel = conv ? sym::add(sym::mul(sym::floorDiv(idx[1], sym::floorDiv(o[1], c(groups))), cg), ci) : idx[1];
   ValuePtr xv = kir::load(0, kir::flatIndex(x, {idx[0], channel, ih, iw}), dtype(0));
+  OpKind combine = op_.kind == OpKind::MaxPool2d ? OpKind::Maximum : OpKind::Add;
+  ValuePtr init = kir::constant(op_.kind == OpKind::MaxPool2d ? -INFINITY : 0, DType::F32);
+  auto average = [&](ValuePtr sum) { // padding counts, as PyTorch's default does
+    return op_.kind == OpKind::AvgPool2d ? kir::binary(OpKind::Div, sum, kir::constant(static_cast<double>(kh * kw), DType::F32), DType::F32)
+                                         : sum;
+  };
+  if (!conv && pad == 0) {
+    // A pool without padding: every window lies inside the image (windowOut's floor), so
+    // its taps unroll into straight-line code with no bounds test, in the order the loop
+    // below folds them, and the loop along the output row vectorizes.
+    ValuePtr v = init;
+    for (int64_t i = 0; i < kh; ++i)
+      for (int64_t j = 0; j < kw; ++j) {
+        ExprRef row = sym::add(sym::mul(idx[2], c(stride)), c(i)), col = sym::add(sym::mul(idx[3], c(stride)), c(j));
+        v = kir::binary(combine, v, kir::load(0, kir::flatIndex(x, {idx[0], idx[1], row, col}), dtype(0)), DType::F32);
+      }
+    return loopNest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), kir::cast(average(v), dtype(out())))));
+  }
   ValuePtr acc = kir::local("acc", DType::F32);
   ValuePtr term = conv ? kir::binary(OpKind::Mul, xv, kir::load(1, kir::flatIndex(dims(1), {idx[1], ci, ki, kj}), dtype(1)), DType::F32)
                        : xv;
-  OpKind combine = op_.kind == OpKind::MaxPool2d ? OpKind::Maximum : OpKind::Add;
   StmtPtr update = kir::when(inside, one(kir::assign("acc", kir::binary(combine, acc, term, DType::F32))));
   StmtPtr inner = kir::loop(kj->asVar()->name, c(kw), one(std::move(update)));
   inner = kir::loop(ki->asVar()->name, c(kh), one(std::move(inner)));
   if (conv)
     inner = kir::loop(ci->asVar()->name, cg, one(std::move(inner)));
   std::vector<StmtPtr> body;
-  body.push_back(kir::let("acc", kir::constant(op_.kind == OpKind::MaxPool2d ? -INFINITY : 0, DType::F32)));
+  body.push_back(kir::let("acc", init));
   body.push_back(std::move(inner));
-  ValuePtr result = op_.kind == OpKind::AvgPool2d // padding counts, as PyTorch's default does
-                        ? kir::binary(OpKind::Div, acc, kir::constant(static_cast<double>(kh * kw), DType::F32), DType::F32)
-                        : acc;
-  body.push_back(kir::store(out(), kir::flatIndex(o, idx), kir::cast(result, dtype(out()))));
+  body.push_back(kir::store(out(), kir::flatIndex(o, idx), kir::cast(average(acc), dtype(out()))));
   return loopNest(o, idx, std::move(body));
 }
 
