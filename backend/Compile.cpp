@@ -36,6 +36,7 @@ Lowered lowerFor(ir::Graph &g, const Target &target, const CompileOptions &optio
   ir::PassOptions passOptions = options.passes;
   passOptions.prepack = options.constantParams && target.schedule().packedWeights;
   passOptions.attention = options.passes.attention && target.schedule().fusedAttention;
+  passOptions.convEpilogues = target.schedule().implicitGemmConv2d;
   ir::PassManager passes(passOptions);
   ir::PassState state;
   passes.run(g, ir::defaultPipeline(passOptions), state);

@@ -31,6 +31,12 @@ protected:
     collapsedChunk(nest);
   }
   void gemmStmt(const kir::Gemm &g) override;
+  // Packs an implicit-GEMM convolution's B rows [k0, kEnd) for the two vectors of output
+  // positions from p0 into `panel` (row k at (k - k0) * 2 vectors); `columnMasks`, when
+  // given, are the lanes below the GEMM's n.
+  void packWindows(const kir::Gemm::Im2col &x, llvm::Value *X, llvm::Value *base, llvm::Value *height, llvm::Value *width,
+                   llvm::Value *outWidth, llvm::Value *p0, const std::vector<llvm::Value *> &columnMasks, llvm::Value *k0,
+                   llvm::Value *kEnd, llvm::Value *panel);
   void attentionStmt(const kir::Attention &a) override;
 
 private:
@@ -205,7 +211,12 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
       i = phi;
     }
   };
-  llvm::Value *stream = bColStride || g.bPanels ? b_.getFalse() : b_.CreateICmpSLE(index(g.rows), b_.getInt64(int64_t(kStreamRows)));
+  // An implicit-GEMM convolution's B (kir::Gemm::Im2col): its dims, read once here.
+  llvm::Value *imHeight = nullptr, *imWidth = nullptr, *imOutWidth = nullptr, *imColumn0 = nullptr;
+  if (g.im2col)
+    imHeight = index(g.im2col->height), imWidth = index(g.im2col->width), imOutWidth = index(g.im2col->outWidth),
+    imColumn0 = index(g.im2col->column0);
+  llvm::Value *stream = bColStride || g.bPanels || g.im2col ? b_.getFalse() : b_.CreateICmpSLE(index(g.rows), b_.getInt64(int64_t(kStreamRows)));
   auto *streamBB = llvm::BasicBlock::Create(ctx_, "gemm.stream", fn_), *packBB = llvm::BasicBlock::Create(ctx_, "gemm.packed", fn_),
        *doneBB = llvm::BasicBlock::Create(ctx_, "gemm.done", fn_);
   b_.CreateCondBr(stream, streamBB, packBB);
@@ -235,6 +246,15 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
           llvm::Value *start = b_.CreateAdd(b_.CreateMul(b_.CreateSDiv(col, width), b_.CreateMul(depth, width)), b_.CreateSRem(col, width));
           llvm::Value *panelRows = b_.CreateInBoundsGEP(f32, B, start);
           rowTiles(kRows, [&](llvm::Value *i0, unsigned R) { microKernel(i0, R, 2, j0, k0, kEnd, first, panelRows, width, masked); });
+          return;
+        }
+        if (g.im2col) {
+          packWindows(*g.im2col, B, bBase, imHeight, imWidth, imOutWidth, b_.CreateAdd(imColumn0, j0), masked ? masksOf(j0, 2) : std::vector<llvm::Value *>{},
+                      k0, kEnd, panel);
+          llvm::Value *panelRows = b_.CreateGEP(f32, panel, b_.CreateMul(k0, b_.getInt64(-2 * int64_t(vw))));
+          rowTiles(kRows, [&](llvm::Value *i0, unsigned R) {
+            microKernel(i0, R, 2, j0, k0, kEnd, first, panelRows, b_.getInt64(2 * vw), masked);
+          });
           return;
         }
         std::vector<llvm::Value *> masks = masked ? masksOf(j0, 2) : std::vector<llvm::Value *>(2, nullptr);
@@ -272,6 +292,106 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
     stmt(*g.epilogue);
 }
 
+// The windows of an implicit-GEMM convolution, gathered into the GEMM's panel. Per panel
+// (not per row k) each lane's output position p becomes (oh, ow): p / outWidth in f64
+// (exact to within one for any p below 2^52), then corrected by one step each way, so no
+// lane needs an integer division. Row k = (ci, ki, kj) then reads x at (oh*s + ki*d - pad,
+// ow*s + kj*d - pad) of channel ci, 0 where that lies outside the image: a masked gather;
+// or, at stride 1 or 2 for a vector whose positions lie in one output row (so their input
+// columns are every s-th of one input row), masked loads of s vectors of that row, every
+// s-th lane kept. (A gather costs a load per lane; these, s loads per vector. Which one
+// is a branch per vector that every row k of the panel takes the same way.)
+void CpuKernelEmitter::packWindows(const kir::Gemm::Im2col &x, llvm::Value *X, llvm::Value *base, llvm::Value *height,
+                                   llvm::Value *width, llvm::Value *outWidth, llvm::Value *p0,
+                                   const std::vector<llvm::Value *> &columnMasks, llvm::Value *k0, llvm::Value *kEnd,
+                                   llvm::Value *panel) {
+  const unsigned vw = vectorWidth_;
+  llvm::Type *f32 = b_.getFloatTy(), *i64 = b_.getInt64Ty();
+  auto *vec = llvm::FixedVectorType::get(f32, vw);
+  auto *ivec = llvm::FixedVectorType::get(i64, vw);
+  auto *dvec = llvm::FixedVectorType::get(b_.getDoubleTy(), vw);
+  auto splat = [&](llvm::Value *v) { return b_.CreateVectorSplat(vw, v); };
+  auto splatInt = [&](int64_t v) { return splat(b_.getInt64(v)); };
+  std::vector<llvm::Constant *> lanes;
+  for (unsigned l = 0; l < vw; ++l)
+    lanes.push_back(b_.getInt64(l));
+  llvm::Value *iota = llvm::ConstantVector::get(lanes);
+  llvm::Value *outWidths = splat(outWidth);
+  llvm::Value *inverse = splat(b_.CreateFDiv(llvm::ConstantFP::get(b_.getDoubleTy(), 1.0), b_.CreateSIToFP(outWidth, b_.getDoubleTy())));
+  // Per vector h: the input row and column of tap (0, 0) in each lane, and the lanes to load.
+  std::vector<llvm::Value *> rowOf(2), colOf(2), lanesIn(2), oneRow(2); // oneRow: the vector's positions in one output row
+  for (unsigned h = 0; h < 2; ++h) {
+    llvm::Value *p = b_.CreateAdd(splat(b_.CreateAdd(p0, b_.getInt64(h * vw))), iota);
+    llvm::Value *oh = b_.CreateFPToSI(b_.CreateFMul(b_.CreateSIToFP(p, dvec), inverse), ivec);
+    llvm::Value *ow = b_.CreateSub(p, b_.CreateMul(oh, outWidths));
+    llvm::Value *under = b_.CreateICmpSLT(ow, splatInt(0));
+    oh = b_.CreateSelect(under, b_.CreateSub(oh, splatInt(1)), oh), ow = b_.CreateSelect(under, b_.CreateAdd(ow, outWidths), ow);
+    llvm::Value *over = b_.CreateICmpSGE(ow, outWidths);
+    oh = b_.CreateSelect(over, b_.CreateAdd(oh, splatInt(1)), oh), ow = b_.CreateSelect(over, b_.CreateSub(ow, outWidths), ow);
+    rowOf[h] = b_.CreateSub(b_.CreateMul(oh, splatInt(x.stride)), splatInt(x.padding));
+    colOf[h] = b_.CreateSub(b_.CreateMul(ow, splatInt(x.stride)), splatInt(x.padding));
+    lanesIn[h] = columnMasks.empty() ? llvm::Constant::getAllOnesValue(llvm::FixedVectorType::get(b_.getInt1Ty(), vw)) : columnMasks[h];
+    llvm::Value *firstCol = b_.CreateExtractElement(ow, uint64_t(0));
+    oneRow[h] = b_.CreateICmpSLE(b_.CreateAdd(firstCol, b_.getInt64(vw)), outWidth);
+  }
+  llvm::Value *heights = splat(height), *widths = splat(width), *plane = b_.CreateMul(height, width);
+  auto zero = llvm::Constant::getNullValue(vec);
+  forLoop("kp", k0, kEnd, 1, [&](llvm::Value *k) {
+    llvm::Value *ci = b_.CreateSDiv(k, b_.getInt64(x.kh * x.kw)), *tap = b_.CreateSRem(k, b_.getInt64(x.kh * x.kw));
+    llvm::Value *ki = b_.CreateSDiv(tap, b_.getInt64(x.kw)), *kj = b_.CreateSRem(tap, b_.getInt64(x.kw));
+    llvm::Value *channel = b_.CreateAdd(base, b_.CreateMul(ci, plane));
+    llvm::Value *rowShift = splat(b_.CreateMul(ki, b_.getInt64(x.dilation))), *colShift = splat(b_.CreateMul(kj, b_.getInt64(x.dilation)));
+    llvm::Value *packedRow = b_.CreateMul(b_.CreateSub(k, k0), b_.getInt64(2 * vw));
+    for (unsigned h = 0; h < 2; ++h) {
+      llvm::Value *ih = b_.CreateAdd(rowOf[h], rowShift), *iw = b_.CreateAdd(colOf[h], colShift);
+      // Unsigned compares: a negative row or column is outside too.
+      llvm::Value *inside = b_.CreateAnd(lanesIn[h], b_.CreateAnd(b_.CreateICmpULT(ih, heights), b_.CreateICmpULT(iw, widths)));
+      auto gather = [&] {
+        llvm::Value *at = b_.CreateAdd(splat(channel), b_.CreateAdd(b_.CreateMul(ih, widths), iw));
+        return b_.CreateMaskedGather(vec, b_.CreateGEP(f32, X, at), llvm::Align(4), inside, zero);
+      };
+      // Input columns iw0, iw0 + s, ... of row ih0: s masked loads from iw0, every s-th lane kept.
+      auto rowLoads = [&]() -> llvm::Value * {
+        llvm::Value *row = b_.CreateExtractElement(ih, uint64_t(0)), *col = b_.CreateExtractElement(iw, uint64_t(0));
+        llvm::Value *first = b_.CreateGEP(f32, X, b_.CreateAdd(channel, b_.CreateAdd(b_.CreateMul(row, width), col)));
+        if (x.stride == 1)
+          return b_.CreateMaskedLoad(vec, first, llvm::Align(4), inside, zero);
+        llvm::Value *rowIn = splat(b_.CreateICmpULT(row, height)), *halves[2];
+        for (unsigned q = 0; q < 2; ++q) {
+          llvm::Value *cols = b_.CreateAdd(splat(b_.CreateAdd(col, b_.getInt64(q * vw))), iota);
+          halves[q] = b_.CreateMaskedLoad(vec, b_.CreateGEP(f32, first, b_.getInt64(q * vw)), llvm::Align(4),
+                                          b_.CreateAnd(rowIn, b_.CreateICmpULT(cols, widths)), zero);
+        }
+        std::vector<int> even;
+        for (unsigned l = 0; l < vw; ++l)
+          even.push_back(int(2 * l));
+        return b_.CreateShuffleVector(halves[0], halves[1], even);
+      };
+      llvm::Value *v;
+      if (x.stride > 2) {
+        v = gather();
+      } else {
+        auto *loadBB = llvm::BasicBlock::Create(ctx_, "windows.row", fn_), *gatherBB = llvm::BasicBlock::Create(ctx_, "windows.gather", fn_),
+             *doneBB = llvm::BasicBlock::Create(ctx_, "windows.done", fn_);
+        b_.CreateCondBr(oneRow[h], loadBB, gatherBB);
+        b_.SetInsertPoint(loadBB);
+        llvm::Value *loaded = rowLoads();
+        llvm::BasicBlock *loadEnd = b_.GetInsertBlock();
+        b_.CreateBr(doneBB);
+        b_.SetInsertPoint(gatherBB);
+        llvm::Value *gathered = gather();
+        llvm::BasicBlock *gatherEnd = b_.GetInsertBlock();
+        b_.CreateBr(doneBB);
+        b_.SetInsertPoint(doneBB);
+        llvm::PHINode *phi = b_.CreatePHI(vec, 2);
+        phi->addIncoming(loaded, loadEnd);
+        phi->addIncoming(gathered, gatherEnd);
+        v = phi;
+      }
+      b_.CreateAlignedStore(v, b_.CreateInBoundsGEP(f32, panel, b_.CreateAdd(packedRow, b_.getInt64(h * vw))), llvm::Align(64));
+    }
+  });
+}
 
 // The attention schedule, one query row at a time: the keys in tiles of kKeyTile, whose
 // scores (vector dot products over d) live in a stack array, never in memory the model

@@ -130,6 +130,8 @@ void GpuKernelEmitter::forStmt(const kir::Stmt &s) {
 void GpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
   if (g.bPanels) // the GPU schedule keeps weights as they are (ScheduleOptions::packedWeights)
     throw InternalError("kernel " + k_.name + ": a GPU GEMM reads B in rows, not prepacked panels");
+  if (g.im2col) // the GPU schedule keeps its direct convolution (ScheduleOptions::implicitGemmConv2d)
+    throw InternalError("kernel " + k_.name + ": a GPU GEMM reads B in rows, not gathered from an image");
   switch (mapping_) {
   case gpu::Mapping::Blocks: return tiledGemm(g);
   case gpu::Mapping::Warps: throw InternalError("kernel " + k_.name + " has a GEMM among reductions");

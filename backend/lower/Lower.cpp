@@ -54,8 +54,9 @@ public:
   ValuePtr readValue(const ir::Value *v, const Dims &idx);
   // The kernel buffer holding v: the op's operand, or the fused op's region argument.
   int bufferOf(const ir::Value *v) const;
-  int64_t intAttr(const std::string &n) const {
-    const ir::Attr &a = op_.attrs.at(n);
+  int64_t intAttr(const std::string &n) const { return intAttrOf(op_, n); }
+  static int64_t intAttrOf(const ir::Op &op, const std::string &n) {
+    const ir::Attr &a = op.attrs.at(n);
     if (auto *i = std::get_if<int64_t>(&a))
       return *i;
     return *std::get<ExprRef>(a)->asConst();
@@ -157,6 +158,9 @@ private:
   StmtPtr reduction();
   StmtPtr softmax();
   StmtPtr matmul(const ir::Op &mm);
+  // A conv2d as the implicit GEMM of a fused group (ir::FusionKind::ConvEpilogue), the
+  // group's elementwise ops its epilogue.
+  StmtPtr convGemm(const ir::Op &conv);
   StmtPtr attention();
   StmtPtr window(bool conv);
   StmtPtr copyFlat();
@@ -198,7 +202,7 @@ ValuePtr Lowering::readValue(const ir::Value *v, const Dims &idx) {
                 std::find(outer_.regions[0]->ops.begin(), outer_.regions[0]->ops.end(), p) != outer_.regions[0]->ops.end();
   if (!member) // a buffer: the fused op's operand (its region's argument), or the op's own
     return kir::load(bufferOf(v), kir::flatIndex(v->type.dims, idx), v->type.dtype);
-  if (p->kind == OpKind::Matmul) // a fused GEMM has already written it to the output
+  if (p->kind == OpKind::Matmul || p->kind == OpKind::Conv2d) // a fused GEMM has already written it to the output
     return kir::load(out(), kir::flatIndex(v->type.dims, idx), v->type.dtype);
   const Dims &o = v->type.dims;
   auto operandDims = [&](size_t k) -> const Dims & { return p->operands[k]->type.dims; };
@@ -433,6 +437,17 @@ StmtPtr Lowering::softmax() {
   return loopNest(rowShape, rowIdx, std::move(body));
 }
 
+StmtPtr Lowering::convGemm(const ir::Op &op) {
+  Conv2d conv{op.operands[0]->type.dims, op.operands[1]->type.dims, op.results[0]->type.dims, intAttrOf(op, "stride"),
+              intAttrOf(op, "padding"), intAttrOf(op, "dilation"), intAttrOf(op, "groups"), out()};
+  conv.input = bufferOf(op.operands[0]), conv.weights = bufferOf(op.operands[1]);
+  StmtPtr body = conv2dGemm(conv, [&] { return sym::var(kir::loopVar(next_++)); },
+                            [&](const Dims &idx) { return readValue(op_.results[0], idx); });
+  if (!body) // ir::fuse joins a conv2d only where the target's schedule makes it a GEMM
+    throw InternalError(fmt::format("{}: a fused conv2d that is not an implicit GEMM", k_.name));
+  return body;
+}
+
 StmtPtr Lowering::matmul(const ir::Op &mm) {
   Dims a = mm.operands[0]->type.dims, b = mm.operands[1]->type.dims, o = mm.results[0]->type.dims;
   // B made by a fused transpose of its last two axes is read in place, column by column.
@@ -615,22 +630,36 @@ StmtPtr Lowering::window(bool conv) {
   ValuePtr inside = kir::binary(OpKind::And, inRange(ih, x[2]), inRange(iw, x[3]), DType::Bool);
   ExprRef channel = conv ? sym::add(sym::mul(sym::floorDiv(idx[1], sym::floorDiv(o[1], c(groups))), cg), ci) : idx[1];
   ValuePtr xv = kir::load(0, kir::flatIndex(x, {idx[0], channel, ih, iw}), dtype(0));
+  OpKind combine = op_.kind == OpKind::MaxPool2d ? OpKind::Maximum : OpKind::Add;
+  ValuePtr init = kir::constant(op_.kind == OpKind::MaxPool2d ? -INFINITY : 0, DType::F32);
+  auto average = [&](ValuePtr sum) { // padding counts, as PyTorch's default does
+    return op_.kind == OpKind::AvgPool2d ? kir::binary(OpKind::Div, sum, kir::constant(static_cast<double>(kh * kw), DType::F32), DType::F32)
+                                         : sum;
+  };
+  if (!conv && pad == 0) {
+    // A pool without padding: every window lies inside the image (windowOut's floor), so
+    // its taps unroll into straight-line code with no bounds test, in the order the loop
+    // below folds them, and the loop along the output row vectorizes.
+    ValuePtr v = init;
+    for (int64_t i = 0; i < kh; ++i)
+      for (int64_t j = 0; j < kw; ++j) {
+        ExprRef row = sym::add(sym::mul(idx[2], c(stride)), c(i)), col = sym::add(sym::mul(idx[3], c(stride)), c(j));
+        v = kir::binary(combine, v, kir::load(0, kir::flatIndex(x, {idx[0], idx[1], row, col}), dtype(0)), DType::F32);
+      }
+    return loopNest(o, idx, one(kir::store(out(), kir::flatIndex(o, idx), kir::cast(average(v), dtype(out())))));
+  }
   ValuePtr acc = kir::local("acc", DType::F32);
   ValuePtr term = conv ? kir::binary(OpKind::Mul, xv, kir::load(1, kir::flatIndex(dims(1), {idx[1], ci, ki, kj}), dtype(1)), DType::F32)
                        : xv;
-  OpKind combine = op_.kind == OpKind::MaxPool2d ? OpKind::Maximum : OpKind::Add;
   StmtPtr update = kir::when(inside, one(kir::assign("acc", kir::binary(combine, acc, term, DType::F32))));
   StmtPtr inner = kir::loop(kj->asVar()->name, c(kw), one(std::move(update)));
   inner = kir::loop(ki->asVar()->name, c(kh), one(std::move(inner)));
   if (conv)
     inner = kir::loop(ci->asVar()->name, cg, one(std::move(inner)));
   std::vector<StmtPtr> body;
-  body.push_back(kir::let("acc", kir::constant(op_.kind == OpKind::MaxPool2d ? -INFINITY : 0, DType::F32)));
+  body.push_back(kir::let("acc", init));
   body.push_back(std::move(inner));
-  ValuePtr result = op_.kind == OpKind::AvgPool2d // padding counts, as PyTorch's default does
-                        ? kir::binary(OpKind::Div, acc, kir::constant(static_cast<double>(kh * kw), DType::F32), DType::F32)
-                        : acc;
-  body.push_back(kir::store(out(), kir::flatIndex(o, idx), kir::cast(result, dtype(out()))));
+  body.push_back(kir::store(out(), kir::flatIndex(o, idx), kir::cast(average(acc), dtype(out()))));
   return loopNest(o, idx, std::move(body));
 }
 
@@ -777,8 +806,8 @@ std::optional<kir::Kernel> Lowering::run() {
   StmtPtr body;
   if (outer_.kind == OpKind::Fused) // a GEMM with an elementwise epilogue
     for (const ir::Op *member : outer_.regions[0]->ops)
-      if (member->kind == OpKind::Matmul) {
-        k_.body = matmul(*member);
+      if (member->kind == OpKind::Matmul || member->kind == OpKind::Conv2d) {
+        k_.body = member->kind == OpKind::Matmul ? matmul(*member) : convGemm(*member);
         return std::move(k_);
       }
   if (outer_.kind == OpKind::Fused && !ir::isReduction(op_.kind) && !ir::isElementwise(op_.kind)) {
@@ -814,7 +843,11 @@ std::optional<kir::Kernel> Lowering::run() {
   case OpKind::Conv2d:
     if (schedule_.vectorizedConv2d && dtype(0) == DType::F32 && dtype(out()) == DType::F32) {
       Conv2d conv{dims(0), dims(1), dims(out()), intAttr("stride"), intAttr("padding"), intAttr("dilation"), intAttr("groups"), out()};
-      body = vectorizedConv2d(conv, [&] { return sym::var(kir::loopVar(next_++)); });
+      auto fresh = [&] { return sym::var(kir::loopVar(next_++)); };
+      if (schedule_.implicitGemmConv2d)
+        body = conv2dGemm(conv, fresh);
+      if (!body)
+        body = vectorizedConv2d(conv, fresh);
     } else {
       body = window(true);
     }

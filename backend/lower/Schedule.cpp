@@ -1,5 +1,5 @@
 // Lowering's schedule choices (see Schedule.h): loop nests' parallel and vector loops,
-// and the CPU's convolution.
+// and the CPU's convolutions.
 #include "backend/lower/Schedule.h"
 
 #include <fmt/format.h>
@@ -161,6 +161,46 @@ StmtPtr vectorizedConv2d(const Conv2d &conv, const std::function<ExprRef()> &fre
   channelBody.push_back(kir::loop(name(oh), o[2], std::move(outputRow)));
   body.push_back(kir::loop(name(ci), cg, std::move(channelBody)));
   return kir::loop(name(task), sym::mul(o[0], blocks), std::move(body), Stmt::Schedule::Parallel);
+}
+
+StmtPtr conv2dGemm(const Conv2d &conv, const std::function<ExprRef()> &freshVar, const ConvEpilogue &epilogue) {
+  const Dims &x = conv.x, &w = conv.w, &o = conv.o;
+  auto outPerGroup = sym::floorDiv(o[1], c(conv.groups))->asConst();
+  if (!outPerGroup || *outPerGroup < ir::kConvGemmMinChannels)
+    return nullptr;
+  int64_t og = *outPerGroup, kh = *w[2]->asConst(), kw = *w[3]->asConst();
+  ExprRef cg = w[1], depth = sym::mul(cg, c(kh * kw)), positions = sym::mul(o[2], o[3]);
+  ExprRef rowBlocks = c((og + kGemmRowBlock - 1) / kGemmRowBlock);
+  // Bands of whole output rows, about kConvColumnBlock positions each.
+  ExprRef bandRows = sym::max(c(1), sym::floorDiv(c(kConvColumnBlock), sym::max(c(1), o[3])));
+  ExprRef bands = sym::floorDiv(sym::add(o[2], sym::sub(bandRows, c(1))), bandRows);
+  ExprRef p = freshVar();
+  ExprRef band = sym::mod(p, bands), rest = sym::floorDiv(p, bands);
+  ExprRef rowBlock = sym::mod(rest, rowBlocks), imageGroup = sym::floorDiv(rest, rowBlocks);
+  ExprRef group = sym::mod(imageGroup, c(conv.groups)), image = sym::floorDiv(imageGroup, c(conv.groups));
+  ExprRef row0 = sym::mul(rowBlock, c(kGemmRowBlock)), oh0 = sym::mul(band, bandRows);
+  ExprRef rowsInBand = sym::min(bandRows, sym::sub(o[2], oh0)), col0 = sym::mul(oh0, o[3]);
+  ExprRef channel0 = sym::add(sym::mul(group, c(og)), row0); // the task's first output channel
+  kir::Gemm g;
+  g.a = conv.weights, g.b = conv.input, g.c = conv.out;
+  g.aBase = sym::mul(sym::mul(group, c(og)), depth), g.lda = depth;
+  g.bBase = sym::mul(sym::add(sym::mul(image, x[1]), sym::mul(group, cg)), sym::mul(x[2], x[3])), g.ldb = c(0);
+  g.cBase = sym::add(sym::mul(sym::add(sym::mul(image, o[1]), sym::mul(group, c(og))), positions), col0), g.ldc = positions;
+  g.row0 = row0, g.rows = sym::min(c(kGemmRowBlock), sym::sub(c(og), row0));
+  g.n = sym::mul(rowsInBand, o[3]), g.depth = depth;
+  auto im = std::make_shared<kir::Gemm::Im2col>();
+  im->height = x[2], im->width = x[3], im->outWidth = o[3], im->column0 = col0;
+  im->kh = kh, im->kw = kw, im->stride = conv.stride, im->padding = conv.padding, im->dilation = conv.dilation;
+  g.im2col = std::move(im);
+  if (epilogue) {
+    ExprRef r = freshVar(), t = freshVar(), ow = freshVar();
+    Dims idx{image, sym::add(channel0, r), sym::add(oh0, t), ow};
+    StmtPtr columns = kir::loop(ow->asVar()->name, o[3], one(kir::store(conv.out, kir::flatIndex(o, idx), epilogue(idx))),
+                                Stmt::Schedule::Vectorize);
+    g.epilogue = kir::loop(r->asVar()->name, g.rows, one(kir::loop(t->asVar()->name, rowsInBand, one(std::move(columns)))));
+  }
+  ExprRef tasks = sym::mul(sym::mul(o[0], c(conv.groups)), sym::mul(rowBlocks, bands));
+  return kir::loop(p->asVar()->name, tasks, one(kir::gemm(std::move(g))), Stmt::Schedule::Parallel);
 }
 
 } // namespace dnnc::lower

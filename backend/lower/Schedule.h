@@ -1,6 +1,6 @@
 // Lowering's schedule choices, kept apart from what each op computes (Lower.cpp): which
 // loop of a nest runs in parallel and which the vectorizer is told to take, how a matmul
-// splits into GEMM tasks, and the CPU's convolution. A target passes its ScheduleOptions.
+// splits into GEMM tasks, and the CPU's convolutions (implicit GEMM, direct). A target passes its ScheduleOptions.
 //
 // Contract: a schedule changes only the order and grouping of a kernel's iterations,
 // never what it stores (the numerics tests compare every device with the oracle).
@@ -29,9 +29,12 @@ struct ScheduleOptions {
   // The attention op (ir/transforms/FuseAttention.h) has a CPU kernel (tiled over query
   // rows, online softmax); GPU targets keep the unfused ops, whose kernels they have.
   bool fusedAttention = false;
+  // f32 conv2d with enough output channels per group as an implicit GEMM (conv2dGemm);
+  // the others keep the convolution above. The GPU keeps its per-element convolution.
+  bool implicitGemmConv2d = false;
 };
-inline constexpr ScheduleOptions kCpuSchedule{true, 256, true, true};
-inline constexpr ScheduleOptions kGpuSchedule{false, 0, false, false};
+inline constexpr ScheduleOptions kCpuSchedule{true, 256, true, true, true};
+inline constexpr ScheduleOptions kGpuSchedule{false, 0, false, false, false};
 
 // Rows of A per GEMM task: an f32 matmul is one parallel task per (batch, row block,
 // column block).
@@ -49,13 +52,32 @@ std::vector<kir::StmtPtr> one(kir::StmtPtr s);
 kir::StmtPtr loopNest(const std::vector<sym::ExprRef> &shape, const std::vector<sym::ExprRef> &idx,
                       std::vector<kir::StmtPtr> inner);
 
-// An f32 conv2d (NCHW input buffer 0, OIHW weights buffer 1, output buffer `out`).
+// An f32 conv2d (NCHW input buffer `input`, OIHW weights buffer `weights`, output buffer
+// `out`; vectorizedConv2d takes the input as buffer 0 and the weights as buffer 1).
 struct Conv2d {
   std::vector<sym::ExprRef> x, w, o; // dims
   int64_t stride, padding, dilation, groups;
   int out;
+  int input = 0, weights = 1;
 };
 // Its CPU schedule (see Schedule.cpp); freshVar names a new loop variable.
 kir::StmtPtr vectorizedConv2d(const Conv2d &conv, const std::function<sym::ExprRef()> &freshVar);
+
+// Output positions per implicit-GEMM task (whole output rows: at least one).
+constexpr int64_t kConvColumnBlock = 256;
+
+// The convolution as an implicit GEMM (kir::Gemm::Im2col), per image and group:
+//   out[n, g*Og + i, p] = sum_k w[g*Og + i, k] * im2col(x[n, g*Cg + .])(k, p)
+// with M = Og output channels, N = OH*OW positions and K = Cg*KH*KW: the weights are
+// A as they lie (row i of the OIHW tensor is row i of A), the output plane is C as it
+// lies (NCHW), and B is gathered from the input windows while the GEMM packs its
+// panels. One parallel task per (image, group, block of kGemmRowBlock channels, band of
+// whole output rows, about kConvColumnBlock positions): whole rows, so that an epilogue
+// indexes the output by (row, column) with no division. With `epilogue`, each task then
+// rewrites its block of the output, still in cache, with epilogue(index) at each output
+// index [n, o, oh, ow] (a fused group's elementwise ops, reading the sums there). Null
+// where the out channels per group are not a constant of at least ir::kConvGemmMinChannels.
+using ConvEpilogue = std::function<kir::ValuePtr(const std::vector<sym::ExprRef> &index)>;
+kir::StmtPtr conv2dGemm(const Conv2d &conv, const std::function<sym::ExprRef()> &freshVar, const ConvEpilogue &epilogue = nullptr);
 
 } // namespace dnnc::lower

@@ -37,6 +37,12 @@ struct Value {
 // Columns per panel of a prepacked weight (the `prepack` op, ir/transforms/Prepack.h):
 // a multiple of two vectors of every CPU's GEMM micro-kernel (2 x 16 lanes at most).
 constexpr int64_t kPrepackPanel = 32;
+// Output channels per group from which a target that runs f32 conv2d as an implicit GEMM
+// (backend/lower/Schedule.h, conv2dGemm) does so, and fusion (PassOptions::convEpilogues)
+// then joins its elementwise consumers as the GEMM's epilogue: one row tile of the GEMM's
+// micro-kernel. With fewer (a depthwise convolution has 1) each input element the GEMM
+// gathers would feed too few FMAs to pay for its gather.
+constexpr int64_t kConvGemmMinChannels = 8;
 
 // A list of dims in which null marks a position given by a runtime operand.
 using DimList = std::vector<sym::ExprRef>;

@@ -169,6 +169,9 @@ void collectDims(const Stmt &s, std::set<std::string> &out) {
     for (sym::ExprRef e : {s.gemm.aBase, s.gemm.bBase, s.gemm.cBase, s.gemm.lda, s.gemm.ldb, s.gemm.ldc, s.gemm.row0,
                            s.gemm.rows, s.gemm.n, s.gemm.depth, s.gemm.bColStride})
       collectDims(e, out);
+  if (s.kind == Stmt::Kind::Gemm && s.gemm.im2col)
+    for (sym::ExprRef e : {s.gemm.im2col->height, s.gemm.im2col->width, s.gemm.im2col->outWidth, s.gemm.im2col->column0})
+      collectDims(e, out);
   if (s.gemm.epilogue)
     collectDims(*s.gemm.epilogue, out);
   if (s.kind == Stmt::Kind::Attention) {
@@ -215,7 +218,15 @@ void printStmt(const Kernel &k, const Stmt &s, int depth, std::string &out) {
     const Gemm &g = s.gemm;
     out += fmt::format("{}gemm tiled rows [{}, {} + {}) cols {} depth {}:\n", pad, g.row0->str(), g.row0->str(),
                        g.rows->str(), g.n->str(), g.depth->str());
-    if (g.bPanels)
+    if (g.im2col) {
+      const Gemm::Im2col &x = *g.im2col;
+      out += fmt::format("{}  b{}[{} + i*{} + j] = sum_k b{}[{} + i*{} + k] * im2col(b{}[{} + ci*{}*{} + ih*{} + iw]), "
+                         "k = (ci*{} + ki)*{} + kj, p = {} + j = oh*{} + ow, ih = oh*{} + ki*{} - {}, iw = ow*{} + kj*{} - {} "
+                         "(0 outside the image)\n",
+                         pad, g.c, g.cBase->str(), g.ldc->str(), g.a, g.aBase->str(), g.lda->str(), g.b, g.bBase->str(), x.height->str(),
+                         x.width->str(), x.width->str(), x.kh, x.kw, x.column0->str(), x.outWidth->str(), x.stride, x.dilation, x.padding,
+                         x.stride, x.dilation, x.padding);
+    } else if (g.bPanels)
       out += fmt::format("{}  b{}[{} + i*{} + j] = sum_k b{}[{} + i*{} + k] * b{}(k, {} + j) (prepacked in panels of {} columns)\n", pad,
                          g.c, g.cBase->str(), g.ldc->str(), g.a, g.aBase->str(), g.lda->str(), g.b, g.bBase->str(), kPanelColumns);
     else

@@ -50,11 +50,23 @@ struct Gemm {
   // columns: B(k, j) at ((b + j) / kPanelColumns) * depth * kPanelColumns + k *
   // kPanelColumns + (b + j) % kPanelColumns; bBase is then the first column, ldb unused.
   bool bPanels = false;
+  // B is gathered from an image instead (implicit GEMM convolution, lower::Conv2dGemm):
+  // B(k, j) is x[b + ci*height*width + ih*width + iw] for k = (ci*kh + ki)*kw + kj and
+  // output position p = column0 + j = oh*outWidth + ow, at ih = oh*stride + ki*dilation -
+  // padding and iw = ow*stride + kj*dilation - padding; 0 where (ih, iw) lies outside the
+  // image (the padding). bBase is the image's first channel; ldb unused. Packing gathers
+  // each depth block's panel from the windows, so the im2col matrix never exists.
+  struct Im2col {
+    sym::ExprRef height, width, outWidth, column0;
+    int64_t kh = 1, kw = 1, stride = 1, padding = 0, dilation = 1;
+  };
+  std::shared_ptr<const Im2col> im2col;
   // Optional, applied once the block's products are stored: a loop nest
   //   for r in 0..rows { for j in 0..n { <one Store> } }
   // rewriting element (row0 + r, j) (fused bias, activation, residual). The CPU runs the
   // nest over its row block; the GPU runs the Store per element, in the thread that
-  // computed it, with r and j bound.
+  // computed it, with r and j bound. (An implicit-GEMM convolution's, CPU only, loops over
+  // its output rows and columns instead of j: for r { for oh { for ow { <one Store> } } }.)
   std::shared_ptr<const Stmt> epilogue;
 };
 

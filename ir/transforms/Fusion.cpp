@@ -19,7 +19,7 @@ class Fuser {
 public:
   Fuser(Graph &g, const std::set<FusionKind> &kinds)
       : g_(g), elementwise_(kinds.count(FusionKind::Elementwise) > 0), injective_(kinds.count(FusionKind::Injective) > 0),
-        reduction_(kinds.count(FusionKind::Reduction) > 0) {
+        reduction_(kinds.count(FusionKind::Reduction) > 0), convEpilogue_(kinds.count(FusionKind::ConvEpilogue) > 0) {
     for (const Graph::Update &u : g.updates)
       if (u.output < g.body.yields.size())
         updates_.insert(g.body.yields[u.output]);
@@ -70,13 +70,25 @@ private:
   // GEMM accumulates in the root's result buffer, so that is f32 too (a cast to f16 there
   // would have f32 sums written over half the bytes they need).
   bool mayJoinAsGemm(const Op &root, const Op &p) const {
-    if (!elementwise_ || opInfo(p.kind).pattern != OpPattern::OutFusable || !isElementwise(root.kind) ||
+    if (!elementwise_ || !(opInfo(p.kind).pattern == OpPattern::OutFusable || convAsGemm(p)) || !isElementwise(root.kind) ||
         root.results[0]->type.dtype != DType::F32)
       return false;
     for (const Value *v : {p.operands[0], p.operands[1], p.results[0]})
       if (v->type.dtype != DType::F32 || v->type.rank() < 2)
         return false;
     return p.results[0]->type.dims == root.results[0]->type.dims;
+  }
+  // A conv2d the target runs as an implicit GEMM (FusionKind::ConvEpilogue).
+  bool convAsGemm(const Op &p) const {
+    if (!convEpilogue_ || p.kind != OpKind::Conv2d)
+      return false;
+    for (const Value *v : {p.operands[0], p.operands[1], p.results[0]})
+      if (v->type.dtype != DType::F32)
+        return false;
+    const Attr &a = p.attrs.at("groups");
+    std::optional<int64_t> groups = std::get_if<int64_t>(&a) ? std::optional<int64_t>(std::get<int64_t>(a)) : std::get<sym::ExprRef>(a)->asConst();
+    auto out = p.results[0]->type.dims[1]->asConst();
+    return groups && *groups > 0 && out && *out / *groups >= kConvGemmMinChannels;
   }
   bool mayJoin(const Op &root, const Op &p) const {
     // A fill sized by run-time values (zeros([k]) for an i64[] k) binds its fresh dims when
@@ -218,7 +230,7 @@ private:
 
   Graph &g_;
   std::unordered_set<const Value *> updates_; // outputs written in place over a param or input
-  bool elementwise_, injective_, reduction_;
+  bool elementwise_, injective_, reduction_, convEpilogue_;
   std::unordered_map<const Value *, int> uses_;
   std::unordered_set<const Op *> taken_;
   FusionStats stats_;
@@ -232,6 +244,11 @@ FusionStats fuse(Graph &g, const std::set<FusionKind> &kinds) {
   return s;
 }
 
-FusionStats fuseAll(Graph &g) { return fuse(g, {FusionKind::Elementwise, FusionKind::Injective, FusionKind::Reduction}); }
+FusionStats fuseAll(Graph &g, bool convEpilogues) {
+  std::set<FusionKind> kinds{FusionKind::Elementwise, FusionKind::Injective, FusionKind::Reduction};
+  if (convEpilogues)
+    kinds.insert(FusionKind::ConvEpilogue);
+  return fuse(g, kinds);
+}
 
 } // namespace dnnc::ir

@@ -12,7 +12,8 @@
 // producers through the same broadcasting and index maps the unfused ops use). Results are
 // unchanged up to float reassociation (none is introduced: each element is computed by the
 // same scalar ops in the same order). Control flow, host ops, matmul and convolution are
-// never fused, except a matmul as the GEMM of an elementwise root's epilogue; not into a
+// never fused, except a matmul (or, with ConvEpilogue, a conv2d) as the GEMM of an
+// elementwise root's epilogue; not into a
 // root whose result is an in-place update (Graph::updates): the GEMM's sums would land in
 // the updated param before the epilogue reads its old value.
 #pragma once
@@ -28,11 +29,14 @@ struct FusionStats {
   int opsFused = 0;  // ops moved into them
 };
 
-enum class FusionKind { Elementwise, Injective, Reduction };
+// ConvEpilogue: an f32 conv2d with at least kConvGemmMinChannels output channels per group
+// joins an elementwise root as its implicit GEMM's epilogue, as a matmul does; only for
+// targets that run such convolutions as GEMMs (PassOptions::convEpilogues).
+enum class FusionKind { Elementwise, Injective, Reduction, ConvEpilogue };
 
 // Fuses with the given kinds over every region of `g` (one walk: a group may mix them).
 FusionStats fuse(Graph &g, const std::set<FusionKind> &kinds);
-// All three kinds.
-FusionStats fuseAll(Graph &g);
+// Elementwise, injective and reduction fusion, and with `convEpilogues` ConvEpilogue.
+FusionStats fuseAll(Graph &g, bool convEpilogues = false);
 
 } // namespace dnnc::ir

@@ -31,7 +31,7 @@ void runRecompute(Graph &g, PassState &state) {
 }
 void runFuseAttention(Graph &g, PassState &) { fuseAttention(g); }
 void runPrepack(Graph &g, PassState &) { prepackWeights(g); }
-void runFuse(Graph &g, PassState &) { fuseAll(g); }
+void runFuse(Graph &g, PassState &state) { fuseAll(g, state.convEpilogues); }
 void runOrder(Graph &g, PassState &) { planExecutionOrder(g); }
 void runPlanMemory(Graph &g, PassState &state) {
   if (!state.kernelOps)
@@ -94,6 +94,7 @@ void PassManager::run(Graph &g, const std::vector<PassInfo> &passes, PassState &
     return names.count("all") || names.count(std::string(pass));
   };
   state.recomputeOptions = options_.recompute;
+  state.convEpilogues = options_.convEpilogues;
   for (const PassInfo &p : passes) {
     if (named(options_.printBefore, p.name))
       print(g, state, "before", p.name);

@@ -31,6 +31,7 @@ struct PassState {
   std::optional<MemoryPlan> memoryPlan; // plan-memory's result
   std::vector<const Op *> backwardStarts;   // differentiate's backward spans, for recompute
   RecomputeOptions recomputeOptions;        // the pass manager's (PassOptions::recompute)
+  bool convEpilogues = false;               // the pass manager's (PassOptions::convEpilogues), for fuse
   std::optional<RecomputeReport> recompute; // recompute's decisions (when a grad was differentiated)
 };
 
@@ -60,6 +61,7 @@ struct PassOptions {
   bool reorder = true;     // execution-order planning in the default pipeline
   bool prepack = false;    // prepack-weights in the default pipeline: the target's choice (its schedule)
   bool attention = true;   // fuse-attention (--no-fuse-attention drops it; a target without the kernel too)
+  bool convEpilogues = false; // fuse joins conv2d into its epilogues (FusionKind::ConvEpilogue): the target's choice (its schedule)
   bool verifyEach = false; // --verify-each
   RecomputeOptions recompute; // --recompute, --memory-budget
   // Pass names, or "all" for every pass (--print-before, --print-after).

@@ -226,6 +226,16 @@ def make_param_gemm_test(name, param, arg, result, expr, ref):
 CONVS = [(1, 1, 1, 1, 0, 1, 1), (3, 4, 3, 1, 1, 1, 1), (4, 6, 3, 2, 1, 1, 2), (2, 3, 3, 1, 2, 2, 1),
          (3, 2, 1, 2, 0, 1, 1), (8, 16, 5, 1, 2, 1, 1), (3, 5, 3, 3, 4, 1, 1)]
 IMAGES = [(1, 9, 9), (2, 7, 13), (1, 16, 11)]
+# Convolutions the CPU runs as an implicit GEMM (lower::conv2dGemm: at least 8 output
+# channels per group): the convnet's two layers, 1x1 and 5x5 kernels, odd channel counts
+# that leave a row tail past the micro-kernel's 8 rows and past a 64-row task (70), groups,
+# dilation, stride 3, padding wider than the kernel's reach (taps wholly outside).
+GEMM_CONVS = [(3, 16, 3, 1, 1, 1, 1), (16, 32, 3, 2, 1, 1, 1), (5, 9, 1, 1, 0, 1, 1), (6, 24, 5, 1, 2, 1, 2),
+              (4, 70, 3, 1, 1, 2, 1), (7, 11, 3, 3, 4, 1, 1), (2, 8, 5, 2, 2, 1, 1)]
+# Their images: an empty batch; 1x1; positions that end a 16-lane vector (16 wide: each
+# vector one output row, the stride-1 load path) and cross one (35 wide: rows split across
+# vectors, the gather path); 17x19 = 323 positions, past one 256-position task.
+GEMM_IMAGES = [(0, 5, 5), (1, 1, 1), (1, 16, 16), (2, 5, 35), (1, 17, 19)]
 
 
 def pool_ref(x, k, kind):
@@ -246,14 +256,19 @@ class Windows(unittest.TestCase):
         return outs[0]
 
     def test_conv2d(self):
-        rng = np.random.default_rng(11)
+        self.check_convs(CONVS, IMAGES, np.random.default_rng(11))
+
+    def test_conv2d_gemm(self):
+        self.check_convs(GEMM_CONVS, GEMM_IMAGES, np.random.default_rng(13))
+
+    def check_convs(self, convs, images, rng):
         with tempfile.TemporaryDirectory() as d:
-            for c, o, k, s, p, dl, g in CONVS:
+            for c, o, k, s, p, dl, g in convs:
                 size = lambda v: f"({v} + {2 * p - dl * (k - 1) - 1}) / {s} + 1"
-                text = (f"dim N; dim H; dim W;\nmodel main(x: f32[N, {c}, H, W], w: f32[{o}, {c // g}, {k}, {k}]) -> "
+                text = (f"dim N in 0..64; dim H; dim W;\nmodel main(x: f32[N, {c}, H, W], w: f32[{o}, {c // g}, {k}, {k}]) -> "
                         f"f32[N, {o}, {size('H')}, {size('W')}] {{\n"
                         f"  return conv2d(x, w, stride = {s}, padding = {p}, dilation = {dl}, groups = {g});\n}}\n")
-                for n, h, wd in IMAGES:
+                for n, h, wd in images:
                     if h + 2 * p < dl * (k - 1) + 1 or wd + 2 * p < dl * (k - 1) + 1:
                         continue
                     x, w = rng.standard_normal((n, c, h, wd)).astype(np.float32), rng.standard_normal((o, c // g, k, k)).astype(np.float32)
