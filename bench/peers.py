@@ -12,6 +12,7 @@ shape; the per-call time, not process start). Outputs are compared with dnnc's.
 
     bench/peers.py --dnnc build/dnnc [--threads N] [--repeat R] [--rounds K]
                    [--models mlp,transformer,lstm,convnet,micro] [--peers eager,compile,ort]
+                   (a micro model by itself too: --models gelu,layernorm,softmax)
                    [--shapes "B=1,T=512;B=4,T=512"] [--variant=--no-fuse-attention]...
                    [--run-variant=--walk-loops]...
 
@@ -315,7 +316,7 @@ def main():
           f"{'dnnc/best':>10} {'max |diff|':>11}  notes")
     chosen = []
     for name in a.models.split(","):
-        chosen += list(MICRO.items()) if name == "micro" else [(name, MODELS[name])]
+        chosen += list(MICRO.items()) if name == "micro" else [(name, MODELS[name] if name in MODELS else MICRO[name])]
     rng = np.random.default_rng(0)
     worst = {}
     for name, model in chosen:

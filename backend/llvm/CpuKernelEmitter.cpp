@@ -20,9 +20,25 @@ protected:
     fn_->addFnAttr("min-legal-vector-width", std::to_string(vectorWidth_ * 32));
     stmt(*k_.body);
   }
+  // A Reduce loop's sums in any order: partial sums in several vectors' lanes, added up
+  // at the end. A serial f32 add chain waits an add's latency (4 cycles) per element; in
+  // order, a vectorized sum still adds lane by lane (optimize()'s ordered reductions).
+  void forStmt(const kir::Stmt &s) override {
+    if (s.schedule == kir::Stmt::Schedule::Reduce) {
+      std::vector<std::string> added;
+      for (const kir::Reduction &r : s.reductions)
+        if (reassociable_.insert(r.local).second)
+          added.push_back(r.local);
+      emitFor(s);
+      for (const std::string &n : added)
+        reassociable_.erase(n);
+      return;
+    }
+    emitFor(s);
+  }
   // The parallel nest runs the chunk [begin, end) of its collapsed range that the runtime
   // hands this call; a single parallel loop as itself, which keeps its vectorizer hint.
-  void forStmt(const kir::Stmt &s) override {
+  void emitFor(const kir::Stmt &s) {
     if (&s != k_.parallelLoop())
       return KernelEmitter::forStmt(s);
     std::vector<const kir::Stmt *> nest = k_.parallelNest();

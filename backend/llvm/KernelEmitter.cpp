@@ -412,7 +412,15 @@ void KernelEmitter::stmt(const kir::Stmt &s) {
     b_.CreateStore(value(*s.value), slot);
     return;
   }
-  case kir::Stmt::Kind::Assign: b_.CreateStore(value(*s.value), locals_.at(s.var)); return;
+  case kir::Stmt::Kind::Assign: {
+    llvm::Value *v = value(*s.value);
+    if (reassociable_.count(s.var))
+      if (auto *update = llvm::dyn_cast<llvm::Instruction>(v);
+          update && update->getOpcode() == llvm::Instruction::FAdd)
+        update->setHasAllowReassoc(true);
+    b_.CreateStore(v, locals_.at(s.var));
+    return;
+  }
   case kir::Stmt::Kind::If:
     return onlyIf(convert(value(*s.value), s.value->dtype, DType::Bool), [&] {
       for (const auto &c : s.body)

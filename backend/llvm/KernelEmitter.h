@@ -20,6 +20,7 @@
 #include <llvm/IR/Module.h>
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -152,6 +153,12 @@ protected:
   std::vector<llvm::Value *> bufs_;
   std::map<std::string, llvm::Value *> vars_;
   std::map<std::string, llvm::AllocaInst *> locals_;
+  // Locals that a Reduce loop being emitted folds into, whose float sums may be
+  // reassociated (Stmt::Schedule::Reduce: "in any order"; docs/semantics.md's blocked
+  // sums, which a GPU's lanes split too). A target that fills it lets the vectorizer keep
+  // several partial sums in vector lanes; empty, every add is applied in the loop's order.
+  // Products stay serial (docs/semantics.md).
+  std::set<std::string> reassociable_;
 };
 
 } // namespace dnnc::backend

@@ -155,7 +155,13 @@ public:
 
 private:
   StmtPtr elementwise();
+  StmtPtr rows();
   StmtPtr reduction();
+  // Appends to `body` the statements that leave in local `total` the blocked f32 sum (see
+  // reduction()) over the `reduced` axes of a tensor of dims `in` of term(at), where `at`
+  // is `idx` with the reduced axes' loop variables in place.
+  void blockedSum(const Dims &in, const Dims &idx, const std::set<size_t> &reduced, const std::string &total,
+                  const std::function<ValuePtr(const Dims &)> &term, std::vector<StmtPtr> &body);
   StmtPtr softmax();
   StmtPtr matmul(const ir::Op &mm);
   // A conv2d as the implicit GEMM of a fused group (ir::FusionKind::ConvEpilogue), the
@@ -177,15 +183,46 @@ private:
   const ScheduleOptions &schedule_; // the target's
   kir::Kernel k_;
   int next_ = 0;
+  std::map<const ir::Value *, std::string> rowLocals_; // a row group's reductions: the local each is in
 };
 
 StmtPtr Lowering::elementwise() {
+  if (outer_.kind == OpKind::Fused &&
+      std::any_of(outer_.regions[0]->ops.begin(), outer_.regions[0]->ops.end(), [](const ir::Op *p) { return ir::isReduction(p->kind); }))
+    return rows();
   const Dims &shape = dims(out());
   Dims idx = vars(shape.size());
   std::vector<ValuePtr> values;
   for (size_t b = 0; b < op_.operands.size(); ++b)
     values.push_back(read(static_cast<int>(b), broadcastIdx(in(static_cast<int>(b)), idx)));
   return loopNest(shape, idx, one(kir::store(out(), kir::flatIndex(shape, idx), scalarOf(op_, values, dtype(out())))));
+}
+
+// A row group (ir/transforms/Fusion.h): per row, each of its sums and means over the last
+// axis in program order (a later one may read an earlier: the variance reads the mean)
+// into a local, which readValue gives wherever the reduction's result is read; then the
+// root's elements of the row. One pass over the row per reduction and one for the result,
+// reading it from cache after the first.
+StmtPtr Lowering::rows() {
+  const Dims &shape = dims(out());
+  Dims idx = vars(shape.size());
+  Dims rowShape(shape.begin(), shape.end() - 1), rowIdx(idx.begin(), idx.end() - 1);
+  std::vector<StmtPtr> body;
+  for (const ir::Op *p : outer_.regions[0]->ops) {
+    if (!ir::isReduction(p->kind))
+      continue;
+    if (p->kind != OpKind::Sum && p->kind != OpKind::Mean)
+      throw InternalError(fmt::format("{}: a row group reduces only by sum and mean, not {}", k_.name, ir::opInfo(p->kind).spelling));
+    std::string local = fmt::format("row{}", rowLocals_.size());
+    blockedSum(shape, idx, {shape.size() - 1}, local, [&](const Dims &at) { return readValue(p->operands[0], at); }, body);
+    if (p->kind == OpKind::Mean) // an empty mean is 0 / 0: NaN, as reduction()'s
+      body.push_back(kir::assign(local, kir::binary(OpKind::Div, kir::local(local, DType::F32),
+                                                    kir::cast(kir::indexValue(shape.back()), DType::F32), DType::F32)));
+    rowLocals_[p->results[0]] = local;
+  }
+  body.push_back(kir::loop(idx.back()->asVar()->name, shape.back(),
+                           one(kir::store(out(), kir::flatIndex(shape, idx), readValue(op_.results[0], idx))), Stmt::Schedule::Vectorize));
+  return loopNest(rowShape, rowIdx, std::move(body));
 }
 
 int Lowering::bufferOf(const ir::Value *v) const {
@@ -204,6 +241,8 @@ ValuePtr Lowering::readValue(const ir::Value *v, const Dims &idx) {
     return kir::load(bufferOf(v), kir::flatIndex(v->type.dims, idx), v->type.dtype);
   if (p->kind == OpKind::Matmul || p->kind == OpKind::Conv2d) // a fused GEMM has already written it to the output
     return kir::load(out(), kir::flatIndex(v->type.dims, idx), v->type.dtype);
+  if (auto row = rowLocals_.find(v); row != rowLocals_.end()) // this row's, computed first
+    return kir::local(row->second, DType::F32);
   const Dims &o = v->type.dims;
   auto operandDims = [&](size_t k) -> const Dims & { return p->operands[k]->type.dims; };
   switch (p->kind) {
@@ -255,6 +294,56 @@ ValuePtr Lowering::readValue(const ir::Value *v, const Dims &idx) {
   }
 }
 
+// Float sums are blocked: each reduced axis longer than kSumBlock is split into blocks
+// whose partial sums are added to the total, and each iteration of an outer reduced axis
+// adds the fresh partial of the axes inside it. A serial f32 sum of n terms has an error
+// bound of n * eps (2^25 ones sum to 2^24); this one's is about (kSumBlock + n / kSumBlock)
+// * eps per axis. The oracle sums in double (docs/semantics.md). `term(idx)` is the value
+// added at input index idx; the outermost loop over elements is the GPU lanes' Reduce loop.
+void Lowering::blockedSum(const Dims &in, const Dims &idx, const std::set<size_t> &reduced, const std::string &total,
+                          const std::function<ValuePtr(const Dims &)> &term, std::vector<StmtPtr> &body) {
+  constexpr int64_t kSumBlock = 4096;
+  Dims at = idx;
+  std::vector<size_t> redAxes;
+  for (size_t a = 0; a < in.size(); ++a)
+    if (reduced.count(a))
+      redAxes.push_back(a);
+  // Statements adding the sum over reduced axes k.. into local `target`.
+  std::function<StmtPtr(size_t, const std::string &)> level = [&](size_t k, const std::string &target) -> StmtPtr {
+    size_t a = redAxes[k];
+    ExprRef extent = in[a];
+    bool blocked = !(extent->asConst() && *extent->asConst() <= kSumBlock);
+    std::string partial = fmt::format("sum.p{}", k), inner = fmt::format("sum.q{}", k);
+    ExprRef block = blocked ? sym::var(kir::loopVar(next_++)) : nullptr, j = sym::var(kir::loopVar(next_++));
+    at[a] = blocked ? sym::add(sym::mul(block, c(kSumBlock)), j) : j;
+    std::string into = blocked ? partial : target;
+    // One iteration's value: the term, or the fresh partial of the axes inside.
+    std::vector<StmtPtr> iteration;
+    if (k + 1 == redAxes.size()) {
+      iteration.push_back(kir::assign(into, kir::binary(OpKind::Add, kir::local(into, DType::F32), term(at), DType::F32)));
+    } else {
+      iteration.push_back(kir::let(inner, kir::constant(0, DType::F32)));
+      iteration.push_back(level(k + 1, inner));
+      iteration.push_back(kir::assign(into, kir::binary(OpKind::Add, kir::local(into, DType::F32), kir::local(inner, DType::F32), DType::F32)));
+    }
+    ExprRef elements = blocked ? sym::min(c(kSumBlock), sym::sub(extent, sym::mul(block, c(kSumBlock)))) : extent;
+    StmtPtr elementLoop = k == 0 ? kir::reduceLoop(j->asVar()->name, elements, std::move(iteration), {{into, OpKind::Add, ""}})
+                                 : kir::loop(j->asVar()->name, elements, std::move(iteration));
+    if (!blocked)
+      return elementLoop;
+    std::vector<StmtPtr> perBlock;
+    perBlock.push_back(kir::let(partial, kir::constant(0, DType::F32)));
+    perBlock.push_back(std::move(elementLoop));
+    perBlock.push_back(kir::assign(target, kir::binary(OpKind::Add, kir::local(target, DType::F32), kir::local(partial, DType::F32), DType::F32)));
+    return kir::loop(block->asVar()->name, sym::floorDiv(sym::add(extent, c(kSumBlock - 1)), c(kSumBlock)), std::move(perBlock));
+  };
+  body.push_back(kir::let(total, kir::constant(0, DType::F32)));
+  if (!redAxes.empty())
+    body.push_back(level(0, total));
+  else
+    body.push_back(kir::assign(total, term(at)));
+}
+
 StmtPtr Lowering::reduction() {
   const Dims &in = this->in(0);
   std::vector<size_t> axes;
@@ -290,59 +379,11 @@ StmtPtr Lowering::reduction() {
   ExprRef count = c(1);
   for (ExprRef d : redShape)
     count = sym::mul(count, d);
-  // Float sums are blocked: each reduced axis longer than kSumBlock is split into blocks
-  // whose partial sums are added to the total, and each iteration of an outer reduced axis
-  // adds the fresh partial of the axes inside it. A serial f32 sum of n terms has an error
-  // bound of n * eps (2^25 ones sum to 2^24); this one's is about (kSumBlock + n / kSumBlock)
-  // * eps per axis. The oracle sums in double (docs/semantics.md). `term(idx)` is the value
-  // added at input index idx; the outermost loop over elements is the GPU lanes' Reduce loop.
-  constexpr int64_t kSumBlock = 4096;
-  auto blockedSum = [&](const std::string &total, const std::function<ValuePtr(const Dims &)> &term) {
-    Dims at = inIdx;
-    std::vector<size_t> redAxes;
-    for (size_t a = 0; a < in.size(); ++a)
-      if (reduced.count(a))
-        redAxes.push_back(a);
-    // Statements adding the sum over reduced axes k.. into local `target`.
-    std::function<StmtPtr(size_t, const std::string &)> level = [&](size_t k, const std::string &target) -> StmtPtr {
-      size_t a = redAxes[k];
-      ExprRef extent = in[a];
-      bool blocked = !(extent->asConst() && *extent->asConst() <= kSumBlock);
-      std::string partial = fmt::format("sum.p{}", k), inner = fmt::format("sum.q{}", k);
-      ExprRef block = blocked ? sym::var(kir::loopVar(next_++)) : nullptr, j = sym::var(kir::loopVar(next_++));
-      at[a] = blocked ? sym::add(sym::mul(block, c(kSumBlock)), j) : j;
-      std::string into = blocked ? partial : target;
-      // One iteration's value: the term, or the fresh partial of the axes inside.
-      std::vector<StmtPtr> iteration;
-      if (k + 1 == redAxes.size()) {
-        iteration.push_back(kir::assign(into, kir::binary(OpKind::Add, kir::local(into, DType::F32), term(at), DType::F32)));
-      } else {
-        iteration.push_back(kir::let(inner, kir::constant(0, DType::F32)));
-        iteration.push_back(level(k + 1, inner));
-        iteration.push_back(kir::assign(into, kir::binary(OpKind::Add, kir::local(into, DType::F32), kir::local(inner, DType::F32), DType::F32)));
-      }
-      ExprRef elements = blocked ? sym::min(c(kSumBlock), sym::sub(extent, sym::mul(block, c(kSumBlock)))) : extent;
-      StmtPtr elementLoop = k == 0 ? kir::reduceLoop(j->asVar()->name, elements, std::move(iteration), {{into, OpKind::Add, ""}})
-                                   : kir::loop(j->asVar()->name, elements, std::move(iteration));
-      if (!blocked)
-        return elementLoop;
-      std::vector<StmtPtr> perBlock;
-      perBlock.push_back(kir::let(partial, kir::constant(0, DType::F32)));
-      perBlock.push_back(std::move(elementLoop));
-      perBlock.push_back(kir::assign(target, kir::binary(OpKind::Add, kir::local(target, DType::F32), kir::local(partial, DType::F32), DType::F32)));
-      return kir::loop(block->asVar()->name, sym::floorDiv(sym::add(extent, c(kSumBlock - 1)), c(kSumBlock)), std::move(perBlock));
-    };
-    body.push_back(kir::let(total, kir::constant(0, DType::F32)));
-    if (!redAxes.empty())
-      body.push_back(level(0, total));
-    else
-      body.push_back(kir::assign(total, term(at)));
-  };
   switch (kind) {
   case OpKind::Sum:
   case OpKind::Mean:
     if (acc == DType::F32) {
-      blockedSum("acc", [&](const Dims &at) { return kir::cast(read(0, at), DType::F32); });
+      blockedSum(in, inIdx, reduced, "acc", [&](const Dims &at) { return kir::cast(read(0, at), DType::F32); }, body);
       ValuePtr r = kir::local("acc", acc);
       if (kind == OpKind::Mean) // an empty mean is 0 / 0: NaN
         r = kir::binary(OpKind::Div, r, kir::cast(kir::indexValue(count), DType::F32), DType::F32);
@@ -391,9 +432,9 @@ StmtPtr Lowering::reduction() {
     body.push_back(kir::let("best", kir::constant(-INFINITY, DType::F32)));
     body.push_back(accumulate(kir::assign("best", kir::binary(OpKind::Maximum, kir::local("best", DType::F32), x, DType::F32)),
                               {{"best", OpKind::Maximum, ""}}));
-    blockedSum("acc", [&](const Dims &at) {
+    blockedSum(in, inIdx, reduced, "acc", [&](const Dims &at) {
       return kir::unary(OpKind::Exp, kir::binary(OpKind::Sub, read(0, at), kir::local("best", DType::F32), DType::F32), DType::F32);
-    });
+    }, body);
     // A row whose maximum is infinite is that infinity: all -inf (a fully masked row) is
     // -inf, as in SciPy, where best + log(sum) would be NaN (exp(-inf - -inf)).
     ValuePtr best = kir::local("best", DType::F32);
@@ -427,12 +468,23 @@ StmtPtr Lowering::softmax() {
   body.push_back(kir::reduceLoop(j, in[a], one(kir::assign("best", kir::binary(OpKind::Maximum, best, x, DType::F32))),
                                  {{"best", OpKind::Maximum, ""}}));
   body.push_back(kir::let("sum", kir::constant(0, DType::F32)));
-  body.push_back(kir::reduceLoop(j, in[a],
-                                 one(kir::assign("sum", kir::binary(OpKind::Add, sum, kir::unary(OpKind::Exp, shifted, DType::F32), DType::F32))),
-                                 {{"sum", OpKind::Add, ""}}));
-  ValuePtr v = op_.kind == OpKind::Softmax
-                   ? kir::binary(OpKind::Div, kir::unary(OpKind::Exp, shifted, DType::F32), sum, DType::F32)
-                   : kir::binary(OpKind::Sub, shifted, kir::unary(OpKind::Log, sum, DType::F32), DType::F32);
+  // An f32 softmax keeps each exp(x - max) in its output element as it is summed, and
+  // the last pass divides it there: one exp per element, not two (the same values: the
+  // f32 store is exact, and every target splits the two loops over a row alike, so each
+  // element is read back by whoever wrote it). Another output type would round the exp.
+  bool keepExp = op_.kind == OpKind::Softmax && dtype(out()) == DType::F32;
+  ValuePtr e = keepExp ? kir::local("e", DType::F32) : kir::unary(OpKind::Exp, shifted, DType::F32);
+  std::vector<StmtPtr> term;
+  if (keepExp) {
+    body.push_back(kir::let("e", kir::constant(0, DType::F32)));
+    term.push_back(kir::assign("e", kir::unary(OpKind::Exp, shifted, DType::F32)));
+    term.push_back(kir::store(out(), flat, e));
+  }
+  term.push_back(kir::assign("sum", kir::binary(OpKind::Add, sum, e, DType::F32)));
+  body.push_back(kir::reduceLoop(j, in[a], std::move(term), {{"sum", OpKind::Add, ""}}));
+  ValuePtr v = op_.kind == OpKind::LogSoftmax
+                   ? kir::binary(OpKind::Sub, shifted, kir::unary(OpKind::Log, sum, DType::F32), DType::F32)
+                   : kir::binary(OpKind::Div, keepExp ? kir::load(out(), flat, DType::F32) : kir::unary(OpKind::Exp, shifted, DType::F32), sum, DType::F32);
   body.push_back(kir::loop(j, in[a], one(kir::store(out(), flat, kir::cast(v, dtype(out())))), Stmt::Schedule::Vectorize));
   return loopNest(rowShape, rowIdx, std::move(body));
 }

@@ -99,8 +99,11 @@ struct Reduction {
 using StmtPtr = std::unique_ptr<Stmt>;
 struct Stmt {
   enum class Kind { For, Store, Block, Let, Assign, If, Gemm, Attention };
-  // Reduce: a loop whose iterations only fold values into `reductions`' locals, in any
-  // order (serial on the CPU; split across a warp's lanes on the GPU).
+  // Reduce: a loop whose iterations fold values into `reductions`' locals, in any order
+  // (float sums in vector lanes on the CPU; split across a warp's lanes on the GPU), and
+  // may store elements that no other iteration reads (softmax keeps its exps); a later
+  // loop over the same extent reads them back in the same iteration (the GPU gives both
+  // loops' iteration j to the same lane).
   enum class Schedule { Serial, Parallel, Vectorize, Reduce };
   Kind kind = Kind::Block;
   std::string var;              // For: the loop variable; Let/Assign: the local

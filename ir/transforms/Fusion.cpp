@@ -5,6 +5,7 @@
 #include "ir/graph/OpRegistry.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -100,6 +101,68 @@ private:
     return injective_ && isInjective(p);
   }
 
+  // An f32 sum or mean over the last axis of a value shaped like the row group's root,
+  // keeping that axis (keepdims): what a row group computes per row before its elements.
+  static bool isRowReduction(const Op &p, const std::vector<sym::ExprRef> &rowDims) {
+    if ((p.kind != OpKind::Sum && p.kind != OpKind::Mean) || !p.has("axis") || !p.has("keepdims") || !p.get<bool>("keepdims"))
+      return false;
+    const Value *x = p.operands[0], *r = p.results[0];
+    const DimList &axes = p.get<DimList>("axis");
+    return x->type.dtype == DType::F32 && r->type.dtype == DType::F32 && x->type.dims == rowDims && axes.size() == 1 &&
+           axes[0]->asConst() == static_cast<int64_t>(rowDims.size()) - 1;
+  }
+  // The row group of an elementwise root (reduction fusion; see Fusion.h), or nothing
+  // when no row reduction joins: its elementwise producers and the row reductions among
+  // them with their own producers. A value read more than once joins when all its reads
+  // are in the group (the kernel computes it where each reads it: layer norm's x - mean
+  // is read by the variance's square and by the result), so nothing leaves the kernel
+  // but the root.
+  std::vector<Op *> rowGroup(Op *root, const std::unordered_set<const Op *> &inRegion) {
+    const std::vector<sym::ExprRef> &rowDims = root->results[0]->type.dims;
+    if (!reduction_ || !isElementwise(root->kind) || rowDims.empty() || updates_.count(root->results[0]))
+      return {};
+    std::vector<Op *> group{root};
+    std::unordered_set<const Op *> inGroup{root};
+    std::unordered_map<const Value *, int> readsInGroup;
+    std::vector<const Value *> frontier(root->operands.begin(), root->operands.end());
+    bool rows = false;
+    while (!frontier.empty() && group.size() < kMaxGroup) {
+      const Value *v = frontier.back();
+      frontier.pop_back();
+      Op *p = v->def;
+      if (!p || taken_.count(p) || p->results.size() != 1 || !inRegion.count(p) || inGroup.count(p) || ++readsInGroup[v] < uses_[v])
+        continue;
+      bool reduce = isRowReduction(*p, rowDims);
+      if (!reduce && (!(isElementwise(p->kind) || isFill(p->kind)) || p->has("value_dims")))
+        continue;
+      rows = rows || reduce;
+      group.push_back(p);
+      inGroup.insert(p);
+      frontier.insert(frontier.end(), p->operands.begin(), p->operands.end());
+    }
+    if (!rows)
+      return {};
+    // The scalar ops the kernel emits, each value once per read (a row reduction once, as
+    // a local): chains of values read twice would double at each link.
+    std::unordered_map<const Value *, size_t> size; // of the tree that computes each value
+    std::function<size_t(const Value *)> sizeOf = [&](const Value *v) -> size_t {
+      if (!v->def || !inGroup.count(v->def))
+        return 0;
+      auto it = size.find(v);
+      if (it == size.end()) {
+        size_t n = 1;
+        for (const Value *o : v->def->operands)
+          n = std::min(n + sizeOf(o), kMaxGroup + 1);
+        it = size.emplace(v, n).first;
+      }
+      return isReduction(v->def->kind) ? 1 : it->second;
+    };
+    size_t total = sizeOf(root->results[0]);
+    for (const auto &[v, n] : size)
+      total += isReduction(v->def->kind) ? n : 0;
+    return total <= kMaxGroup ? group : std::vector<Op *>{};
+  }
+
   // The most ops one fused kernel takes: kernels stay small enough for the lowering's
   // recursion and for LLVM, whatever the model (a 10,000-term sum is 40 kernels).
   static constexpr size_t kMaxGroup = 256;
@@ -115,6 +178,14 @@ private:
       Op *root = r.ops[k];
       if (taken_.count(root) || root->results.size() != 1 || !isRoot(*root))
         continue;
+      if (std::vector<Op *> rows = rowGroup(root, inRegion); !rows.empty()) {
+        for (Op *op : rows) {
+          taken_.insert(op);
+          groupOf[op] = groups.size();
+        }
+        groups.emplace_back(root, std::move(rows));
+        continue;
+      }
       std::vector<Op *> group{root};
       std::unordered_set<const Op *> inGroup{root};
       bool hasGemm = false;

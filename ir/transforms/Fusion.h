@@ -4,10 +4,15 @@
 //   elementwise  chains of elementwise and broadcast ops (and constant fills, arange);
 //   injective    transpose, reshape, squeeze/unsqueeze/flatten, broadcast_to and
 //                static slices folded into their consumer's index map;
-//   reduction    elementwise prologues folded into a reduction or softmax.
+//   reduction    elementwise prologues folded into a reduction or softmax; and row
+//                groups: an elementwise root with the f32 sums and means over its last
+//                axis (keepdims) among its producers, each with its own prologue, which
+//                its kernel computes row by row before the row's elements (layer norm,
+//                RMS norm: one kernel).
 //
 // Contract: a producer joins its consumer's group only when its one result has exactly
-// one use and that use is in the group (nothing outside needs it materialized), both are
+// one use (in a row group: any number) and its uses are in the group (nothing outside
+// needs it materialized; a value read twice is computed where each reads it), both are
 // in the same region, and the shapes agree as the analyzer typed them (consumers read
 // producers through the same broadcasting and index maps the unfused ops use). Results are
 // unchanged up to float reassociation (none is introduced: each element is computed by the

@@ -6,6 +6,7 @@ import os
 import subprocess
 import tempfile
 import unittest
+import warnings
 
 import numpy as np
 
@@ -350,6 +351,81 @@ def make_reduction_test(name, expr, result, ref):
     return test
 
 
+# Row kernels (softmax, log-softmax, layer norm, the row reductions) at row lengths around
+# the CPU's vector widths (8 and 16 lanes, several vectors of partial sums), a row past the
+# 4096-term sum block, empty rows, and rows holding NaN, inf and -inf (a row of all -inf
+# included), against NumPy. Values are multiples of 1/2, so the f32 sums of the finite rows
+# are exact in any order (the CPU adds a reduction's terms in vector lanes).
+ROW_LENGTHS = [0, 1, 7, 8, 9, 15, 16, 17, 31, 33, 47, 4097, 5000]
+ROWS = {
+    "softmax": ("softmax(x)", lambda x: sm(x)),
+    "log_softmax": ("log_softmax(x)", lambda x: x - x.max(-1, keepdims=True) - np.log(np.exp(x - x.max(-1, keepdims=True)).sum(-1, keepdims=True))),
+    "layer_norm": ("nn.layer_norm(x, g, b)", lambda x, g, b: (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-5) * g + b),
+    "sum": ("sum(x, axis = -1, keepdims = true)", lambda x: x.sum(-1, keepdims=True)),
+    "mean": ("mean(x, axis = -1, keepdims = true)", lambda x: x.mean(-1, keepdims=True)),
+    "max": ("max(x, axis = -1, keepdims = true)", lambda x: x.max(-1, keepdims=True)),
+}
+
+
+# Normalizations whose whole row computation is one fused op (a row group, Fusion.h): the
+# sums and means over the last axis with everything around them, x - mean read twice.
+ROW_GROUPS = {
+    "layer_norm": "nn.layer_norm(x, g, b)",
+    "rms_norm": "nn.rms_norm(x, g)",
+    "layer_norm_spelled_out": "(x - mean(x, -1, keepdims = true)) * rsqrt(mean((x - mean(x, -1, keepdims = true)) * "
+                              "(x - mean(x, -1, keepdims = true)), -1, keepdims = true) + 1.0e-5)",
+    "residual_layer_norm": "nn.layer_norm(x + x * g, g, b)",
+}
+
+
+def test_row_groups_fuse(self):
+    with tempfile.TemporaryDirectory() as d:
+        for name, expr in ROW_GROUPS.items():
+            model = write_model(d, f"group_{name}", "import nn;\ndim R; dim L;", "x: f32[R, L], g: f32[L], b: f32[L]", "f32[R, L]", expr)
+            p = subprocess.run([self.dnnc.exe, "emit", model, "--emit=opt"], capture_output=True, text=True, timeout=600)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            top = [line for line in p.stdout.splitlines() if line.startswith("  %")]  # the model's own ops, not the group's
+            self.assertEqual(sum("= fused(" in line for line in top), 1, f"{name}:\n{p.stdout}")
+            self.assertFalse(any("mean(" in line or "sum(" in line for line in top), f"{name}:\n{p.stdout}")
+            rng = np.random.default_rng(3)
+            x, g, b = rng.standard_normal((5, 33)).astype(np.float32), rng.standard_normal(33).astype(np.float32), rng.standard_normal(33).astype(np.float32)
+            outs, p = self.dnnc.run(model, None, {"x": x, "g": g, "b": b})
+            self.assertEqual(p.returncode, 0, p.stderr)
+            ref, p = Dnnc(self.dnnc.exe, self.dnnc.examples, "ref").run(model, None, {"x": x, "g": g, "b": b})
+            self.assertEqual(p.returncode, 0, p.stderr)
+            assert_matches(outs[0], ref[0], 1e-5, 1e-5, name)
+
+
+def make_row_test(name, expr, ref):
+    def test(self):
+        rng = np.random.default_rng(13)
+        result = "f32[R, 1]" if "keepdims" in expr else "f32[R, L]"
+        with tempfile.TemporaryDirectory() as d:
+            norm = name == "layer_norm"
+            model = write_model(d, f"rows_{name}", "import nn;\ndim R; dim L in 0..65536;",
+                                "x: f32[R, L], g: f32[L], b: f32[L]" if norm else "x: f32[R, L]", result, expr)
+            for length in ROW_LENGTHS:
+                if length == 0 and name == "max":
+                    continue  # the max of nothing is no number (NumPy raises)
+                x = (np.round(rng.standard_normal((7, length)) * 2) / 2).astype(np.float32)
+                if length >= 2:  # rows 1-4: a NaN, +inf, -inf, all -inf; rows 0, 5, 6 finite
+                    x[1, length // 2] = np.nan
+                    x[2, length - 1] = np.inf
+                    x[3, 0] = -np.inf
+                    x[4, :] = -np.inf
+                g, b = (rng.standard_normal(length).astype(np.float32) for _ in range(2))
+                outs, p = self.dnnc.run(model, None, {"x": x, "g": g, "b": b} if norm else {"x": x})
+                self.assertEqual(p.returncode, 0, p.stderr)
+                args = (x.astype(np.float64), g.astype(np.float64), b.astype(np.float64)) if norm else (x.astype(np.float64),)
+                with np.errstate(invalid="ignore", divide="ignore", over="ignore"), warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)  # NumPy's mean of an empty row
+                    # NumPy has no max of an empty row: a softmax of empty rows is empty
+                    want = np.zeros((7, 0)) if length == 0 and "softmax" in name else np.asarray(ref(*args))
+                self.assertEqual(outs[0].shape, want.shape, f"L={length}")
+                assert_matches(outs[0], want, 1e-5, 1e-5, f"L={length}")
+    return test
+
+
 # Attention as the fuse-attention pass (ir/transforms/FuseAttention.h) finds it, one model per
 # form: the stdlib's causal where with -1e9 (and its mirror spelling), no scale or mask, an
 # additive mask with rows fully masked (all -1e9: a uniform average of v) and one that
@@ -432,6 +508,10 @@ for _name, _model in ATTENTION_MODELS.items():
 
 for _name, (_expr, _result, _ref) in REDUCTIONS.items():
     setattr(Ops, f"test_reduce_{_name}", make_reduction_test(_name, _expr, _result, _ref))
+
+Ops.test_row_groups_fuse = test_row_groups_fuse
+for _name, (_expr, _ref) in ROWS.items():
+    setattr(Ops, f"test_rows_{_name}", make_row_test(_name, _expr, _ref))
 
 for _name, (_args, _result, _shapes) in GEMM_MODELS.items():
     setattr(Ops, f"test_gemm_{_name}", make_gemm_test(_name, _args, _result, _shapes))
