@@ -29,9 +29,14 @@ struct ScheduleOptions {
   // The attention op (ir/transforms/FuseAttention.h) has a CPU kernel (tiled over query
   // rows, online softmax); GPU targets keep the unfused ops, whose kernels they have.
   bool fusedAttention = false;
+  // A GEMM task's rows and columns, and whether it packs A, are dims the runtime binds per
+  // launch from the bound shape (runtime/GemmSelect.h: one of a few variants compiled into
+  // the same kernel); gemmColumnBlock and kGemmRowBlock then give way to them. The GPU
+  // keeps its one schedule.
+  bool gemmVariants = false;
 };
-inline constexpr ScheduleOptions kCpuSchedule{true, 256, true, true};
-inline constexpr ScheduleOptions kGpuSchedule{false, 0, false, false};
+inline constexpr ScheduleOptions kCpuSchedule{true, 256, true, true, true};
+inline constexpr ScheduleOptions kGpuSchedule{false, 0, false, false, false};
 
 // Rows of A per GEMM task: an f32 matmul is one parallel task per (batch, row block,
 // column block).
