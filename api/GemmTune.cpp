@@ -69,8 +69,8 @@ double GemmTimer::seconds(size_t v, int64_t m, int64_t n, int64_t k, rt::ThreadP
     once();
     times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
-  std::nth_element(times.begin(), times.begin() + static_cast<long>(times.size() / 2), times.end());
-  return times[times.size() / 2];
+  // The fastest: on a shared machine a slower launch is one other work interrupted.
+  return *std::min_element(times.begin(), times.end());
 }
 
 rt::GemmCost fitGemmCost(const std::vector<GemmSample> &samples) {
@@ -136,7 +136,30 @@ TuneReport tuneGemm(GemmTimer &timer, double minSeconds, const std::function<voi
         samples.push_back({static_cast<double>(k), static_cast<double>(rows) / static_cast<double>(var.rows), ns});
         ++r.measurements;
       }
-    r.table.costs.push_back(fitGemmCost(samples));
+    rt::GemmCost cost = fitGemmCost(samples);
+    // Few rows read B in place: a task of 1 and of kGemmStreamRows - 1 rows, its whole
+    // width, fitted as ns = streamPerTask + (K * rows) * streamPerK.
+    std::vector<GemmSample> stream;
+    for (int64_t k : {64, 256, 1024})
+      for (int64_t rows : {int64_t(1), rt::kGemmStreamRows - 1}) {
+        double ns = 1e9 * timer.seconds(v, rows, var.cols, k, one, minSeconds);
+        stream.push_back({static_cast<double>(k * rows), 0, ns});
+        ++r.measurements;
+      }
+    rt::GemmCost s = fitGemmCost(stream);
+    cost.streamPerTask = s.perTask, cost.streamPerK = s.perK;
+    r.table.costs.push_back(cost);
+  }
+  // The parallel efficiency: two tasks per thread of the fixed schedule on every thread
+  // of the global pool against the same on one thread.
+  rt::ThreadPool &all = rt::ThreadPool::global();
+  if (all.threads() > 1) {
+    const rt::GemmVariant &v0 = rt::gemmVariants()[0];
+    int64_t m = v0.rows * 2 * static_cast<int64_t>(all.threads()), k = 256;
+    double alone = timer.seconds(0, m, v0.cols, k, one, minSeconds), shared = timer.seconds(0, m, v0.cols, k, all, minSeconds);
+    double speedup = alone / shared, threads = static_cast<double>(all.threads());
+    r.table.parallelEfficiency = std::clamp((speedup - 1) / (threads - 1), 0.0, 1.0);
+    r.measurements += 2;
   }
   r.table.source = "dnnc tune";
   r.seconds = std::chrono::duration<double>(Clock::now() - start).count();

@@ -22,7 +22,7 @@ class GemmTimer {
 public:
   GemmTimer();
   ~GemmTimer();
-  // Seconds per launch of variant v on an M x K by K x N product on `pool`: the median of
+  // Seconds per launch of variant v on an M x K by K x N product on `pool`: the fastest of
   // launches repeated for at least `minSeconds` (after one untimed launch).
   double seconds(size_t v, int64_t m, int64_t n, int64_t k, rt::ThreadPool &pool, double minSeconds);
 
@@ -45,7 +45,8 @@ struct TuneReport {
   double seconds = 0; // wall time of the whole tuning
 };
 // Times one task of every variant on one thread at depths {64, 256, 1024} and fills
-// {1, 1/2, 8 rows}, and fits each variant's cost. `progress` (may be empty) hears each
+// {1, 1/2, 8 rows} (and with 1 and 3 rows, which read B in place), and fits each
+// variant's cost. `progress` (may be empty) hears each
 // variant's name as it starts.
 TuneReport tuneGemm(GemmTimer &timer, double minSeconds, const std::function<void(const rt::GemmVariant &)> &progress);
 

@@ -63,8 +63,8 @@ int main(int argc, char **argv) {
                              tuned.table.costs[v].perTask, tuned.table.costs[v].perK, tuned.table.costs[v].perKFill);
 
   // 2. Untuned shapes: fixed (variant 0), dispatched, and the best by timing each variant.
-  std::cout << fmt::format("\n{:>5} {:>5} {:>5} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8}\n", "M", "K", "N", "picked", "fixed ms",
-                           "picked ms", "best", "best ms", "gain");
+  std::cout << fmt::format("\n{:>5} {:>5} {:>5} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>10}\n", "M", "K", "N", "picked",
+                           "fixed ms", "picked ms", "best", "best ms", "gain", "predicted");
   double logGain = 0, logToBest = 0;
   int count = 0, better = 0, worse = 0;
   for (int64_t m : {1, 7, 33, 100, 1000})
@@ -84,9 +84,10 @@ int main(int argc, char **argv) {
       double gain = med[0] / med[picked];
       logGain += std::log(gain), logToBest += std::log(med[picked] / med[best]), ++count;
       better += gain > 1.05, worse += gain < 0.95;
-      std::cout << fmt::format("{:>5} {:>5} {:>5} {:>10} {:>10.4f} {:>10.4f} {:>10} {:>8.4f} {:>7.2f}x\n", m, k, n,
+      double predicted = rt::gemmEstimate(tuned.table, 0, 1, m, n, k, threads) / rt::gemmEstimate(tuned.table, picked, 1, m, n, k, threads);
+      std::cout << fmt::format("{:>5} {:>5} {:>5} {:>10} {:>10.4f} {:>10.4f} {:>10} {:>8.4f} {:>7.2f}x {:>9.2f}x\n", m, k, n,
                                rt::gemmVariants()[picked].name, 1e3 * med[0], 1e3 * med[picked], rt::gemmVariants()[best].name,
-                               1e3 * med[best], gain);
+                               1e3 * med[best], gain, predicted);
     }
   std::cout << fmt::format("\ngeometric mean over {} untuned shapes: dispatched {:.2f}x the fixed schedule's speed ({} shapes "
                            "> 1.05x, {} < 0.95x); {:.2f}x the time of the best variant per shape\n",

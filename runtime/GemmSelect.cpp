@@ -3,6 +3,7 @@
 #include "runtime/GemmSelect.h"
 
 #include "base/Error.h"
+#include "runtime/ThreadPool.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -36,11 +37,14 @@ void bindGemmVariant(size_t v, std::map<std::string, int64_t> &binding) {
 }
 
 GemmTable builtinGemmTable() {
-  // Fitted by `dnnc tune` on the development machine (Xeon, AVX-512, 2 cores, loaded).
+  // Fitted by `dnnc tune` on the development machine (AMD EPYC, AVX-512, 2 cores shared
+  // with other builds: docs/performance.md, "Shape-generic GEMM selection").
   GemmTable t;
   t.cpu = "built-in";
   t.source = "built-in";
-  t.costs = {{300, 60, 260}, {300, 70, 215}, {600, 200, 860}, {200, 30, 56}, {150, 20, 17}};
+  t.costs = {{0, 22.8, 299, 451, 8.05}, {0, 25.5, 302, 442, 8.29}, {0, 41.0, 1257, 1850, 17.6}, {0, 13.5, 75.6, 1278, 5.18},
+             {0, 6.04, 18.1, 1374, 5.31}};
+  t.parallelEfficiency = 0.01;
   return t;
 }
 
@@ -53,29 +57,39 @@ double gemmEstimate(const GemmTable &t, size_t v, int64_t batches, int64_t m, in
   const GemmCost &c = t.costs.at(v);
   int64_t rowTasks = ceilDiv(std::max<int64_t>(m, 1), g.rows), colTasks = ceilDiv(std::max<int64_t>(n, 1), g.cols);
   double tasks = static_cast<double>(std::max<int64_t>(batches, 1)) * static_cast<double>(rowTasks * colTasks);
-  double fill = static_cast<double>(m) * static_cast<double>(n) / (static_cast<double>(rowTasks * g.rows) * static_cast<double>(colTasks * g.cols));
-  double waves = std::ceil(tasks / std::max(1u, threads));
-  return waves * (c.perTask + static_cast<double>(std::max<int64_t>(k, 1)) * (c.perK + c.perKFill * fill));
+  double colFill = static_cast<double>(n) / static_cast<double>(colTasks * g.cols);
+  double fill = static_cast<double>(m) / static_cast<double>(rowTasks * g.rows) * colFill, depth = static_cast<double>(std::max<int64_t>(k, 1));
+  double task = m <= kGemmStreamRows ? c.streamPerTask + depth * c.streamPerK * static_cast<double>(m) * colFill
+                                     : c.perTask + depth * (c.perK + c.perKFill * fill);
+  // The threads the pool would use: none but the caller's for less than two minimum
+  // chunks of work, else at most one per minimum chunk.
+  double chunks = std::floor(tasks * task / static_cast<double>(ThreadPool::kMinChunkNs));
+  double used = std::clamp(chunks, 1.0, std::min(tasks, static_cast<double>(std::max(1u, threads))));
+  return std::ceil(tasks / used) * task * used / (1 + (used - 1) * std::clamp(t.parallelEfficiency, 0.0, 1.0));
 }
 
 size_t selectGemmVariant(const GemmTable &t, int64_t batches, int64_t m, int64_t n, int64_t k, unsigned threads) {
   size_t best = 0;
   double bestNs = gemmEstimate(t, 0, batches, m, n, k, threads);
+  const double fixedNs = bestNs;
   for (size_t v = 1; v < gemmVariants().size(); ++v)
     if (double ns = gemmEstimate(t, v, batches, m, n, k, threads); ns < bestNs)
       best = v, bestNs = ns;
-  return best;
+  return bestNs * kGemmSwitchGain <= fixedNs ? best : 0;
 }
 
 std::string gemmTableToJson(const GemmTable &t) {
   nlohmann::ordered_json j;
   j["cpu"] = t.cpu;
-  j["model"] = "ns per task = per_task + K * (per_k + per_k_fill * fill)";
+  j["parallel_efficiency"] = t.parallelEfficiency;
+  j["model"] = "ns per task = per_task + K * (per_k + per_k_fill * fill); at most 4 rows: stream_per_task + K * stream_per_k * "
+               "rows * column fill";
   nlohmann::ordered_json vs = nlohmann::ordered_json::array();
   for (size_t v = 0; v < gemmVariants().size(); ++v) {
     const GemmVariant &g = gemmVariants()[v];
-    vs.push_back({{"name", g.name}, {"rows", g.rows}, {"cols", g.cols}, {"pack_a", g.packA}, {"per_task", t.costs.at(v).perTask},
-                  {"per_k", t.costs.at(v).perK}, {"per_k_fill", t.costs.at(v).perKFill}});
+    const GemmCost &c = t.costs.at(v);
+    vs.push_back({{"name", g.name}, {"rows", g.rows}, {"cols", g.cols}, {"pack_a", g.packA}, {"per_task", c.perTask},
+                  {"per_k", c.perK}, {"per_k_fill", c.perKFill}, {"stream_per_task", c.streamPerTask}, {"stream_per_k", c.streamPerK}});
   }
   j["variants"] = vs;
   return j.dump(2) + "\n";
@@ -124,9 +138,10 @@ GemmTable parseGemmTable(const std::string &text, const std::string &name) {
     if (seen[v])
       throw fail(at + ".name", fmt::format("variant '{}' given twice", vname));
     seen[v] = true;
-    double *fields[] = {&t.costs[v].perTask, &t.costs[v].perK, &t.costs[v].perKFill};
-    const char *keys[] = {"per_task", "per_k", "per_k_fill"};
-    for (int f = 0; f < 3; ++f) {
+    GemmCost &c = t.costs[v];
+    double *fields[] = {&c.perTask, &c.perK, &c.perKFill, &c.streamPerTask, &c.streamPerK};
+    const char *keys[] = {"per_task", "per_k", "per_k_fill", "stream_per_task", "stream_per_k"};
+    for (int f = 0; f < 5; ++f) {
       if (!e.contains(keys[f]) || !e[keys[f]].is_number())
         throw fail(at + "." + keys[f], "expected a number (ns)");
       double x = e[keys[f]].get<double>();
@@ -138,6 +153,10 @@ GemmTable parseGemmTable(const std::string &text, const std::string &name) {
   for (size_t v = 0; v < known.size(); ++v)
     if (!seen[v])
       throw fail("variants", fmt::format("no entry for variant '{}' (run dnnc tune again)", known[v].name));
+  if (!j.contains("parallel_efficiency") || !j["parallel_efficiency"].is_number() ||
+      !(j["parallel_efficiency"].get<double>() >= 0 && j["parallel_efficiency"].get<double>() <= 1))
+    throw fail("parallel_efficiency", "expected a number from 0 to 1");
+  t.parallelEfficiency = j["parallel_efficiency"].get<double>();
   return t;
 }
 

@@ -36,21 +36,35 @@ inline constexpr int64_t kGemmMaxRows = 128;
 // The cost model of one variant: one task of `rows x cols` columns over depth K, of which
 // a fraction f of the rows x cols is inside C, takes on one thread
 //   ns = perTask + K * (perK + perKFill * f)
-// (perK: the packing a task does whatever its fill; perKFill: its multiply-adds).
+// (perK: the packing a task does whatever its fill; perKFill: its multiply-adds). A
+// product of at most kGemmStreamRows rows reads B in place instead (no packing, other
+// micro-kernels): a task of m rows and a fraction fc of its columns takes
+//   ns = streamPerTask + K * streamPerK * m * fc.
 struct GemmCost {
-  double perTask = 0, perK = 0, perKFill = 0;
+  double perTask = 0, perK = 0, perKFill = 0, streamPerTask = 0, streamPerK = 0;
 };
+// The rows up to which the CPU's micro-kernels read B in place (CpuKernelEmitter.cpp).
+inline constexpr int64_t kGemmStreamRows = 4;
 struct GemmTable {
   std::string cpu;             // the CPU it was fitted on
   std::vector<GemmCost> costs; // by variant index
+  // What a second thread adds, measured: 1 when n threads run n tasks in the time of one,
+  // 0 when they take as long as one thread running them all (a machine other work
+  // keeps busy, or a worker slow to wake).
+  double parallelEfficiency = 1;
   std::string source;          // "built-in" or the file it was read from
 };
 // The built-in model (fitted by `dnnc tune` on the machine dnnc was developed on).
 GemmTable builtinGemmTable();
 // Estimated ns of variant v for `batches` products of M x K by K x N on `threads` threads:
-// the tasks run in waves of `threads`, each as long as a task of the average fill.
+// the tasks run in waves of as many threads as the thread pool would use for that much
+// work (it keeps jobs under two ThreadPool::kMinChunkNs on one thread), each wave as long
+// as a task of the average fill, stretched by the table's parallel efficiency.
 double gemmEstimate(const GemmTable &t, size_t v, int64_t batches, int64_t m, int64_t n, int64_t k, unsigned threads);
-// The variant with the least estimate (ties: the lower index).
+// The variant with the least estimate, if it is at least kGemmSwitchGain times faster than
+// variant 0 (the fixed schedule), else variant 0: the model is fitted from single-thread
+// micro-kernels, and a smaller predicted gain is within its error (bench/gemm_select.cpp).
+inline constexpr double kGemmSwitchGain = 1.15;
 size_t selectGemmVariant(const GemmTable &t, int64_t batches, int64_t m, int64_t n, int64_t k, unsigned threads);
 
 // The table as JSON text, and back: `name` names the text in errors, which are DataErrors
