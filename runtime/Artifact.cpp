@@ -26,7 +26,7 @@ using nlohmann::json;
 
 constexpr char kMagic[8] = {'D', 'N', 'N', 'C', 'A', 'R', 'T', '1'};
 constexpr size_t kPrefix = sizeof kMagic + 3 * sizeof(uint64_t);
-constexpr int kFormat = 2; // 2: kernels carry their GPU grid
+constexpr int kFormat = 3; // 2: kernels carry their GPU grid; 3: CPU GEMMs their shape (runtime/GemmSelect.h)
 
 uint64_t fnv1a(const char *data, size_t n, uint64_t h = 1469598103934665603ull) {
   for (size_t k = 0; k < n; ++k)
@@ -124,7 +124,9 @@ void writeArtifact(const std::string &path, const ir::Graph &g, const std::map<c
     table.push_back({{"name", kernels[k].name}, {"op", opOf[k]}, {"dims", kernels[k].dims},
                      {"parallel_extent", ir::exprToJson(kernels[k].parallelExtent)}, {"work", ir::exprToJson(kernels[k].work)},
                      {"grid", {ir::exprToJson(kernels[k].gridX), ir::exprToJson(kernels[k].gridY)}},
-                     {"block_threads", kernels[k].blockThreads}});
+                     {"block_threads", kernels[k].blockThreads},
+                     {"gemm", {ir::exprToJson(kernels[k].gemmBatches), ir::exprToJson(kernels[k].gemmM),
+                               ir::exprToJson(kernels[k].gemmN), ir::exprToJson(kernels[k].gemmK)}}});
   json offsets = json::array();
   for (const auto &[value, offset] : plan.offsets)
     offsets.push_back({value->id, ir::exprToJson(offset), plan.late.count(value) != 0, plan.kept.count(value) != 0});
@@ -185,6 +187,12 @@ ArtifactContents readArtifactBytes(const std::string &bytes, const std::string &
                          ir::exprFromJson(k.at("parallel_extent")), ir::exprFromJson(k.at("work")),
                          ir::exprFromJson(k.at("grid").at(0)), ir::exprFromJson(k.at("grid").at(1)),
                          intOf(k.at("block_threads"), path, "block_threads")});
+      const json &gemm = k.at("gemm");
+      KernelInfo &last = kernels.back();
+      last.gemmBatches = ir::exprFromJson(gemm.at(0)), last.gemmM = ir::exprFromJson(gemm.at(1));
+      last.gemmN = ir::exprFromJson(gemm.at(2)), last.gemmK = ir::exprFromJson(gemm.at(3));
+      if (!last.gemmM != !last.gemmN || !last.gemmM != !last.gemmK || !last.gemmM != !last.gemmBatches)
+        throw DataError(fmt::format("'{}' has a kernel with part of a GEMM shape", path));
       if (kernels.back().blockThreads < 1 || kernels.back().blockThreads > 1024)
         throw DataError(fmt::format("'{}' has a kernel with {} threads per block", path, kernels.back().blockThreads));
       opIndex.push_back(intOf(k.at("op"), path, "a kernel's op"));

@@ -7,7 +7,9 @@
 #include "ir/graph/OpRegistry.h"
 #include "ir/graph/Updates.h"
 #include "ir/graph/Walk.h"
+#include "runtime/GemmSelect.h"
 #include "runtime/HostOps.h"
+#include "runtime/ThreadPool.h"
 
 #include <fmt/format.h>
 
@@ -185,9 +187,20 @@ void checkIndices(const ir::Op &op, const std::vector<const Tensor *> &in, const
 }
 } // namespace
 
-Launch launchFor(const KernelInfo &info, const ir::Binding &b) {
-  auto eval = [&](sym::ExprRef e) { return evaluateAtLaunch(info.name, e, b); };
+Launch launchFor(const KernelInfo &info, const ir::Binding &bound) {
   Launch l;
+  // A GEMM with variants: the one picked for this shape binds its dims, which the
+  // kernel's tasks and the extent below read.
+  std::optional<ir::Binding> withVariant;
+  if (info.gemmM) {
+    auto shape = [&](sym::ExprRef e) { return evaluateAtLaunch(info.name, e, bound); };
+    l.gemmVariant = static_cast<int>(gemmVariantFor(shape(info.gemmBatches), shape(info.gemmM), shape(info.gemmN),
+                                                    shape(info.gemmK), ThreadPool::global().threads()));
+    withVariant = bound;
+    bindGemmVariant(static_cast<size_t>(l.gemmVariant), *withVariant);
+  }
+  const ir::Binding &b = withVariant ? *withVariant : bound;
+  auto eval = [&](sym::ExprRef e) { return evaluateAtLaunch(info.name, e, b); };
   for (const std::string &n : info.dims)
     l.dims.push_back(eval(sym::var(n)));
   if (info.parallelExtent)
@@ -289,11 +302,16 @@ void Executable::planOp(size_t index, OpPlan &p) const {
     p.shapes = {shapeOf(op.results[0]->type, eval)};
   } else if (e.kernel >= 0) {
     const KernelInfo &info = kernels_[e.kernel];
+    // A GEMM variant's dims are bound by launchFor itself (any variant's will do here).
+    ir::Binding withVariant;
+    if (info.gemmM)
+      withVariant = b, bindGemmVariant(0, withVariant);
+    const ir::Binding &known = info.gemmM ? withVariant : b;
     for (const std::string &n : info.dims)
-      if (!b.count(n))
+      if (!known.count(n))
         return;
     for (sym::ExprRef x : {info.parallelExtent, info.gridX, info.gridY})
-      if (x && !namesOnly(x, b))
+      if (x && !namesOnly(x, known))
         return;
     std::vector<std::vector<int64_t>> shapes;
     std::vector<int64_t> offsets;

@@ -30,6 +30,10 @@ struct KernelInfo {
   // launch fewer) and threads per block.
   sym::ExprRef gridX = nullptr, gridY = nullptr;
   int64_t blockThreads = 256;
+  // A CPU GEMM kernel with shape-generic variants (runtime/GemmSelect.h): the matmul's
+  // M, N and K and its number of products, from which launchFor picks the variant and
+  // binds its dims. Null otherwise.
+  sym::ExprRef gemmM = nullptr, gemmN = nullptr, gemmK = nullptr, gemmBatches = nullptr;
 };
 
 // A kernel's launch under `b` (every dim it names bound). Throws DataError when a size

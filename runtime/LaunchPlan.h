@@ -21,6 +21,7 @@ struct Launch {
   int64_t extent = 0;        // the parallel loop's trip count (0 without one)
   int64_t work = 1;          // rough cost of one of its iterations
   int64_t gridX = 1, gridY = 1; // GPU blocks wanted along x and y
+  int gemmVariant = -1;          // the GEMM variant picked (runtime/GemmSelect.h), -1: none
 };
 
 // One op under one plan's binding.

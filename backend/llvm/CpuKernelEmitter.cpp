@@ -2,6 +2,7 @@
 // chunk each call is handed, GEMMs as vector FMA micro-kernels sized to the host, and
 // attention as a tiled online softmax.
 #include "backend/llvm/KernelEmitter.h"
+#include "runtime/GemmSelect.h"
 
 #include <algorithm>
 #include <functional>
@@ -124,6 +125,11 @@ void CpuKernelEmitter::collapsedChunk(const std::vector<const kir::Stmt *> &nest
 //   each pass over a panel strides B's rows through the same cache sets.)
 // B read transposed is always packed (packing gathers its columns). Column tails use
 // masked loads and stores.
+// A variant that packs A (g.packA nonzero at run time, runtime/GemmSelect.h) copies the
+// task's rows of each depth block into micro-panels of kRows rows, k-major (row r of a
+// panel at k is kRows * (k - k0) + r), before the block's column loop: the packed path's
+// micro-kernels then read A at constant offsets from one pointer, contiguously, instead of
+// kRows rows lda apart (which, at lda = 1024, share L1 sets with the panel of B).
 void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
   const int64_t kDepthBlock = 256;
   const unsigned kStreamRows = 4;
@@ -137,6 +143,11 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
   llvm::Value *A = bufs_[g.a], *B = bufs_[g.b], *C = bufs_[g.c];
   llvm::AllocaInst *panel = entryAlloca(llvm::ArrayType::get(f32, kDepthBlock * 2 * vw), "panel");
   panel->setAlignment(llvm::Align(64));
+  llvm::AllocaInst *aPanels = nullptr;
+  if (g.packA) {
+    aPanels = entryAlloca(llvm::ArrayType::get(f32, (rt::kGemmMaxRows + kRows) * kDepthBlock), "apanels");
+    aPanels->setAlignment(llvm::Align(64));
+  }
   std::vector<llvm::AllocaInst *> acc;
   for (unsigned k = 0; k < std::max(kAccumulators, kMaxVectors); ++k)
     acc.push_back(entryAlloca(vec, "acc"));
@@ -172,12 +183,24 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
   };
   // C[i0:i0+R, j0:j0+V vectors] (+)= A[i0:i0+R, k0:kEnd] x B[k0:kEnd, ...], B's row k at
   // bRows + k * bStride; `first` says whether to store rather than add to C.
+  // With packedA, A's rows come from the micro-panels (A row i0 + r at k in the panel of
+  // row i0 - row0, at kRows * (k - k0) + its place in it).
   auto microKernel = [&](llvm::Value *i0, unsigned R, unsigned V, llvm::Value *j0, llvm::Value *k0, llvm::Value *kEnd,
-                         llvm::Value *first, llvm::Value *bRows, llvm::Value *bStride, bool masked) {
+                         llvm::Value *first, llvm::Value *bRows, llvm::Value *bStride, bool masked, bool packedA = false) {
     std::vector<llvm::Value *> masks = masked ? masksOf(j0, V) : std::vector<llvm::Value *>(V, nullptr);
     std::vector<llvm::Value *> aRows;
-    for (unsigned r = 0; r < R; ++r)
-      aRows.push_back(b_.CreateAdd(aBase, b_.CreateMul(b_.CreateAdd(i0, b_.getInt64(r)), lda)));
+    llvm::Value *aSource = A, *aStep = b_.getInt64(1);
+    if (packedA) {
+      llvm::Value *rel = b_.CreateSub(i0, row0), *top = b_.getInt64(kRows);
+      llvm::Value *at = b_.CreateAdd(b_.CreateMul(b_.CreateSDiv(rel, top), b_.getInt64(kRows * kDepthBlock)), b_.CreateSRem(rel, top));
+      at = b_.CreateSub(at, b_.CreateMul(k0, top));
+      aSource = aPanels, aStep = top;
+      for (unsigned r = 0; r < R; ++r)
+        aRows.push_back(b_.CreateAdd(at, b_.getInt64(r)));
+    } else {
+      for (unsigned r = 0; r < R; ++r)
+        aRows.push_back(b_.CreateAdd(aBase, b_.CreateMul(b_.CreateAdd(i0, b_.getInt64(r)), lda)));
+    }
     for (unsigned k = 0; k < R * V; ++k)
       b_.CreateStore(llvm::Constant::getNullValue(vec), acc[k]);
     forLoop("k", k0, kEnd, 1, [&](llvm::Value *k) {
@@ -186,7 +209,8 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
       for (unsigned v = 0; v < V; ++v)
         bv.push_back(loadVec(b_.CreateGEP(f32, bRow, b_.getInt64(v * vw)), masks[v]));
       for (unsigned r = 0; r < R; ++r) {
-        llvm::Value *av = b_.CreateVectorSplat(vw, b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, A, b_.CreateAdd(aRows[r], k))));
+        llvm::Value *aAt = b_.CreateAdd(aRows[r], packedA ? b_.CreateMul(k, aStep) : k);
+        llvm::Value *av = b_.CreateVectorSplat(vw, b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, aSource, aAt)));
         for (unsigned v = 0; v < V; ++v) {
           llvm::AllocaInst *slot = acc[r * V + v];
           b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {av, bv[v], b_.CreateLoad(vec, slot)}), slot);
@@ -252,56 +276,89 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
   b_.SetInsertPoint(packBB);
   // At least one depth block, so that an empty sum still stores its zeros.
   llvm::Value *depthBlocksEnd = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, depth, b_.getInt64(1));
-  forLoop("k0", b_.getInt64(0), depthBlocksEnd, kDepthBlock, [&](llvm::Value *k0) {
-    llvm::Value *kEnd = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, depth, b_.CreateAdd(k0, b_.getInt64(kDepthBlock)));
-    llvm::Value *first = b_.CreateICmpEQ(k0, b_.getInt64(0));
-    forLoop("j0", b_.getInt64(0), n, 2 * vw, [&](llvm::Value *j0) {
-      fullOrTail(j0, 2, [&](bool masked) {
-        if (g.bPanels) { // prepacked when the model loaded: B's row k of the panel at k * kPanelColumns
-          llvm::Value *col = b_.CreateAdd(bBase, j0), *width = b_.getInt64(kir::kPanelColumns);
-          llvm::Value *start = b_.CreateAdd(b_.CreateMul(b_.CreateSDiv(col, width), b_.CreateMul(depth, width)), b_.CreateSRem(col, width));
-          llvm::Value *panelRows = b_.CreateInBoundsGEP(f32, B, start);
-          rowTiles(kRows, [&](llvm::Value *i0, unsigned R) { microKernel(i0, R, 2, j0, k0, kEnd, first, panelRows, width, masked); });
-          return;
-        }
-        if (g.im2col) {
-          packWindows(*g.im2col, B, bBase, imHeight, imWidth, imOutWidth, b_.CreateAdd(imColumn0, j0), masked ? masksOf(j0, 2) : std::vector<llvm::Value *>{},
-                      k0, kEnd, panel);
-          llvm::Value *panelRows = b_.CreateGEP(f32, panel, b_.CreateMul(k0, b_.getInt64(-2 * int64_t(vw))));
-          rowTiles(kRows, [&](llvm::Value *i0, unsigned R) {
-            microKernel(i0, R, 2, j0, k0, kEnd, first, panelRows, b_.getInt64(2 * vw), masked);
+  auto packedPath = [&](bool packedA) {
+    forLoop("k0", b_.getInt64(0), depthBlocksEnd, kDepthBlock, [&](llvm::Value *k0) {
+      llvm::Value *kEnd = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, depth, b_.CreateAdd(k0, b_.getInt64(kDepthBlock)));
+      llvm::Value *first = b_.CreateICmpEQ(k0, b_.getInt64(0));
+      if (packedA) {
+        // A[rows, k0:kEnd] into micro-panels; a last panel's rows past the task repeat its
+        // last row (never read back).
+        llvm::Value *panels = b_.CreateSDiv(b_.CreateAdd(b_.CreateSub(rowEnd, row0), b_.getInt64(kRows - 1)), b_.getInt64(kRows));
+        llvm::Value *lastRow = b_.CreateSub(rowEnd, b_.getInt64(1));
+        forLoop("ap", b_.getInt64(0), panels, 1, [&](llvm::Value *p) {
+          llvm::Value *panelRow0 = b_.CreateAdd(row0, b_.CreateMul(p, b_.getInt64(kRows)));
+          std::vector<llvm::Value *> rowAt;
+          for (unsigned r = 0; r < kRows; ++r) {
+            llvm::Value *row = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateAdd(panelRow0, b_.getInt64(r)), lastRow);
+            rowAt.push_back(b_.CreateAdd(aBase, b_.CreateMul(row, lda)));
+          }
+          llvm::Value *panelAt = b_.CreateSub(b_.CreateMul(p, b_.getInt64(kRows * kDepthBlock)), b_.CreateMul(k0, b_.getInt64(kRows)));
+          forLoop("ak", k0, kEnd, 1, [&](llvm::Value *k) {
+            llvm::Value *to = b_.CreateAdd(panelAt, b_.CreateMul(k, b_.getInt64(kRows)));
+            for (unsigned r = 0; r < kRows; ++r)
+              b_.CreateStore(b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, A, b_.CreateAdd(rowAt[r], k))),
+                             b_.CreateInBoundsGEP(f32, aPanels, b_.CreateAdd(to, b_.getInt64(r))));
           });
-          return;
-        }
-        std::vector<llvm::Value *> masks = masked ? masksOf(j0, 2) : std::vector<llvm::Value *>(2, nullptr);
-        // Packs B[k0:kEnd, j0:j0 + 2 vectors] contiguously, zero-padding the column tail.
-        forLoop("kp", k0, kEnd, 1, [&](llvm::Value *k) {
-          llvm::Value *packedRow = b_.CreateMul(b_.CreateSub(k, k0), b_.getInt64(2 * vw));
-          if (!bColStride) {
-            llvm::Value *bRow = b_.CreateAdd(bBase, b_.CreateAdd(b_.CreateMul(k, ldb), j0));
-            for (unsigned h = 0; h < 2; ++h)
-              b_.CreateAlignedStore(loadVec(b_.CreateInBoundsGEP(f32, B, b_.CreateAdd(bRow, b_.getInt64(h * vw))), masks[h]),
-                                    b_.CreateInBoundsGEP(f32, panel, b_.CreateAdd(packedRow, b_.getInt64(h * vw))), llvm::Align(64));
+        });
+      }
+      forLoop("j0", b_.getInt64(0), n, 2 * vw, [&](llvm::Value *j0) {
+        fullOrTail(j0, 2, [&](bool masked) {
+          if (g.bPanels) { // prepacked when the model loaded: B's row k of the panel at k * kPanelColumns
+            llvm::Value *col = b_.CreateAdd(bBase, j0), *width = b_.getInt64(kir::kPanelColumns);
+            llvm::Value *start = b_.CreateAdd(b_.CreateMul(b_.CreateSDiv(col, width), b_.CreateMul(depth, width)), b_.CreateSRem(col, width));
+            llvm::Value *panelRows = b_.CreateInBoundsGEP(f32, B, start);
+            rowTiles(kRows, [&](llvm::Value *i0, unsigned R) { microKernel(i0, R, 2, j0, k0, kEnd, first, panelRows, width, masked, packedA); });
             return;
           }
-          // B read transposed: gather each column's element; columns past n pack zeros.
-          llvm::Value *kOffset = b_.CreateAdd(bBase, b_.CreateMul(k, ldb));
-          for (unsigned l = 0; l < 2 * vw; ++l) {
-            llvm::Value *col = b_.CreateAdd(j0, b_.getInt64(l));
-            llvm::Value *inside = b_.CreateICmpSLT(col, n);
-            llvm::Value *at = b_.CreateSelect(inside, b_.CreateAdd(kOffset, b_.CreateMul(col, bColStride)), bBase);
-            llvm::Value *v = b_.CreateSelect(inside, b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, B, at)), llvm::ConstantFP::get(f32, 0.0));
-            b_.CreateStore(v, b_.CreateInBoundsGEP(f32, panel, b_.CreateAdd(packedRow, b_.getInt64(l))));
+          if (g.im2col) {
+            packWindows(*g.im2col, B, bBase, imHeight, imWidth, imOutWidth, b_.CreateAdd(imColumn0, j0), masked ? masksOf(j0, 2) : std::vector<llvm::Value *>{},
+                        k0, kEnd, panel);
+            llvm::Value *panelRows = b_.CreateGEP(f32, panel, b_.CreateMul(k0, b_.getInt64(-2 * int64_t(vw))));
+            rowTiles(kRows, [&](llvm::Value *i0, unsigned R) {
+              microKernel(i0, R, 2, j0, k0, kEnd, first, panelRows, b_.getInt64(2 * vw), masked, packedA);
+            });
+            return;
           }
-        });
-        // The panel's row k lies at (k - k0) * 2 vectors.
-        llvm::Value *panelRows = b_.CreateGEP(f32, panel, b_.CreateMul(k0, b_.getInt64(-2 * int64_t(vw))));
-        rowTiles(kRows, [&](llvm::Value *i0, unsigned R) {
-          microKernel(i0, R, 2, j0, k0, kEnd, first, panelRows, b_.getInt64(2 * vw), masked);
+          std::vector<llvm::Value *> masks = masked ? masksOf(j0, 2) : std::vector<llvm::Value *>(2, nullptr);
+          // Packs B[k0:kEnd, j0:j0 + 2 vectors] contiguously, zero-padding the column tail.
+          forLoop("kp", k0, kEnd, 1, [&](llvm::Value *k) {
+            llvm::Value *packedRow = b_.CreateMul(b_.CreateSub(k, k0), b_.getInt64(2 * vw));
+            if (!bColStride) {
+              llvm::Value *bRow = b_.CreateAdd(bBase, b_.CreateAdd(b_.CreateMul(k, ldb), j0));
+              for (unsigned h = 0; h < 2; ++h)
+                b_.CreateAlignedStore(loadVec(b_.CreateInBoundsGEP(f32, B, b_.CreateAdd(bRow, b_.getInt64(h * vw))), masks[h]),
+                                      b_.CreateInBoundsGEP(f32, panel, b_.CreateAdd(packedRow, b_.getInt64(h * vw))), llvm::Align(64));
+              return;
+            }
+            // B read transposed: gather each column's element; columns past n pack zeros.
+            llvm::Value *kOffset = b_.CreateAdd(bBase, b_.CreateMul(k, ldb));
+            for (unsigned l = 0; l < 2 * vw; ++l) {
+              llvm::Value *col = b_.CreateAdd(j0, b_.getInt64(l));
+              llvm::Value *inside = b_.CreateICmpSLT(col, n);
+              llvm::Value *at = b_.CreateSelect(inside, b_.CreateAdd(kOffset, b_.CreateMul(col, bColStride)), bBase);
+              llvm::Value *v = b_.CreateSelect(inside, b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, B, at)), llvm::ConstantFP::get(f32, 0.0));
+              b_.CreateStore(v, b_.CreateInBoundsGEP(f32, panel, b_.CreateAdd(packedRow, b_.getInt64(l))));
+            }
+          });
+          // The panel's row k lies at (k - k0) * 2 vectors.
+          llvm::Value *panelRows = b_.CreateGEP(f32, panel, b_.CreateMul(k0, b_.getInt64(-2 * int64_t(vw))));
+          rowTiles(kRows, [&](llvm::Value *i0, unsigned R) {
+            microKernel(i0, R, 2, j0, k0, kEnd, first, panelRows, b_.getInt64(2 * vw), masked, packedA);
+          });
         });
       });
     });
-  });
+  };
+  if (g.packA) { // a task of at most kGemmMaxRows rows whose variant packs A
+    auto *withBB = llvm::BasicBlock::Create(ctx_, "gemm.packa", fn_), *withoutBB = llvm::BasicBlock::Create(ctx_, "gemm.inplacea", fn_);
+    llvm::Value *fits = b_.CreateICmpSLE(b_.CreateSub(rowEnd, row0), b_.getInt64(rt::kGemmMaxRows));
+    b_.CreateCondBr(b_.CreateAnd(b_.CreateICmpNE(index(g.packA), b_.getInt64(0)), fits), withBB, withoutBB);
+    b_.SetInsertPoint(withBB);
+    packedPath(true);
+    b_.CreateBr(doneBB);
+    b_.SetInsertPoint(withoutBB);
+  }
+  packedPath(false);
   b_.CreateBr(doneBB);
   b_.SetInsertPoint(doneBB);
   if (g.epilogue)

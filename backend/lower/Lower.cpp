@@ -5,6 +5,7 @@
 #include "backend/lower/Schedule.h"
 #include "base/Error.h"
 #include "ir/graph/OpRegistry.h"
+#include "runtime/GemmSelect.h"
 
 #include <fmt/format.h>
 
@@ -543,18 +544,22 @@ StmtPtr Lowering::matmul(const ir::Op &mm) {
     return kir::flatIndex(o, idx);
   };
   if (aType == DType::F32 && bType == DType::F32 && mm.results[0]->type.dtype == DType::F32) {
-    // One parallel task per (batch, block of kGemmRowBlock rows, block of columns): each
-    // is a tiled GEMM over its columns, whose bases are offset to its first column.
-    ExprRef rowBlocks = sym::floorDiv(sym::add(m, c(kGemmRowBlock - 1)), c(kGemmRowBlock));
-    ExprRef colBlock = schedule_.gemmColumnBlock ? c(schedule_.gemmColumnBlock) : n;
-    ExprRef colBlocks = schedule_.gemmColumnBlock ? sym::floorDiv(sym::add(n, c(schedule_.gemmColumnBlock - 1)), colBlock) : c(1);
+    // One parallel task per (batch, block of rows, block of columns): each is a tiled GEMM
+    // over its columns, whose bases are offset to its first column. With variants the
+    // blocks are dims the runtime binds per launch (runtime/GemmSelect.h).
+    bool variants = schedule_.gemmVariants, splitN = variants || schedule_.gemmColumnBlock;
+    ExprRef rowBlock = variants ? sym::var(rt::kGemmRowsDim) : c(kGemmRowBlock);
+    ExprRef colBlock = variants ? sym::var(rt::kGemmColsDim) : schedule_.gemmColumnBlock ? c(schedule_.gemmColumnBlock) : n;
+    ExprRef rowBlocks = sym::floorDiv(sym::add(m, sym::sub(rowBlock, c(1))), rowBlock);
+    ExprRef colBlocks = splitN ? sym::floorDiv(sym::add(n, sym::sub(colBlock, c(1))), colBlock) : c(1);
     ExprRef blocks = sym::mul(rowBlocks, colBlocks);
-    ExprRef tasks = blocks, p = sym::var(kir::loopVar(next_++));
+    ExprRef batches = c(1), p = sym::var(kir::loopVar(next_++));
     for (size_t k = 0; k < batch; ++k)
-      tasks = sym::mul(tasks, o[k]);
+      batches = sym::mul(batches, o[k]);
+    ExprRef tasks = sym::mul(blocks, batches);
     ExprRef batchFlat = sym::floorDiv(p, blocks), inBatch = sym::mod(p, blocks);
-    ExprRef row0 = sym::mul(sym::floorDiv(inBatch, colBlocks), c(kGemmRowBlock));
-    ExprRef col0 = schedule_.gemmColumnBlock ? sym::mul(sym::mod(inBatch, colBlocks), colBlock) : c(0);
+    ExprRef row0 = sym::mul(sym::floorDiv(inBatch, colBlocks), rowBlock);
+    ExprRef col0 = splitN ? sym::mul(sym::mod(inBatch, colBlocks), colBlock) : c(0);
     Dims full(batch);
     ExprRef stride = c(1);
     for (size_t k = batch; k-- > 0;) {
@@ -572,7 +577,9 @@ StmtPtr Lowering::matmul(const ir::Op &mm) {
     g.bPanels = panelsB; // B is rank 2: bBase is the task's first column
 
     g.cBase = sym::add(outIndex(full, c(0), c(0)), col0);
-    g.row0 = row0, g.rows = sym::min(c(kGemmRowBlock), sym::sub(m, row0)), g.n = sym::min(colBlock, sym::sub(n, col0)), g.depth = depth;
+    g.row0 = row0, g.rows = sym::min(rowBlock, sym::sub(m, row0)), g.n = sym::min(colBlock, sym::sub(n, col0)), g.depth = depth;
+    if (variants)
+      g.packA = sym::var(rt::kGemmPackADim), g.shapeM = m, g.shapeN = n, g.batches = batches;
     if (epilogue) {
       Dims rc = vars(2), idx(full);
       idx.push_back(sym::add(row0, rc[0]));
@@ -1030,6 +1037,11 @@ rt::KernelInfo kernelInfo(const kir::Kernel &k) {
       if (v.front() == '%') // kir::loopVar's names; dims are identifiers
         first[v] = c(0);
     info.work = sym::substitute(w, first);
+    // A GEMM with variants (the nest's one statement): its shape, for the runtime's pick.
+    if (nest.back()->body.size() == 1 && nest.back()->body[0]->kind == Stmt::Kind::Gemm && nest.back()->body[0]->gemm.shapeM) {
+      const kir::Gemm &g = nest.back()->body[0]->gemm;
+      info.gemmBatches = g.batches, info.gemmM = g.shapeM, info.gemmN = g.shapeN, info.gemmK = g.depth;
+    }
   }
   gpu::Grid grid = gpu::gridOf(k);
   info.gridX = grid.x, info.gridY = grid.y, info.blockThreads = grid.threads;

@@ -32,9 +32,14 @@ struct ScheduleOptions {
   // f32 conv2d with enough output channels per group as an implicit GEMM (conv2dGemm);
   // the others keep the convolution above. The GPU keeps its per-element convolution.
   bool implicitGemmConv2d = false;
+  // A GEMM task's rows and columns, and whether it packs A, are dims the runtime binds per
+  // launch from the bound shape (runtime/GemmSelect.h: one of a few variants compiled into
+  // the same kernel); gemmColumnBlock and kGemmRowBlock then give way to them. The GPU
+  // keeps its one schedule.
+  bool gemmVariants = false;
 };
-inline constexpr ScheduleOptions kCpuSchedule{true, 256, true, true, true};
-inline constexpr ScheduleOptions kGpuSchedule{false, 0, false, false, false};
+inline constexpr ScheduleOptions kCpuSchedule{true, 256, true, true, true, true};
+inline constexpr ScheduleOptions kGpuSchedule{false, 0, false, false, false, false};
 
 // Rows of A per GEMM task: an f32 matmul is one parallel task per (batch, row block,
 // column block).

@@ -167,7 +167,7 @@ void collectDims(const Stmt &s, std::set<std::string> &out) {
   collectDims(s.value, out);
   if (s.kind == Stmt::Kind::Gemm)
     for (sym::ExprRef e : {s.gemm.aBase, s.gemm.bBase, s.gemm.cBase, s.gemm.lda, s.gemm.ldb, s.gemm.ldc, s.gemm.row0,
-                           s.gemm.rows, s.gemm.n, s.gemm.depth, s.gemm.bColStride})
+                           s.gemm.rows, s.gemm.n, s.gemm.depth, s.gemm.bColStride, s.gemm.packA})
       collectDims(e, out);
   if (s.kind == Stmt::Kind::Gemm && s.gemm.im2col)
     for (sym::ExprRef e : {s.gemm.im2col->height, s.gemm.im2col->width, s.gemm.im2col->outWidth, s.gemm.im2col->column0})
@@ -218,6 +218,8 @@ void printStmt(const Kernel &k, const Stmt &s, int depth, std::string &out) {
     const Gemm &g = s.gemm;
     out += fmt::format("{}gemm tiled rows [{}, {} + {}) cols {} depth {}:\n", pad, g.row0->str(), g.row0->str(),
                        g.rows->str(), g.n->str(), g.depth->str());
+    if (g.packA)
+      out += fmt::format("{}  A packed when {} != 0\n", pad, g.packA->str());
     if (g.im2col) {
       const Gemm::Im2col &x = *g.im2col;
       out += fmt::format("{}  b{}[{} + i*{} + j] = sum_k b{}[{} + i*{} + k] * im2col(b{}[{} + ci*{}*{} + ih*{} + iw]), "

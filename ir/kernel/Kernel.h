@@ -61,6 +61,12 @@ struct Gemm {
     int64_t kh = 1, kw = 1, stride = 1, padding = 0, dilation = 1;
   };
   std::shared_ptr<const Im2col> im2col;
+  // The CPU's shape-generic variants (runtime/GemmSelect.h): packA, a dim the runtime binds
+  // per launch, packs the task's rows of A into micro-panels when nonzero (null: never);
+  // shapeM and shapeN are the whole matmul's rows and columns (depth is K) and batches the
+  // number of matrix products, from which the runtime picks the variant. Null where the
+  // target has one fixed schedule (the GPU).
+  sym::ExprRef packA = nullptr, shapeM = nullptr, shapeN = nullptr, batches = nullptr;
   // Optional, applied once the block's products are stored: a loop nest
   //   for r in 0..rows { for j in 0..n { <one Store> } }
   // rewriting element (row0 + r, j) (fused bias, activation, residual). The CPU runs the

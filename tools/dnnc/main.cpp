@@ -1,4 +1,5 @@
 // dnnc: the command-line driver (check, shapes, emit, opt, run, build, train, import, repl).
+#include "api/GemmTune.h"
 #include "backend/Compile.h"
 #include "frontend/Ast.h"
 #include "frontend/Parser.h"
@@ -8,6 +9,7 @@
 #include "base/Limits.h"
 #include "base/TensorIO.h"
 #include "runtime/Artifact.h"
+#include "runtime/GemmSelect.h"
 #include "runtime/ThreadPool.h"
 #include "tools/dnnc/Driver.h"
 
@@ -48,6 +50,8 @@ commands:
                                   where the memory of one call or training step goes, planned and measured
   import MODEL.onnx -o MODEL.dnn [--weights-out W.safetensors] [--model-name M]
                                   translate an ONNX model into .dnn source and its weights
+  tune [-o TABLE] [--print]       fit this CPU's GEMM cost model (the table run reads to pick a
+                                  GEMM variant per shape; default ~/.cache/dnnc/tune-<cpu>.json)
   repl [FILE]                     the shape-query REPL
   builtins [--markdown]           the builtin functions from the op registry (--markdown: docs/builtins.md)
 
@@ -494,7 +498,7 @@ int cmdRun(int argc, char **argv) {
   CommonOptions c;
   PassFlags flags;
   RunOptions o;
-  std::string bind, threads;
+  std::string bind, threads, tuneTable;
   int64_t maxIterations = 0;
   std::vector<std::string> inputs;
   po::options_description desc = commonOptions(c);
@@ -519,7 +523,10 @@ int cmdRun(int argc, char **argv) {
       "stats", "print the dims, kernels, ops run and arena bytes")(
       "profile", po::value(&o.profile)->implicit_value("time"),
       "print each kernel's and host op's calls, time, share, GF/s or GB/s against this CPU's peak and source lines, "
-      "sorted by time (--profile=order: in program order); with --repeat, over the timed runs");
+      "sorted by time (--profile=order: in program order); with --repeat, over the timed runs")(
+      "tune-table", po::value(&tuneTable),
+      "the GEMM cost model `dnnc tune` wrote (default: DNNC_TUNE_TABLE, else ~/.cache/dnnc/tune-<cpu>.json if there, "
+      "else the built-in one)");
   desc.add(passOptions(flags));
   po::variables_map vm;
   const char *usage = "usage: dnnc run FILE [--weights W.safetensors]... [--input NAME=X.npy]... [--bind B=2,T=8] "
@@ -567,6 +574,14 @@ int cmdRun(int argc, char **argv) {
   }
   if (o.threads > 0)
     rt::ThreadPool::setGlobalThreads(static_cast<unsigned>(o.threads));
+  if (vm.count("tune-table")) {
+    try {
+      rt::setGemmTableFile(tuneTable);
+    } catch (const DataError &e) {
+      std::cerr << "dnnc: error: " << e.what() << "\n";
+      return kUserError;
+    }
+  }
   if (rt::isArtifact(c.file))
     return runArtifact(c.file, o);
   Program p;
@@ -777,6 +792,51 @@ int cmdImport(int argc, char **argv) {
   return importOnnx(c.file, out, weightsOut, modelName);
 }
 
+// dnnc tune: times one task of each GEMM variant at a few depths and fills on one thread,
+// fits the cost model (api/GemmTune.h) and writes the per-CPU table `run` reads.
+int cmdTune(int argc, char **argv) {
+  CommonOptions c;
+  std::string out;
+  double minTime = 0.02;
+  po::options_description desc("options");
+  desc.add_options()("help,h", "show this help")(
+      "output,o", po::value(&out), "where the table goes (default: DNNC_TUNE_TABLE, else ~/.cache/dnnc/tune-<cpu>.json)")(
+      "min-time", po::value(&minTime), "seconds each measurement repeats for, 0.001 to 10 (default 0.02)")(
+      "print", "print the table instead of writing it");
+  po::variables_map vm;
+  const char *usage = "usage: dnnc tune [-o TABLE.json] [--min-time S] [--print]\n";
+  if (int rc = parseOptions(argc, argv, desc, usage, false, c, vm); rc >= 0)
+    return rc;
+  if (!c.file.empty()) {
+    std::cerr << "dnnc: error: dnnc tune takes no input file ('" << c.file << "')\n" << usage;
+    return kUsage;
+  }
+  if (!(minTime >= 0.001 && minTime <= 10)) {
+    std::cerr << "dnnc: error: --min-time takes seconds from 0.001 to 10\n";
+    return kUsage;
+  }
+  api::GemmTimer timer;
+  api::TuneReport r = api::tuneGemm(timer, minTime, [](const rt::GemmVariant &v) {
+    std::cerr << fmt::format("timing {} ({} rows x {} columns per task{})\n", v.name, v.rows, v.cols, v.packA ? ", A packed" : "");
+  });
+  std::string text = rt::gemmTableToJson(r.table);
+  if (vm.count("print")) {
+    std::cout << text;
+  } else {
+    if (out.empty())
+      out = rt::defaultGemmTablePath();
+    std::error_code ec;
+    if (std::filesystem::path parent = std::filesystem::path(out).parent_path(); !parent.empty())
+      std::filesystem::create_directories(parent, ec);
+    if (int rc = writeOutput(out, text); rc != kOk)
+      return rc;
+    std::cout << fmt::format("wrote {}\n", out);
+  }
+  std::cout << fmt::format("tuned {} GEMM variants on {} in {:.2f} s ({} measurements)\n", r.table.costs.size(), r.table.cpu,
+                           r.seconds, r.measurements);
+  return kOk;
+}
+
 int cmdRepl(int argc, char **argv) {
   CommonOptions c;
   PassFlags flags;
@@ -836,6 +896,8 @@ int main(int argc, char **argv) {
     }
     if (cmd == "import")
       return cmdImport(argc - 1, argv + 1);
+    if (cmd == "tune")
+      return cmdTune(argc - 1, argv + 1);
     std::cerr << "dnnc: error: unknown command '" << cmd << "'\n" << kUsageText;
     return kUsage;
   } catch (const std::exception &e) {

@@ -1,0 +1,169 @@
+// The GEMM variants' timer and the cost model's fit (see GemmTune.h).
+#include "api/GemmTune.h"
+
+#include "backend/llvm/CpuBackend.h"
+#include "backend/lower/Lower.h"
+#include "base/Diagnostics.h"
+#include "base/Error.h"
+#include "frontend/Sema.h"
+#include "runtime/CpuDevice.h"
+#include "runtime/ThreadPool.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <sstream>
+
+namespace dnnc::api {
+
+using Clock = std::chrono::steady_clock;
+
+struct GemmTimer::Impl {
+  Program program;
+  lower::LoweredGraph lowered;
+  std::unique_ptr<backend::CpuModule> module;
+  rt::KernelInfo info;
+  rt::KernelFn fn = nullptr;
+};
+
+GemmTimer::GemmTimer() : impl_(std::make_unique<Impl>()) {
+  DiagnosticEngine diags(impl_->program.sources());
+  if (!impl_->program.loadText("gemm.dnn", "dim M; dim K; dim N;\nmodel main(a: f32[M, K], b: f32[K, N]) -> f32[M, N] {\n  return a @ b;\n}\n", diags)) {
+    std::ostringstream os;
+    diags.render(os);
+    throw InternalError("the tuner's matmul does not compile: " + os.str());
+  }
+  impl_->lowered = lower::lowerGraph(*impl_->program.models().at(0).graph);
+  const kir::Kernel &kernel = impl_->lowered.kernels.at(0);
+  impl_->module = backend::CpuModule::compile({&kernel});
+  impl_->fn = impl_->module->lookup(kernel.name);
+  impl_->info = lower::kernelInfo(kernel);
+  if (!impl_->info.gemmM)
+    throw InternalError("the CPU matmul kernel has no GEMM variants");
+  impl_->info.gemmM = nullptr; // the launch binds the variant asked for, not the model's pick
+}
+
+GemmTimer::~GemmTimer() = default;
+
+double GemmTimer::seconds(size_t v, int64_t m, int64_t n, int64_t k, rt::ThreadPool &pool, double minSeconds) {
+  const rt::GemmVariant &var = rt::gemmVariants().at(v);
+  rt::Tensor a = rt::Tensor::zeros(DType::F32, {m, k}), b = rt::Tensor::zeros(DType::F32, {k, n});
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> uniform(-1, 1);
+  for (size_t i = 0; i < a.numel(); ++i)
+    a.set(i, uniform(rng));
+  for (size_t i = 0; i < b.numel(); ++i)
+    b.set(i, uniform(rng));
+  std::vector<rt::Tensor> out{rt::Tensor::zeros(DType::F32, {m, n})};
+  rt::Launch launch = rt::launchFor(impl_->info, {{"M", m}, {"K", k}, {"N", n}, {rt::kGemmRowsDim, var.rows},
+                                                  {rt::kGemmColsDim, var.cols}, {rt::kGemmPackADim, var.packA}});
+  rt::CpuDevice device({impl_->fn}, nullptr, pool);
+  auto once = [&] { device.launch(0, impl_->info, {&a, &b}, out, launch); };
+  once();
+  std::vector<double> times;
+  auto start = Clock::now();
+  while (times.size() < 3 || std::chrono::duration<double>(Clock::now() - start).count() < minSeconds) {
+    auto t0 = Clock::now();
+    once();
+    times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  // The fastest: on a shared machine a slower launch is one other work interrupted.
+  return *std::min_element(times.begin(), times.end());
+}
+
+rt::GemmCost fitGemmCost(const std::vector<GemmSample> &samples) {
+  // Normal equations over the columns still in use (1, k, k * fill).
+  std::array<bool, 3> used{true, true, true};
+  std::array<double, 3> coef{};
+  for (int pass = 0; pass < 3; ++pass) {
+    std::array<std::array<double, 4>, 3> m{};
+    for (const GemmSample &s : samples) {
+      std::array<double, 3> x{1, s.k, s.k * s.fill};
+      for (int i = 0; i < 3; ++i) {
+        for (int j = 0; j < 3; ++j)
+          m[i][j] += used[i] && used[j] ? x[i] * x[j] : 0;
+        m[i][3] += used[i] ? x[i] * s.ns : 0;
+      }
+    }
+    for (int i = 0; i < 3; ++i)
+      if (!used[i])
+        m[i][i] = 1; // the dropped coefficient solves to 0
+    // Gaussian elimination with partial pivoting.
+    for (int c = 0; c < 3; ++c) {
+      int p = c;
+      for (int r = c + 1; r < 3; ++r)
+        if (std::abs(m[r][c]) > std::abs(m[p][c]))
+          p = r;
+      std::swap(m[c], m[p]);
+      if (m[c][c] == 0)
+        continue;
+      for (int r = 0; r < 3; ++r)
+        if (r != c) {
+          double f = m[r][c] / m[c][c];
+          for (int j = c; j < 4; ++j)
+            m[r][j] -= f * m[c][j];
+        }
+    }
+    for (int i = 0; i < 3; ++i)
+      coef[i] = m[i][i] == 0 ? 0 : m[i][3] / m[i][i];
+    bool negative = false;
+    for (int i = 0; i < 3; ++i)
+      if (used[i] && coef[i] < 0)
+        used[i] = false, negative = true;
+    if (!negative)
+      break;
+  }
+  for (double &c : coef)
+    c = std::max(0.0, c);
+  return {coef[0], coef[1], coef[2]};
+}
+
+TuneReport tuneGemm(GemmTimer &timer, double minSeconds, const std::function<void(const rt::GemmVariant &)> &progress) {
+  auto start = Clock::now();
+  TuneReport r;
+  r.table.cpu = rt::hostCpuSlug();
+  rt::ThreadPool one(1);
+  for (size_t v = 0; v < rt::gemmVariants().size(); ++v) {
+    const rt::GemmVariant &var = rt::gemmVariants()[v];
+    if (progress)
+      progress(var);
+    std::vector<GemmSample> samples;
+    for (int64_t k : {64, 256, 1024})
+      for (int64_t rows : {var.rows, var.rows / 2, int64_t(8)}) {
+        double ns = 1e9 * timer.seconds(v, rows, var.cols, k, one, minSeconds);
+        samples.push_back({static_cast<double>(k), static_cast<double>(rows) / static_cast<double>(var.rows), ns});
+        ++r.measurements;
+      }
+    rt::GemmCost cost = fitGemmCost(samples);
+    // Few rows read B in place: a task of 1 and of kGemmStreamRows - 1 rows, its whole
+    // width, fitted as ns = streamPerTask + (K * rows) * streamPerK.
+    std::vector<GemmSample> stream;
+    for (int64_t k : {64, 256, 1024})
+      for (int64_t rows : {int64_t(1), rt::kGemmStreamRows - 1}) {
+        double ns = 1e9 * timer.seconds(v, rows, var.cols, k, one, minSeconds);
+        stream.push_back({static_cast<double>(k * rows), 0, ns});
+        ++r.measurements;
+      }
+    rt::GemmCost s = fitGemmCost(stream);
+    cost.streamPerTask = s.perTask, cost.streamPerK = s.perK;
+    r.table.costs.push_back(cost);
+  }
+  // The parallel efficiency: two tasks per thread of the fixed schedule on every thread
+  // of the global pool against the same on one thread.
+  rt::ThreadPool &all = rt::ThreadPool::global();
+  if (all.threads() > 1) {
+    const rt::GemmVariant &v0 = rt::gemmVariants()[0];
+    int64_t m = v0.rows * 2 * static_cast<int64_t>(all.threads()), k = 256;
+    double alone = timer.seconds(0, m, v0.cols, k, one, minSeconds), shared = timer.seconds(0, m, v0.cols, k, all, minSeconds);
+    double speedup = alone / shared, threads = static_cast<double>(all.threads());
+    r.table.parallelEfficiency = std::clamp((speedup - 1) / (threads - 1), 0.0, 1.0);
+    r.measurements += 2;
+  }
+  r.table.source = "dnnc tune";
+  r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return r;
+}
+
+} // namespace dnnc::api

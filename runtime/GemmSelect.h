@@ -1,0 +1,91 @@
+// Shape-generic selection of the CPU GEMM's variants (after DietCode): every CPU f32
+// matmul kernel is compiled once with a few variants of its schedule (rows and columns per
+// parallel task, A packed into micro-panels or read in place), all in the same code; the
+// variant is a set of dims the runtime binds per launch (launchFor, once per launch plan)
+// from the bound M, N, K, by a micro-kernel cost model fitted once per machine
+// (`dnnc tune`, a small per-CPU JSON table) or, without a table, a built-in one. No
+// recompile and no per-shape tuning: a new shape costs one evaluation of the model.
+//
+// Contract: a variant changes only how the product is split and staged, never a stored
+// value (each is differential-tested against the reference interpreter, forced one by one
+// with DNNC_GEMM_VARIANT); a malformed table is a DataError located in its file.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace dnnc::rt {
+
+// One variant: rows x cols of C per parallel task, and whether A's rows are packed.
+struct GemmVariant {
+  const char *name;
+  int64_t rows, cols;
+  bool packA;
+};
+// The variants every CPU GEMM kernel carries (index 0 is the fixed schedule dnnc had before).
+const std::vector<GemmVariant> &gemmVariants();
+// The dims a variant binds (names no .dnn dim can take).
+inline constexpr const char *kGemmRowsDim = "$gemm_rows", *kGemmColsDim = "$gemm_cols", *kGemmPackADim = "$gemm_pack_a";
+// Binds variant v's dims in `binding`.
+void bindGemmVariant(size_t v, std::map<std::string, int64_t> &binding);
+// The most rows any variant's task has (the size of the emitter's packed copy of A).
+inline constexpr int64_t kGemmMaxRows = 128;
+
+// The cost model of one variant: one task of `rows x cols` columns over depth K, of which
+// a fraction f of the rows x cols is inside C, takes on one thread
+//   ns = perTask + K * (perK + perKFill * f)
+// (perK: the packing a task does whatever its fill; perKFill: its multiply-adds). A
+// product of at most kGemmStreamRows rows reads B in place instead (no packing, other
+// micro-kernels): a task of m rows and a fraction fc of its columns takes
+//   ns = streamPerTask + K * streamPerK * m * fc.
+struct GemmCost {
+  double perTask = 0, perK = 0, perKFill = 0, streamPerTask = 0, streamPerK = 0;
+};
+// The rows up to which the CPU's micro-kernels read B in place (CpuKernelEmitter.cpp).
+inline constexpr int64_t kGemmStreamRows = 4;
+struct GemmTable {
+  std::string cpu;             // the CPU it was fitted on
+  std::vector<GemmCost> costs; // by variant index
+  // What a second thread adds, measured: 1 when n threads run n tasks in the time of one,
+  // 0 when they take as long as one thread running them all (a machine other work
+  // keeps busy, or a worker slow to wake).
+  double parallelEfficiency = 1;
+  std::string source;          // "built-in" or the file it was read from
+};
+// The built-in model (fitted by `dnnc tune` on the machine dnnc was developed on).
+GemmTable builtinGemmTable();
+// Estimated ns of variant v for `batches` products of M x K by K x N on `threads` threads:
+// the tasks run in waves of as many threads as the thread pool would use for that much
+// work (it keeps jobs under two ThreadPool::kMinChunkNs on one thread), each wave as long
+// as a task of the average fill, stretched by the table's parallel efficiency.
+double gemmEstimate(const GemmTable &t, size_t v, int64_t batches, int64_t m, int64_t n, int64_t k, unsigned threads);
+// The variant with the least estimate, if it is at least kGemmSwitchGain times faster than
+// variant 0 (the fixed schedule), else variant 0: the model is fitted from single-thread
+// micro-kernels, and a smaller predicted gain is within its error (bench/gemm_select.cpp).
+inline constexpr double kGemmSwitchGain = 1.15;
+size_t selectGemmVariant(const GemmTable &t, int64_t batches, int64_t m, int64_t n, int64_t k, unsigned threads);
+
+// The table as JSON text, and back: `name` names the text in errors, which are DataErrors
+// "NAME:LINE:COL: ..." for malformed JSON and "NAME: variants[i].field: ..." for content.
+std::string gemmTableToJson(const GemmTable &t);
+GemmTable parseGemmTable(const std::string &text, const std::string &name);
+// This CPU's model name (/proc/cpuinfo) as a file-name part, e.g. "intel-xeon-platinum-8481c".
+std::string hostCpuSlug();
+// Where `dnnc tune` writes and the runtime looks: $DNNC_TUNE_TABLE, else
+// $XDG_CACHE_HOME/dnnc/tune-<cpu>.json, else ~/.cache/dnnc/tune-<cpu>.json.
+std::string defaultGemmTablePath();
+
+// The process's selection. The table: the one given to setGemmTableFile (dnnc
+// --tune-table), else the file at defaultGemmTablePath() when there is one (read on first
+// use), else the built-in one. Throws DataError for a malformed file.
+void setGemmTableFile(const std::string &path);
+const GemmTable &activeGemmTable();
+// A forced variant for every launch (tests, the tuner): -1 for none. DNNC_GEMM_VARIANT=k
+// forces k; an index past the variants is a DataError at the first launch.
+void setForcedGemmVariant(int v);
+// The variant a launch of `batches` M x N x K products uses on `threads` threads.
+size_t gemmVariantFor(int64_t batches, int64_t m, int64_t n, int64_t k, unsigned threads);
+
+} // namespace dnnc::rt

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""The CPU GEMM's shape-generic variants (runtime/GemmSelect.h), each forced in turn with
+DNNC_GEMM_VARIANT, against the reference interpreter (--device ref): plain, batched,
+transposed-B-with-epilogue and prepacked-param matmuls at M, N, K of 0 and 1, odd sizes
+and one below, at and above every variant's task rows (16, 32, 64, 128) and columns (64,
+128, 256, 512) and the depth block (256). Each model is built once (dnnc build) and every
+variant and shape runs that one artifact: a variant is picked at launch, not compiled.
+Then `dnnc tune`'s table round trip: the table it writes is what --tune-table and
+DNNC_TUNE_TABLE read, and the model's results do not depend on it."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+from dnnc_test_util import Dnnc, assert_matches
+
+VARIANTS = 5  # rt::gemmVariants().size(); an index past them is an error (checked below)
+# (M, K, N)
+SHAPES = [(1, 1, 1), (0, 5, 7), (2, 0, 40), (7, 3, 5), (15, 257, 63), (17, 255, 65), (31, 33, 129), (33, 256, 127),
+          (63, 70, 255), (65, 300, 257), (127, 129, 511), (129, 257, 513), (16, 64, 64), (5, 1, 1000), (100, 512, 33)]
+MODELS = {
+    "plain": ("dim M in 0..4096; dim K in 0..4096; dim N in 0..4096;", "a: f32[M, K], b: f32[K, N]", "f32[M, N]", "a @ b",
+              lambda m, k, n: {"a": (m, k), "b": (k, n)}),
+    "batched": ("dim M in 0..4096; dim K in 0..4096; dim N in 0..4096;", "a: f32[3, M, K], b: f32[K, N]", "f32[3, M, N]",
+                "a @ b", lambda m, k, n: {"a": (3, m, k), "b": (k, n)}),
+    "transposed_epilogue": ("dim M in 0..4096; dim K in 0..4096; dim N in 0..4096;", "a: f32[M, K], b: f32[N, K]",
+                            "f32[M, N]", "tanh(a @ transpose(b)) + 1.0", lambda m, k, n: {"a": (m, k), "b": (n, k)}),
+}
+# A param read from its prepacked panels: K x N fixed, M varies.
+PARAM = ("const K = 300; const N = 288; dim M in 0..4096;\nparam w: f32[K, N];", "x: f32[M, K]", "f32[M, N]", "x @ w")
+PARAM_ROWS = [0, 1, 4, 5, 15, 17, 33, 65, 129]
+
+
+def write(d, name, header, args, result, expr):
+    path = os.path.join(d, f"{name}.dnn")
+    with open(path, "w") as f:
+        f.write(f"{header}\nmodel main({args}) -> {result} {{\n  return {expr};\n}}\n")
+    return path
+
+
+class Variants(unittest.TestCase):
+    exe: str
+    examples: str
+
+    def setUp(self):
+        self.ref = Dnnc(self.exe, self.examples, "ref")
+        self.cpu = Dnnc(self.exe, self.examples, "cpu", prebuilt=True)
+
+    def each_variant(self, model, weights, inputs, where):
+        want, p = self.ref.run(model, weights, inputs)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        for v in range(VARIANTS):
+            os.environ["DNNC_GEMM_VARIANT"] = str(v)
+            try:
+                got, p = self.cpu.run(model, weights, inputs, ("--threads", "2"))
+            finally:
+                del os.environ["DNNC_GEMM_VARIANT"]
+            self.assertEqual(p.returncode, 0, f"{where}, variant {v}: {p.stderr}")
+            self.assertEqual(got[0].shape, want[0].shape, f"{where}, variant {v}")
+            assert_matches(got[0], want[0], 1e-4, 1e-4, f"{where}, variant {v}")
+
+    def test_matmuls(self):
+        rng = np.random.default_rng(3)
+        with tempfile.TemporaryDirectory() as d:
+            for name, (header, args, result, expr, shapes) in MODELS.items():
+                model = write(d, name, header, args, result, expr)
+                for m, k, n in SHAPES:
+                    inputs = {a: rng.standard_normal(s).astype(np.float32) for a, s in shapes(m, k, n).items()}
+                    self.each_variant(model, None, inputs, f"{name} at M={m}, K={k}, N={n}")
+
+    def test_prepacked_param(self):
+        rng = np.random.default_rng(4)
+        with tempfile.TemporaryDirectory() as d:
+            model = write(d, "param", *PARAM)
+            w = {"w": rng.standard_normal((300, 288)).astype(np.float32)}
+            for m in PARAM_ROWS:
+                self.each_variant(model, w, {"x": rng.standard_normal((m, 300)).astype(np.float32)}, f"param at M={m}")
+
+    def test_tune_table_round_trip(self):
+        rng = np.random.default_rng(5)
+        with tempfile.TemporaryDirectory() as d:
+            table = os.path.join(d, "cache", "tune.json")
+            p = subprocess.run([self.exe, "tune", "--min-time", "0.001", "-o", table], capture_output=True, text=True, timeout=600)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn(f"wrote {table}", p.stdout)
+            with open(table) as f:
+                t = json.load(f)
+            self.assertEqual(len(t["variants"]), VARIANTS)
+            for v in t["variants"]:
+                for key in ("per_task", "per_k", "per_k_fill"):
+                    self.assertGreaterEqual(v[key], 0, v)
+            # --print writes nothing and prints the same structure.
+            p = subprocess.run([self.exe, "tune", "--min-time", "0.001", "--print"], capture_output=True, text=True, timeout=600)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            printed = json.loads(p.stdout[:p.stdout.rindex("}") + 1])
+            self.assertEqual([v["name"] for v in printed["variants"]], [v["name"] for v in t["variants"]])
+            model = write(d, "plain", *MODELS["plain"][:4])
+            inputs = {"a": rng.standard_normal((33, 70)).astype(np.float32), "b": rng.standard_normal((70, 300)).astype(np.float32)}
+            want, p = self.ref.run(model, None, inputs)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            got, p = self.cpu.run(model, None, inputs, ("--tune-table", table))
+            self.assertEqual(p.returncode, 0, p.stderr)
+            assert_matches(got[0], want[0], 1e-4, 1e-4, "--tune-table")
+            os.environ["DNNC_TUNE_TABLE"] = table
+            try:
+                got, p = self.cpu.run(model, None, inputs)
+            finally:
+                del os.environ["DNNC_TUNE_TABLE"]
+            self.assertEqual(p.returncode, 0, p.stderr)
+            assert_matches(got[0], want[0], 1e-4, 1e-4, "DNNC_TUNE_TABLE")
+
+
+if __name__ == "__main__":
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dnnc", required=True)
+    ap.add_argument("--examples", required=True)
+    a, rest = ap.parse_known_args()
+    Variants.exe, Variants.examples = a.dnnc, a.examples
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
