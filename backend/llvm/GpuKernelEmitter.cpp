@@ -1,6 +1,6 @@
 // The GPU's kernel emitter: a kernel's work spread over the grid as backend/gpu's mapping
 // says (grid-stride threads, warps whose lanes split reductions and combine them with
-// shuffles, blocks computing GEMMs in shared-memory tiles), and its two targets, NVPTX and
+// shuffles, blocks computing GEMMs or attention in shared-memory tiles), and its two targets, NVPTX and
 // the simulator, which differ only in the hooks: calling convention, math library,
 // special registers, barrier, shuffle and shared memory.
 #include "backend/llvm/KernelEmitter.h"
