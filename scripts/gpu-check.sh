@@ -19,6 +19,18 @@ for m in mlp transformer lstm convnet; do
     > "$out/run-$m.log" 2>&1
   echo "$m: $(grep -E 'device|time per run' "$out/run-$m.log" | tr '\n' ' ')"
 done
+# The fused attention kernel against the unfused ops it replaces (checked without a GPU by
+# ptxas and cuda-sim only, docs/performance.md "Fused attention"): the transformer with and
+# without --no-fuse-attention, interleaved, three rounds: the time per run of each, and
+# the profile's line of the attention kernel (the fused runs).
+for round in 1 2 3; do
+  for flags in fused --no-fuse-attention; do
+    log="$out/attention${flags#fused}-$round.log"
+    ./build/dnnc run examples/transformer.dnn --device cuda --bind B=4,T=512 --repeat 20 --stats --profile --out "$out/attention" \
+      $([ "$flags" = fused ] || echo "$flags") > "$log" 2>&1
+    echo "attention $flags round $round: exit $?, $(grep -E 'time per run|_attention ' "$log" | tr -s ' ' | tr '\n' ' ')"
+  done
+done
 # A training step on the GPU: the worked character LM for 20 steps of per-step batches on
 # cuda and cpu; the logged losses should agree to ~1e-3 (the same step, two devices).
 /usr/bin/python3 scripts/charlm.py data examples/data/lighthouse.txt "$out/charlm-data" --steps 20 > "$out/charlm-data.log" 2>&1

@@ -13,6 +13,14 @@ using kir::Stmt;
 using kir::StmtPtr;
 
 namespace {
+bool isAttention(const Stmt &s) { return s.kind == Stmt::Kind::Attention; }
+bool isGemm(const Stmt &s) { return s.kind == Stmt::Kind::Gemm; }
+
+// Whether every statement of the parallel loop's body is `kind`'s.
+bool bodyOf(const Stmt *p, bool (*kind)(const Stmt &)) {
+  return p && !p->body.empty() && std::all_of(p->body.begin(), p->body.end(), [&](const StmtPtr &b) { return kind(*b); });
+}
+
 bool hasReduceLoop(const Stmt &s) {
   if (s.kind == Stmt::Kind::For && s.schedule == Stmt::Schedule::Reduce)
     return true;
@@ -22,8 +30,7 @@ bool hasReduceLoop(const Stmt &s) {
 
 Mapping mappingOf(const kir::Kernel &k) {
   const Stmt *p = k.parallelLoop();
-  if (p && !p->body.empty() &&
-      std::all_of(p->body.begin(), p->body.end(), [](const StmtPtr &b) { return b->kind == Stmt::Kind::Gemm; }))
+  if (bodyOf(p, isGemm) || bodyOf(p, isAttention))
     return Mapping::Blocks;
   return hasReduceLoop(*k.body) ? Mapping::Warps : Mapping::Threads;
 }
@@ -86,6 +93,8 @@ Grid gridOf(const kir::Kernel &k) {
     g.x = k.parallelLoop()->extent;
     // A task's columns may depend on the task (a schedule that splits N); the first
     // task's are the widest.
+    if (bodyOf(k.parallelLoop(), isAttention)) // a block's warps take all of its rows' keys
+      break;
     for (const StmtPtr &b : k.parallelLoop()->body)
       widen(columnTiles, ceilDiv(sym::substitute(b->gemm.n, {{k.parallelLoop()->var, sym::constant(0)}}), kGemmTile));
     g.y = columnTiles;
@@ -98,7 +107,9 @@ std::string describeLaunch(const kir::Kernel &k) {
   static const char *names[] = {"threads (grid-stride)", "warps (lanes split reductions, shuffles combine)",
                                 "blocks (shared-memory GEMM tiles)"};
   Grid g = gridOf(k);
-  return fmt::format("gpu: {} by {}, grid [{}, {}] x {} threads", k.name, names[static_cast<int>(mappingOf(k))], g.x->str(),
+  const char *name = bodyOf(k.parallelLoop(), isAttention) ? "blocks (attention: a warp per query row, key tiles in shared memory)"
+                                                            : names[static_cast<int>(mappingOf(k))];
+  return fmt::format("gpu: {} by {}, grid [{}, {}] x {} threads", k.name, name, g.x->str(),
                      g.y->str(), g.threads);
 }
 

@@ -18,7 +18,9 @@ namespace dnnc::gpu {
 //           Reduce and Vectorize loops and combine partials with warp shuffles.
 //  Blocks:  one parallel iteration per thread block, whose threads compute each Gemm of
 //           the body cooperatively in shared-memory tiles; the grid's y dimension splits
-//           the Gemm's columns into tiles of kGemmTile.
+//           the Gemm's columns into tiles of kGemmTile. An Attention body maps the same
+//           way (its block of query rows a warp each, the keys in kAttentionKeyTile
+//           tiles staged through shared memory), with a y dimension of 1.
 enum class Mapping { Threads, Warps, Blocks };
 Mapping mappingOf(const kir::Kernel &k);
 // The loops a GPU spreads over its whole grid, one after another: the parallel loop, or
@@ -34,6 +36,9 @@ constexpr int64_t kGemmTile = 64;  // rows and columns of a block's output tile
 constexpr int64_t kGemmDepth = 16; // depth of one shared-memory stage
 constexpr int64_t kBlockThreads = 256;
 constexpr int64_t kWarpLanes = 32;
+// Keys per attention tile (one per lane), and head-dim elements staged per stage of it.
+constexpr int64_t kAttentionKeyTile = kWarpLanes;
+constexpr int64_t kAttentionDepth = 32;
 
 struct Grid {
   sym::ExprRef x, y; // blocks wanted (the kernels loop over the grid, so fewer are correct)

@@ -471,7 +471,8 @@ void CpuKernelEmitter::packWindows(const kir::Gemm::Im2col &x, llvm::Value *X, l
 // plans. Online softmax: a running max m and sum l; a tile with a larger max rescales l
 // and the output row (the accumulator, in cache) by exp(m_old - m_new) once per tile, not
 // per key. Causal: the key loop ends at the query's own index, so tiles past the diagonal
-// are never visited and the diagonal tile is cut short. The output row accumulates p v
+// are never visited and the diagonal tile is cut short; the keys past it (the fill) count
+// after the loop, only on a row where their weight is not 0. The output row accumulates p v
 // one vector of dv at a time, held in a register across the tile's keys. A row whose
 // scores are all -inf keeps l = 0 and divides to NaN, as the unfused softmax does; with no
 // keys at all the row is 0, as the unfused matmul over an empty dim gives.
@@ -621,6 +622,31 @@ void CpuKernelEmitter::attentionStmt(const kir::Attention &a) {
         b_.SetInsertPoint(joinBB);
       });
     });
+    if (a.causal) {
+      // The keys past the diagonal score the fill. Skipped above: their weight
+      // w = exp(fill - m) is 0 unless every visible score lies within ~104 of the fill (or
+      // below it, or is NaN), where the unfused softmax over all keys gives them weight
+      // too. Then the max becomes max(m, fill) and l and the output row take w per hidden
+      // key: a branch taken only on such rows.
+      llvm::Value *fill = llvm::ConstantFP::get(f32, a.fill), *m = b_.CreateLoad(f32, runMax);
+      llvm::Value *newMax = b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, m, fill);
+      llvm::Value *shift = b_.CreateSelect(b_.CreateFCmpOEQ(newMax, minusInf), zero, newMax);
+      llvm::Value *w = math(MathFn::Exp, {b_.CreateFSub(fill, shift)}), *hidden = b_.CreateSub(keys, end);
+      onlyIf(b_.CreateAnd(b_.CreateICmpSGT(hidden, b_.getInt64(0)), b_.CreateFCmpUNE(w, zero)), [&] {
+        llvm::Value *corr = math(MathFn::Exp, {b_.CreateFSub(m, shift)});
+        b_.CreateStore(b_.CreateFAdd(b_.CreateFMul(b_.CreateLoad(f32, runSum), corr), b_.CreateFMul(b_.CreateSIToFP(hidden, f32), w)), runSum);
+        llvm::Value *wv = b_.CreateVectorSplat(vw, w);
+        vectors("att.hidden", dv, [&](llvm::Value *y0, llvm::Value *mask) {
+          llvm::Value *ptr = at(oRow, y0);
+          b_.CreateStore(b_.CreateFMul(loadVec(ptr, mask), b_.CreateVectorSplat(vw, corr)), acc[0]);
+          forLoop("att.hj", end, keys, 1, [&](llvm::Value *j) {
+            llvm::Value *vRow = at(V, b_.CreateAdd(vBase, b_.CreateAdd(b_.CreateMul(j, dv), y0)));
+            b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {wv, loadVec(vRow, mask), b_.CreateLoad(vec, acc[0])}), acc[0]);
+          });
+          storeVec(b_.CreateLoad(vec, acc[0]), ptr, mask);
+        });
+      });
+    }
     onlyIf(b_.CreateICmpSGT(keys, b_.getInt64(0)), [&] {
       llvm::Value *l = b_.CreateVectorSplat(vw, b_.CreateLoad(f32, runSum));
       vectors("att.norm", dv, [&](llvm::Value *y0, llvm::Value *mask) {

@@ -1,6 +1,6 @@
 // The GPU's kernel emitter: a kernel's work spread over the grid as backend/gpu's mapping
 // says (grid-stride threads, warps whose lanes split reductions and combine them with
-// shuffles, blocks computing GEMMs in shared-memory tiles), and its two targets, NVPTX and
+// shuffles, blocks computing GEMMs or attention in shared-memory tiles), and its two targets, NVPTX and
 // the simulator, which differ only in the hooks: calling convention, math library,
 // special registers, barrier, shuffle and shared memory.
 #include "backend/llvm/KernelEmitter.h"
@@ -12,6 +12,7 @@
 #include <llvm/IR/IntrinsicsNVPTX.h>
 
 #include <cmath>
+#include <functional>
 
 namespace dnnc::backend {
 namespace {
@@ -39,6 +40,7 @@ protected:
   void storeStmt(const kir::Stmt &s) override;
   void forStmt(const kir::Stmt &s) override;
   void gemmStmt(const kir::Gemm &g) override;
+  void attentionStmt(const kir::Attention &a) override;
 
 private:
   llvm::Value *sreg(rt::SimRegister r) { return b_.CreateZExt(specialRegister(r), b_.getInt64Ty()); }
@@ -54,6 +56,7 @@ private:
   llvm::Value *lane_ = nullptr; // Warps: the thread's lane
   bool laneSplit_ = false;      // Warps: inside a loop whose iterations the lanes split
   int gemms_ = 0;               // Blocks: GEMMs emitted (names their shared arrays)
+  int attentions_ = 0;          // Blocks: attentions emitted (likewise)
 };
 
 // Sets up the kernel's share of the grid (see gpu::Mapping) and emits its body.
@@ -268,6 +271,186 @@ void GpuKernelEmitter::tiledGemm(const kir::Gemm &g) {
         });
       }
   });
+}
+
+// The attention of one thread block (gpu::Mapping::Blocks): its block of query rows a warp
+// each (row r of the block in warp r mod 8), the keys in tiles of gpu::kAttentionKeyTile,
+// one key per lane. Per tile: q's rows and the tile's keys stage through shared memory
+// gpu::kAttentionDepth elements of the head dim at a time (consecutive threads load
+// consecutive elements; rows padded by one float so that lanes reading down a column hit
+// distinct banks) and each lane accumulates its key's dot product in a register; an
+// online softmax per row (the tile's max and sum by warp shuffles, as the softmax kernel
+// combines its lanes; p to shared memory); then the tile's values stage the same way and
+// each lane updates the output elements it owns (y = lane mod 32), rescaled by
+// exp(m_old - m_new) once per tile. The output rows accumulate in place: each element is
+// one lane's, so they need no barrier. Causal is a predicate: the tiles stop at the
+// block's last row, the keys past a row's diagonal in them score the fill (as the unfused
+// where), and the keys past the block's last row count after the loop, on a row where the
+// fill's weight is not 0 (kir::Attention). Every thread runs every tile, because the
+// barriers need all of them; a row past the block's end stores nothing.
+void GpuKernelEmitter::attentionStmt(const kir::Attention &a) {
+  constexpr int64_t tile = gpu::kAttentionKeyTile, depth = gpu::kAttentionDepth, pitch = depth + 1, lanes = gpu::kWarpLanes;
+  constexpr int64_t threads = gpu::kBlockThreads, warps = threads / lanes;
+  static_assert(tile == lanes && depth == lanes, "a lane per key of a tile and per staged element of a row");
+  if (mapping_ != gpu::Mapping::Blocks)
+    throw InternalError("kernel " + k_.name + ": an attention outside a block-mapped loop");
+  const int64_t perWarp = (a.rowBlock + warps - 1) / warps, blockRows = perWarp * warps;
+  llvm::Type *f32 = b_.getFloatTy();
+  llvm::Value *zero = llvm::ConstantFP::get(f32, 0.0), *minusInf = llvm::ConstantFP::getInfinity(f32, true);
+  llvm::Value *tid = sreg(rt::kSimTidX), *lane = b_.CreateAnd(tid, b_.getInt64(lanes - 1)), *warp = b_.CreateLShr(tid, 5);
+  llvm::Value *Q = bufs_[a.q], *K = bufs_[a.k], *V = bufs_[a.v], *O = bufs_[a.o], *M = a.mask >= 0 ? bufs_[a.mask] : nullptr;
+  llvm::Value *qBase = index(a.qBase), *kBase = index(a.kBase), *vBase = index(a.vBase), *oBase = index(a.oBase);
+  llvm::Value *d = index(a.d), *dv = index(a.dv), *keys = index(a.keys), *row0 = index(a.row0), *rows = index(a.rows);
+  llvm::Value *maskBase = M ? index(a.maskBase) : nullptr, *maskRow = M ? index(a.maskRow) : nullptr,
+              *maskCol = M ? index(a.maskCol) : nullptr;
+  // The keys the tiles cover: with causal, up to the block's last row.
+  llvm::Value *keyEnd = a.causal ? b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, keys, b_.CreateAdd(row0, rows)) : keys;
+  std::string id = std::to_string(attentions_++);
+  llvm::Value *sharedQ = sharedArray("att.q" + id, blockRows * pitch), *sharedKV = sharedArray("att.kv" + id, tile * pitch);
+  llvm::Value *sharedP = sharedArray("att.p" + id, blockRows * tile);
+  auto at = [&](llvm::Value *base, llvm::Value *i) { return b_.CreateInBoundsGEP(f32, base, i); };
+  auto add = [&](llvm::Value *x, llvm::Value *y) { return b_.CreateAdd(x, y); };
+  auto mul = [&](llvm::Value *x, llvm::Value *y) { return b_.CreateMul(x, y); };
+  auto lt = [&](llvm::Value *x, llvm::Value *y) { return b_.CreateICmpSLT(x, y); };
+  auto i64 = [&](int64_t v) { return b_.getInt64(v); };
+  // This warp's rows: their index in the block, in the sequence, and whether they exist.
+  std::vector<llvm::Value *> local, row, active;
+  std::vector<llvm::AllocaInst *> dot, runMax, runSum, corr;
+  for (int64_t r = 0; r < perWarp; ++r) {
+    local.push_back(add(warp, i64(r * warps)));
+    row.push_back(add(row0, local.back()));
+    active.push_back(lt(local.back(), rows));
+    dot.push_back(entryAlloca(f32, "att.dot"));
+    runMax.push_back(entryAlloca(f32, "att.max"));
+    runSum.push_back(entryAlloca(f32, "att.sum"));
+    corr.push_back(entryAlloca(f32, "att.corr"));
+  }
+  llvm::AllocaInst *acc = entryAlloca(f32, "att.acc");
+  // The output elements this lane owns in row r: body(pointer to element y).
+  auto ownElements = [&](int64_t r, const std::function<void(llvm::Value *)> &body) {
+    onlyIf(active[r], [&] {
+      forLoop("att.y", lane, dv, lanes, [&](llvm::Value *y) { body(at(O, add(oBase, add(mul(row[r], dv), y)))); });
+    });
+  };
+  // Stages `n` rows of `depth` elements into `shared` (pitch floats a row): element (r, x)
+  // from src[index(r, x)] where inside(r, x), else 0; then a barrier.
+  auto stage = [&](llvm::Value *shared, int64_t n, llvm::Value *src, const std::function<llvm::Value *(llvm::Value *, llvm::Value *)> &inside,
+                   const std::function<llvm::Value *(llvm::Value *, llvm::Value *)> &where) {
+    for (int64_t q = 0; q * threads < n * depth; ++q) {
+      llvm::Value *e = add(tid, i64(q * threads)), *r = b_.CreateLShr(e, 5), *x = b_.CreateAnd(e, i64(depth - 1));
+      auto body = [&] {
+        llvm::Value *in = inside(r, x), *from = b_.CreateSelect(in, where(r, x), i64(0));
+        b_.CreateStore(b_.CreateSelect(in, b_.CreateLoad(f32, at(src, from)), zero), at(shared, add(mul(r, i64(pitch)), x)));
+      };
+      if ((q + 1) * threads <= n * depth)
+        body();
+      else
+        onlyIf(lt(e, i64(n * depth)), body);
+    }
+    barrier();
+  };
+  auto butterfly = [&](llvm::Value *v, ir::OpKind combine) {
+    for (unsigned m = lanes / 2; m >= 1; m /= 2)
+      v = binaryOp(combine, v, shuffleXor(v, m), true);
+    return v;
+  };
+  for (int64_t r = 0; r < perWarp; ++r) {
+    ownElements(r, [&](llvm::Value *ptr) { b_.CreateStore(zero, ptr); });
+    b_.CreateStore(minusInf, runMax[r]);
+    b_.CreateStore(zero, runSum[r]);
+  }
+  forLoop("att.j0", i64(0), keyEnd, tile, [&](llvm::Value *j0) {
+    for (llvm::AllocaInst *slot : dot)
+      b_.CreateStore(zero, slot);
+    // Scores: this lane's key j0 + lane against each of the warp's rows.
+    forLoop("att.x0", i64(0), d, depth, [&](llvm::Value *x0) {
+      stage(sharedQ, blockRows, Q, [&](llvm::Value *r, llvm::Value *x) { return b_.CreateAnd(lt(r, rows), lt(add(x0, x), d)); },
+            [&](llvm::Value *r, llvm::Value *x) { return add(qBase, add(mul(add(row0, r), d), add(x0, x))); });
+      stage(sharedKV, tile, K, [&](llvm::Value *r, llvm::Value *x) { return b_.CreateAnd(lt(add(j0, r), keyEnd), lt(add(x0, x), d)); },
+            [&](llvm::Value *r, llvm::Value *x) { return add(kBase, add(mul(add(j0, r), d), add(x0, x))); });
+      llvm::Value *width = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, i64(depth), b_.CreateSub(d, x0));
+      forLoop("att.x", i64(0), width, 1, [&](llvm::Value *x) {
+        llvm::Value *kx = b_.CreateLoad(f32, at(sharedKV, add(mul(lane, i64(pitch)), x)));
+        for (int64_t r = 0; r < perWarp; ++r) {
+          llvm::Value *qx = b_.CreateLoad(f32, at(sharedQ, add(mul(local[r], i64(pitch)), x)));
+          b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {f32}, {qx, kx, b_.CreateLoad(f32, dot[r])}), dot[r]);
+        }
+      });
+      barrier(); // the next stage overwrites what this one read
+    });
+    // The online softmax of each row over the tile: every lane ends with the same max and sum.
+    llvm::Value *j = add(j0, lane), *valid = lt(j, keyEnd);
+    for (int64_t r = 0; r < perWarp; ++r) {
+      llvm::Value *s = b_.CreateFMul(b_.CreateLoad(f32, dot[r]), llvm::ConstantFP::get(f32, a.scale));
+      if (M) {
+        llvm::Value *mi = add(maskBase, add(mul(row[r], maskRow), mul(j, maskCol)));
+        s = b_.CreateFAdd(s, b_.CreateLoad(f32, at(M, b_.CreateSelect(b_.CreateAnd(valid, active[r]), mi, maskBase))));
+      }
+      if (a.causal)
+        s = b_.CreateSelect(b_.CreateICmpSGT(j, row[r]), llvm::ConstantFP::get(f32, a.fill), s);
+      s = b_.CreateSelect(valid, s, minusInf);
+      llvm::Value *old = b_.CreateLoad(f32, runMax[r]);
+      llvm::Value *newMax = binaryOp(ir::OpKind::Maximum, old, butterfly(s, ir::OpKind::Maximum), true);
+      // An all -inf max shifts by 0 (exp(-inf - -inf) would be NaN where the unfused softmax has no such term yet).
+      llvm::Value *shift = b_.CreateSelect(b_.CreateFCmpOEQ(newMax, minusInf), zero, newMax);
+      llvm::Value *c = math(MathFn::Exp, {b_.CreateFSub(old, shift)}), *p = math(MathFn::Exp, {b_.CreateFSub(s, shift)});
+      b_.CreateStore(b_.CreateFAdd(b_.CreateFMul(b_.CreateLoad(f32, runSum[r]), c), butterfly(p, ir::OpKind::Add)), runSum[r]);
+      b_.CreateStore(newMax, runMax[r]);
+      b_.CreateStore(c, corr[r]);
+      b_.CreateStore(p, at(sharedP, add(mul(local[r], i64(tile)), lane)));
+    }
+    // o = o * corr + p v, the values staged depth columns at a time.
+    llvm::Value *n = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, i64(tile), b_.CreateSub(keyEnd, j0));
+    forLoop("att.y0", i64(0), dv, depth, [&](llvm::Value *y0) {
+      stage(sharedKV, tile, V, [&](llvm::Value *r, llvm::Value *y) { return b_.CreateAnd(lt(add(j0, r), keyEnd), lt(add(y0, y), dv)); },
+            [&](llvm::Value *r, llvm::Value *y) { return add(vBase, add(mul(add(j0, r), dv), add(y0, y))); });
+      llvm::Value *y = add(y0, lane);
+      for (int64_t r = 0; r < perWarp; ++r)
+        onlyIf(b_.CreateAnd(active[r], lt(y, dv)), [&] {
+          llvm::Value *ptr = at(O, add(oBase, add(mul(row[r], dv), y)));
+          b_.CreateStore(b_.CreateFMul(b_.CreateLoad(f32, ptr), b_.CreateLoad(f32, corr[r])), acc);
+          forLoop("att.pj", i64(0), n, 1, [&](llvm::Value *jj) {
+            llvm::Value *p = b_.CreateLoad(f32, at(sharedP, add(mul(local[r], i64(tile)), jj)));
+            llvm::Value *vj = b_.CreateLoad(f32, at(sharedKV, add(mul(jj, i64(pitch)), lane)));
+            b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {f32}, {p, vj, b_.CreateLoad(f32, acc)}), acc);
+          });
+          b_.CreateStore(b_.CreateLoad(f32, acc), ptr);
+        });
+      barrier(); // the next stage overwrites the values (and the next tile p)
+    });
+  });
+  for (int64_t r = 0; r < perWarp; ++r) {
+    if (a.causal) {
+      // The keys past the block's last row: all hidden from this row, each scoring the fill,
+      // whose weight w is 0 unless the row's scores all lie within ~104 of it (or below
+      // it, or are NaN). Only then (the same on every lane of the warp) do l and the
+      // output take w per hidden key, as the unfused softmax over all keys does.
+      onlyIf(active[r], [&] {
+        llvm::Value *fill = llvm::ConstantFP::get(f32, a.fill), *m = b_.CreateLoad(f32, runMax[r]);
+        llvm::Value *newMax = binaryOp(ir::OpKind::Maximum, m, fill, true);
+        llvm::Value *shift = b_.CreateSelect(b_.CreateFCmpOEQ(newMax, minusInf), zero, newMax);
+        llvm::Value *w = math(MathFn::Exp, {b_.CreateFSub(fill, shift)}), *hidden = b_.CreateSub(keys, keyEnd);
+        onlyIf(b_.CreateAnd(b_.CreateICmpSGT(hidden, i64(0)), b_.CreateFCmpUNE(w, zero)), [&] {
+          llvm::Value *c = math(MathFn::Exp, {b_.CreateFSub(m, shift)});
+          b_.CreateStore(b_.CreateFAdd(b_.CreateFMul(b_.CreateLoad(f32, runSum[r]), c), b_.CreateFMul(b_.CreateSIToFP(hidden, f32), w)),
+                         runSum[r]);
+          forLoop("att.y", lane, dv, lanes, [&](llvm::Value *y) {
+            llvm::Value *ptr = at(O, add(oBase, add(mul(row[r], dv), y)));
+            b_.CreateStore(b_.CreateFMul(b_.CreateLoad(f32, ptr), c), acc);
+            forLoop("att.hj", keyEnd, keys, 1, [&](llvm::Value *hj) {
+              llvm::Value *vj = b_.CreateLoad(f32, at(V, add(vBase, add(mul(hj, dv), y))));
+              b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {f32}, {w, vj, b_.CreateLoad(f32, acc)}), acc);
+            });
+            b_.CreateStore(b_.CreateLoad(f32, acc), ptr);
+          });
+        });
+      });
+    }
+    // Divide by the sum; with no keys at all the row stays 0 (the unfused matmul over an empty dim).
+    onlyIf(b_.CreateICmpSGT(keys, i64(0)), [&] {
+      ownElements(r, [&](llvm::Value *ptr) { b_.CreateStore(b_.CreateFDiv(b_.CreateLoad(f32, ptr), b_.CreateLoad(f32, runSum[r])), ptr); });
+    });
+  }
 }
 
 // The GEMM as plain loops: one dot product per element of the row block.

@@ -644,6 +644,9 @@ StmtPtr Lowering::attention() {
   att.keys = k[r - 2], att.d = q[r - 1], att.dv = v[r - 1];
   att.scale = op_.has("scale") ? op_.get<double>("scale") : 1.0;
   att.causal = op_.has("causal") && op_.get<bool>("causal");
+  if (att.causal)
+    att.fill = op_.get<double>("fill");
+  att.rowBlock = kAttentionRowBlock;
   if (op_.operands.size() > 3) {
     const Dims &m = in(3);
     size_t lead = r - m.size(); // the mask's axis a is the scores' axis lead + a

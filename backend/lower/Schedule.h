@@ -26,8 +26,9 @@ struct ScheduleOptions {
   // Params a matmul multiplies by are prepacked (ir/transforms/Prepack.h) into the CPU
   // GEMM's panels; the GPU stages B through shared memory and keeps it as it is.
   bool packedWeights = false;
-  // The attention op (ir/transforms/FuseAttention.h) has a CPU kernel (tiled over query
-  // rows, online softmax); GPU targets keep the unfused ops, whose kernels they have.
+  // The attention op (ir/transforms/FuseAttention.h) replaces the unfused ops: each back
+  // end has a kernel for it (tiled over query rows, online softmax; the GPU's a thread
+  // block per row block, key tiles in shared memory). Off, the unfused ops stay.
   bool fusedAttention = false;
   // f32 conv2d with enough output channels per group as an implicit GEMM (conv2dGemm);
   // the others keep the convolution above. The GPU keeps its per-element convolution.
@@ -39,13 +40,14 @@ struct ScheduleOptions {
   bool gemmVariants = false;
 };
 inline constexpr ScheduleOptions kCpuSchedule{true, 256, true, true, true, true};
-inline constexpr ScheduleOptions kGpuSchedule{false, 0, false, false, false, false};
+inline constexpr ScheduleOptions kGpuSchedule{false, 0, false, true, false, false};
 
 // Rows of A per GEMM task: an f32 matmul is one parallel task per (batch, row block,
 // column block).
 constexpr int64_t kGemmRowBlock = 64;
 // Query rows per attention task: B*H*T/16 tasks share the threads (a causal task's work
-// grows with its rows' index, so blocks are kept small for the split to even out).
+// grows with its rows' index, so blocks are kept small for the split to even out); on a
+// GPU a task is a thread block, two rows per warp.
 constexpr int64_t kAttentionRowBlock = 16;
 
 // A body of one statement.

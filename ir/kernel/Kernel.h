@@ -81,15 +81,19 @@ struct Gemm {
 //   s(i, j) = sum_x Q[q + i*d + x] * K[k + j*d + x] * scale  (+ M[mask + i*maskRow + j*maskCol])
 //   O[o + i*dv + y] = sum_j softmax_j(s(i, .)) * V[v + j*dv + y]
 // for i in [row0, row0 + rows), j in [0, keys), x in [0, d), y in [0, dv); with `causal`
-// only the keys j <= i take part (the rest have the fill value, whose weight is 0 unless
-// every visible score lies within 104 of it, where f32's exp underflows).
+// the keys j > i score `fill` instead (as the unfused where). Their weight exp(fill - m)
+// is 0 in f32 when the row's max m lies more than ~104 above the fill, so a back end may
+// skip them, but only then: a row whose visible scores are all near the fill (or below it)
+// gives them weight, as the unfused softmax over all keys does.
 struct Attention {
   int q = -1, k = -1, v = -1, o = -1, mask = -1; // buffers (mask: -1 for none)
   sym::ExprRef qBase = nullptr, kBase = nullptr, vBase = nullptr, oBase = nullptr, row0 = nullptr, rows = nullptr, keys = nullptr,
                d = nullptr, dv = nullptr;
   sym::ExprRef maskBase = nullptr, maskRow = nullptr, maskCol = nullptr; // with a mask
+  int64_t rowBlock = 1; // rows <= rowBlock (the GPU sizes its shared tiles by it)
   double scale = 1;
   bool causal = false;
+  double fill = -1e9; // with causal: the hidden keys' score
 };
 
 // A combine of a reduction loop: after the loop, partial values of `local` kept by

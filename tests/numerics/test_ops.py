@@ -428,38 +428,73 @@ def make_row_test(name, expr, ref):
 
 # Attention as the fuse-attention pass (ir/transforms/FuseAttention.h) finds it, one model per
 # form: the stdlib's causal where with -1e9 (and its mirror spelling), no scale or mask, an
-# additive mask with rows fully masked (all -1e9: a uniform average of v) and one that
-# broadcasts over heads and queries (key padding). q f32[B, H, T, D], k f32[B, H, S, D],
-# v f32[B, H, S, E]. On ref and cpu the model runs as one attention op (the oracle's and the
-# CPU kernel: key tiles of 64, so T = 67 and 130 cross tiles), on cuda-sim as the unfused ops.
-# The NumPy twin rounds the scores to f32 where the ops store them (-1e9 + s is -1e9 in f32).
+# additive mask with rows fully masked (all -1e9: a uniform average of v) and -inf entries,
+# one that broadcasts over heads and queries (key padding); causal with a mask whose rows
+# put every visible score at or near the fill (or at -inf), where the keys the causal
+# where hides take weight too, and causal with a fill of 0 above most visible scores.
+# q f32[B, H, T, D], k f32[B, H, S, D], v f32[B, H, S, E]. Every device runs the model as
+# one attention op (the oracle's, the CPU kernel's: key tiles of 64, so T = 67 and 130
+# cross tiles; the GPU's: 16 query rows per block, key tiles of 32). The NumPy twin rounds
+# the scores to f32 where the ops store them (-1e9 + s is -1e9 in f32).
 # Tolerance: rtol = atol = 2e-5.
 ATTENTION_SHAPES = [(1, 1, 1, 1, 1, 1, 1), (2, 3, 7, 7, 5, 5, 3), (1, 2, 67, 67, 16, 16, 9), (2, 1, 130, 130, 64, 64, 64),
-                    (1, 2, 0, 0, 4, 4, 4), (1, 1, 5, 9, 3, 3, 2)]  # (B, H, T, S, D, D, E)
+                    (1, 2, 0, 0, 4, 4, 4), (1, 1, 5, 9, 3, 3, 2), (1, 2, 1, 6, 4, 4, 3)]  # (B, H, T, S, D, D, E)
 ATTENTION_HEADER = "dim B; dim H; dim T in 0..4096; dim S in 0..4096; dim D; dim E;"
 CAUSAL = "unsqueeze(arange(T), 0) <= unsqueeze(arange(T), 1)"
-ATTENTION_MODELS = {  # name: (args, expression, scale, causal, mask shape (of B, H, T, S) or None, causal only when T = S)
-    "causal": ("q: f32[B, H, T, D], k: f32[B, H, T, D], v: f32[B, H, T, E]",
-               f"softmax(where({CAUSAL}, q @ transpose(k) * 0.125, -1e9), axis = -1) @ v", 0.125, True, None),
-    "causal_mirror": ("q: f32[B, H, T, D], k: f32[B, H, T, D], v: f32[B, H, T, E]",
+QKV = "q: f32[B, H, T, D], k: f32[B, H, S, D], v: f32[B, H, S, E]"
+CAUSAL_QKV = "q: f32[B, H, T, D], k: f32[B, H, T, D], v: f32[B, H, T, E]"
+ATTENTION_MODELS = {  # name: (args, expression, scale, causal fill or None, mask shape (of B, H, T, S) or None)
+    "causal": (CAUSAL_QKV, f"softmax(where({CAUSAL}, q @ transpose(k) * 0.125, -1e9), axis = -1) @ v", 0.125, -1e9, None),
+    "causal_mirror": (CAUSAL_QKV,
                       "softmax(where(unsqueeze(arange(T), 1) >= unsqueeze(arange(T), 0), 0.5 * (q @ transpose(k)), -1e9)) @ v",
-                      0.5, True, None),
-    "plain": ("q: f32[B, H, T, D], k: f32[B, H, S, D], v: f32[B, H, S, E]", "softmax(q @ transpose(k), axis = -1) @ v", 1.0, False, None),
-    "masked": ("q: f32[B, H, T, D], k: f32[B, H, S, D], v: f32[B, H, S, E], mask: f32[T, S]",
-               "softmax(q @ transpose(k) * 0.25 + mask, axis = -1) @ v", 0.25, False, lambda b, h, t, s: (t, s)),
-    "key_padding": ("q: f32[B, H, T, D], k: f32[B, H, S, D], v: f32[B, H, S, E], mask: f32[B, 1, 1, S]",
-                    "softmax(mask + q @ transpose(k), axis = -1) @ v", 1.0, False, lambda b, h, t, s: (b, 1, 1, s)),
+                      0.5, -1e9, None),
+    "plain": (QKV, "softmax(q @ transpose(k), axis = -1) @ v", 1.0, None, None),
+    "masked": (QKV + ", mask: f32[T, S]", "softmax(q @ transpose(k) * 0.25 + mask, axis = -1) @ v", 0.25, None,
+               lambda b, h, t, s: (t, s)),
+    "key_padding": (QKV + ", mask: f32[B, 1, 1, S]", "softmax(mask + q @ transpose(k), axis = -1) @ v", 1.0, None,
+                    lambda b, h, t, s: (b, 1, 1, s)),
+    "causal_masked": (CAUSAL_QKV + ", mask: f32[T, T]",
+                      f"softmax(where({CAUSAL}, q @ transpose(k) * 0.125 + mask, -1e9), axis = -1) @ v", 0.125, -1e9,
+                      lambda b, h, t, s: (t, s)),
+    "causal_fill0": (CAUSAL_QKV + ", mask: f32[T, T]", f"softmax(where({CAUSAL}, q @ transpose(k) + mask, 0.0), axis = -1) @ v",
+                     1.0, 0.0, lambda b, h, t, s: (t, s)),
 }
 
 
-def attention_ref(q, k, v, scale, causal, mask):
+def attention_mask(name, rng, shape):
+    """The mask of form `name`: N(0, 2) scores with the rows and keys each form tests."""
+    mask = (rng.standard_normal(shape) * 2).astype(np.float32)
+    if name == "masked":
+        mask[::3] = -1e9  # rows with every key masked
+        if shape[0] > 1:
+            mask[1] = -1e9
+        mask[:, 1::4] = -np.inf  # never a whole row: key 0 stays
+    elif name == "key_padding":
+        mask[..., ::2] = -1e9
+    elif name == "causal_masked":
+        t = shape[0]
+        visible = np.arange(t)[None, :] <= np.arange(t)[:, None]
+        for i in range(1, t):
+            if i % 4 == 1:  # every key -1e9: the visible scores round to the fill, a uniform average of all of v
+                mask[i] = -1e9
+            elif i % 4 == 2:  # the visible keys -inf: the hidden keys (the fill) take all the weight (the last row: NaN)
+                mask[i, visible[i]] = -np.inf
+            elif i % 4 == 3:  # the visible keys a float above the fill (64): the hidden keys' weight exp(-64) is not 0 in f32
+                mask[i, visible[i]] = np.nextafter(np.float32(-1e9), np.float32(0))
+    elif name == "causal_fill0":
+        mask += np.array([0, -10, -300], np.float32)[np.arange(shape[0]) % 3, None]  # visible scores below the fill of 0
+    return mask
+
+
+def attention_ref(q, k, v, scale, fill, mask):
     s = (q.astype(np.float64) @ np.swapaxes(k, -1, -2).astype(np.float64)).astype(np.float32) * np.float32(scale)
     if mask is not None:
         s = s + mask
-    if causal:
+    if fill is not None:
         t = s.shape[-1]
-        s = np.where(np.arange(t)[None, :] <= np.arange(t)[:, None], s, np.float32(-1e9))
-    p = sm(s.astype(np.float64)) if s.shape[-1] else s.astype(np.float64)
+        s = np.where(np.arange(t)[None, :] <= np.arange(t)[:, None], s, np.float32(fill))
+    with np.errstate(invalid="ignore"):  # a row of -inf is NaN, as the ops give
+        p = sm(s.astype(np.float64)) if s.shape[-1] else s.astype(np.float64)
     return p @ v.astype(np.float64)
 
 
@@ -467,7 +502,7 @@ class Attention(unittest.TestCase):
     dnnc: Dnnc
 
     def test_models_fuse(self):
-        # Every form becomes one attention op (what the CPU runs), the scores gone.
+        # Every form becomes one attention op (what every device runs), the scores gone.
         with tempfile.TemporaryDirectory() as d:
             for name, (args, expr, _, _, _) in ATTENTION_MODELS.items():
                 model = write_model(d, f"attention_{name}", ATTENTION_HEADER, args, "f32[B, H, T, E]", expr)
@@ -477,26 +512,23 @@ class Attention(unittest.TestCase):
                 self.assertNotIn("softmax(", p.stdout)
 
 
-def make_attention_test(name, args, expr, scale, causal, mask_shape):
+def make_attention_test(name, args, expr, scale, fill, mask_shape):
     def test(self):
         rng = np.random.default_rng(13)
         with tempfile.TemporaryDirectory() as d:
             model = write_model(d, f"attention_{name}", ATTENTION_HEADER, args, "f32[B, H, T, E]", expr)
             for b, h, t, s, dq, _, e in ATTENTION_SHAPES:
-                if causal:
+                if fill is not None:
                     s = t
                 q, k, v = (rng.standard_normal(shape).astype(np.float32) for shape in ((b, h, t, dq), (b, h, s, dq), (b, h, s, e)))
                 inputs = {"q": q, "k": k, "v": v}
                 mask = None
                 if mask_shape:
-                    mask = (rng.standard_normal(mask_shape(b, h, t, s)) * 2).astype(np.float32)
-                    mask[(..., slice(None, None, 3), slice(None)) if name == "masked" else (..., slice(None, None, 2))] = -1e9
-                    if name == "masked" and t > 1:
-                        mask[1] = -1e9  # a row with every key masked
+                    mask = attention_mask(name, rng, mask_shape(b, h, t, s))
                     inputs["mask"] = mask
                 outs, p = self.dnnc.run(model, None, inputs)
                 self.assertEqual(p.returncode, 0, p.stderr)
-                want = attention_ref(q, k, v, scale, causal, mask)
+                want = attention_ref(q, k, v, scale, fill, mask)
                 self.assertEqual(outs[0].shape, want.shape)
                 assert_matches(outs[0], want, 2e-5, 2e-5, f"B={b}, H={h}, T={t}, S={s}, D={dq}, E={e}")
     return test

@@ -48,4 +48,21 @@ TEST_CASE("kernels map onto the GPU grid by what they compute", "[gpu]") {
   CHECK(gpu::gridOf(concat).threads == gpu::kBlockThreads);
 }
 
+const char *kAttention = R"(dim B; dim H; dim T;
+model main(q: f32[B, H, T, 8], k: f32[B, H, T, 8], v: f32[B, H, T, 24]) -> f32[B, H, T, 24] {
+  return softmax(q @ transpose(k) * 0.5, axis = -1) @ v;
+}
+)";
+
+TEST_CASE("attention maps a block of query rows onto a thread block", "[gpu]") {
+  auto program = test::lowerUnfused(kAttention, "cuda");
+  const kir::Kernel &att = test::kernelOf(program->kernels, "_attention");
+  CHECK(gpu::mappingOf(att) == gpu::Mapping::Blocks);
+  gpu::Grid grid = gpu::gridOf(att);
+  CHECK(grid.x->str() == "((T + 15)/16)*B*H"); // a block per 16 query rows of each (batch, head)
+  CHECK(grid.y->str() == "1");                  // the block's warps take every key
+  CHECK(grid.threads == gpu::kBlockThreads);
+  CHECK(gpu::describeLaunch(att).find("a warp per query row") != std::string::npos);
+}
+
 } // namespace
