@@ -212,3 +212,16 @@ def run_with_exe(cls):
     a, rest = ap.parse_known_args()
     cls.exe = a.dnnc
     unittest.main(argv=[sys.argv[0]] + rest)
+
+
+def run_on_devices(cls, **devices):
+    """The command line of tests that compare devices side by side: --dnnc, --examples;
+    each keyword names an attribute of `cls` and the device its runner uses
+    (run_on_devices(Loops, ref="ref", cpu="cpu"))."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dnnc", required=True)
+    ap.add_argument("--examples", required=True)
+    a, rest = ap.parse_known_args()
+    for attr, device in devices.items():
+        setattr(cls, attr, Dnnc(a.dnnc, a.examples, device))
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)

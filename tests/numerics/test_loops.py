@@ -11,7 +11,7 @@ import unittest
 
 import numpy as np
 
-from dnnc_test_util import Dnnc, assert_matches, write_safetensors
+from dnnc_test_util import assert_matches, run_on_devices
 
 # name: (source, {param: shape in I, H}, the path each loop takes at T >= 2, in program
 # order: "compiled" or the start of the reason it is walked)
@@ -179,13 +179,4 @@ for _name, (_source, _params, _paths) in MODELS.items():
 
 
 if __name__ == "__main__":
-    import argparse
-    import sys
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dnnc", required=True)
-    ap.add_argument("--examples", required=True)
-    a, rest = ap.parse_known_args()
-    Loops.ref = Dnnc(a.dnnc, a.examples, "ref")
-    Loops.cpu = Dnnc(a.dnnc, a.examples, "cpu")
-    Loops.sim = Dnnc(a.dnnc, a.examples, "cuda-sim")
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+    run_on_devices(Loops, ref="ref", cpu="cpu", sim="cuda-sim")

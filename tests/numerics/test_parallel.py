@@ -13,7 +13,7 @@ import unittest
 
 import numpy as np
 
-from dnnc_test_util import Dnnc, assert_matches
+from dnnc_test_util import assert_matches, run_on_devices
 
 THREADS = [1, 2, 3, 7]
 # (B, T, D): B=1 (rows only along T), odd and prime sizes, 8*3*4+1 rows (one past an even
@@ -76,12 +76,4 @@ for _name, (_result, _expr) in MODELS.items():
 
 
 if __name__ == "__main__":
-    import argparse
-    import sys
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dnnc", required=True)
-    ap.add_argument("--examples", required=True)
-    a, rest = ap.parse_known_args()
-    Parallel.ref = Dnnc(a.dnnc, a.examples, "ref")
-    Parallel.cpu = Dnnc(a.dnnc, a.examples, "cpu")
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+    run_on_devices(Parallel, ref="ref", cpu="cpu")
