@@ -531,10 +531,15 @@ size_t RecomputeReport::versionAt(const std::map<std::string, int64_t> &binding,
   auto bytes = [&](size_t v) -> std::optional<int64_t> {
     return v < arenas.size() && arenas[v] ? sym::evaluate(arenas[v], binding) : std::nullopt;
   };
+  // The smaller planned arena wins where it is smaller by more than 1%; a smaller saving
+  // does not pay for recomputation the rule at this binding would not do, so there the
+  // version closest to the rule's decisions wins.
+  auto clearlySmaller = [](int64_t a, int64_t b) { return a < b && (b - a) * 100 > b; };
   size_t best = 0;
   for (size_t v = 1; v < versions.size(); ++v) {
     std::optional<int64_t> a = bytes(v), b = bytes(best);
-    if (a && b && *a != *b ? *a < *b : differ(v) < differ(best))
+    bool decided = a && b && (clearlySmaller(*a, *b) || clearlySmaller(*b, *a));
+    if (decided ? *a < *b : differ(v) < differ(best))
       best = v;
   }
   return best;

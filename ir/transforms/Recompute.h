@@ -116,8 +116,9 @@ struct RecomputeReport {
   sym::ExprRef recomputedBytes() const; // those the backward pass recomputes
   // The decisions by shape at `binding` (every dim bound), and the version a binding
   // runs: given each version's planned arena bytes (the memory plans' formulas), the
-  // smallest at the binding, and among equals (or without them) the version closest to
-  // the decisions (the same ones; else the fewest that differ). The plan has the last
+  // smallest at the binding where it is smaller by more than 1%, and among near-equals (or
+  // without arenas) the version closest to the decisions (the same ones; else the fewest
+  // that differ). The plan has the last
   // word because a stash is not always what sets the peak: in a layer loop whose backward
   // replays one layer at a time, recomputing the probabilities saves no peak bytes and
   // costs time.
