@@ -67,12 +67,10 @@ Executable::Executable(const ir::Graph &graph, std::map<const ir::Op *, size_t> 
     auto k = kernelOf_.find(&op);
     ops_.push_back(OpEntry{&op, k == kernelOf_.end() ? -1 : static_cast<int64_t>(k->second), isParamView(op),
                            ir::readsIndices(op)});
-  });
-  yields_.insert(graph.body.yields.begin(), graph.body.yields.end());
-  ir::walk(graph.body, [&](const ir::Op &op) {
     if (op.kind == ir::OpKind::For)
       loopRefusal_.emplace(&op, bodyRefusal(op, kernelOf_));
   });
+  yields_.insert(graph.body.yields.begin(), graph.body.yields.end());
   // Checked again, not trusted: a graph that the execution-order pass did not order (an
   // artifact, a --passes list without it) keeps only the updates its order makes safe.
   updates_ = ir::safeUpdates(graph);
@@ -909,7 +907,6 @@ void Executable::setProfiling(bool on) {
 void Executable::noteLoop(const ir::Op &op, const std::string &why, int64_t steps, size_t launches) {
   auto add = [&](LoopTime &t) { // the latest path and reason, the steps of all
     t.op = &op;
-    t.compiled = why.empty();
     t.why = why;
     ++t.runs;
     t.steps += steps;

@@ -159,8 +159,8 @@ public:
   // launches (compiled) or walked op by op, and why.
   struct LoopTime {
     const ir::Op *op = nullptr;
-    bool compiled = false;
     std::string why; // what kept it interpreted (empty when compiled)
+    bool compiled() const { return why.empty(); }
     size_t runs = 0;
     int64_t steps = 0;    // iterations over every run
     size_t launches = 0;  // kernel launches a compiled step replays

@@ -82,8 +82,9 @@ std::string gemmTableToJson(const GemmTable &t) {
   nlohmann::ordered_json j;
   j["cpu"] = t.cpu;
   j["parallel_efficiency"] = t.parallelEfficiency;
-  j["model"] = "ns per task = per_task + K * (per_k + per_k_fill * fill); at most 4 rows: stream_per_task + K * stream_per_k * "
-               "rows * column fill";
+  j["model"] = fmt::format("ns per task = per_task + K * (per_k + per_k_fill * fill); at most {} rows: stream_per_task + K * "
+                           "stream_per_k * rows * column fill",
+                           kGemmStreamRows);
   nlohmann::ordered_json vs = nlohmann::ordered_json::array();
   for (size_t v = 0; v < gemmVariants().size(); ++v) {
     const GemmVariant &g = gemmVariants()[v];

@@ -132,7 +132,8 @@ void CpuKernelEmitter::collapsedChunk(const std::vector<const kir::Stmt *> &nest
 // kRows rows lda apart (which, at lda = 1024, share L1 sets with the panel of B).
 void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
   const int64_t kDepthBlock = 256;
-  const unsigned kStreamRows = 4;
+  // The runtime's cost model (runtime/GemmSelect.h) assumes this same cutoff.
+  const unsigned kStreamRows = static_cast<unsigned>(rt::kGemmStreamRows);
   const unsigned vw = vectorWidth_, kRows = vw >= 16 ? 8 : 6, kAccumulators = 2 * kRows, kMaxVectors = 16;
   llvm::Type *f32 = b_.getFloatTy();
   auto *vec = llvm::FixedVectorType::get(f32, vw);

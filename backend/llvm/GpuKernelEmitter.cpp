@@ -46,6 +46,8 @@ private:
   llvm::Value *sreg(rt::SimRegister r) { return b_.CreateZExt(specialRegister(r), b_.getInt64Ty()); }
   llvm::Value *shuffleXor(llvm::Value *v, unsigned laneMask);
   void combineAcrossLanes(const kir::Reduction &r);
+  // v combined over the warp's 32 lanes by a butterfly of shuffles: every lane gets it.
+  llvm::Value *allLanes(llvm::Value *v, ir::OpKind combine, bool fp);
   void collapsedParallelLoop(const kir::Stmt &s);
   llvm::Value *sharedArray(const std::string &name, int64_t elements);
   void tiledGemm(const kir::Gemm &g);
@@ -157,15 +159,21 @@ llvm::Value *GpuKernelEmitter::shuffleXor(llvm::Value *v, unsigned laneMask) {
 
 // After a loop split across lanes: a butterfly of shuffles leaves every lane with the
 // combination of all 32 partials.
+llvm::Value *GpuKernelEmitter::allLanes(llvm::Value *v, ir::OpKind combine, bool fp) {
+  for (unsigned mask = 16; mask >= 1; mask /= 2)
+    v = binaryOp(combine, v, shuffleXor(v, mask), fp);
+  return v;
+}
+
 void GpuKernelEmitter::combineAcrossLanes(const kir::Reduction &r) {
   llvm::AllocaInst *slot = locals_.at(r.local), *atSlot = r.argLocal.empty() ? nullptr : locals_.at(r.argLocal);
   bool fp = slot->getAllocatedType()->isFloatTy();
+  if (!atSlot) {
+    b_.CreateStore(allLanes(b_.CreateLoad(slot->getAllocatedType(), slot), r.combine, fp), slot);
+    return;
+  }
   for (unsigned mask = 16; mask >= 1; mask /= 2) {
     llvm::Value *mine = b_.CreateLoad(slot->getAllocatedType(), slot), *theirs = shuffleXor(mine, mask);
-    if (!atSlot) {
-      b_.CreateStore(binaryOp(r.combine, mine, theirs, fp), slot);
-      continue;
-    }
     llvm::Value *myAt = b_.CreateLoad(b_.getInt64Ty(), atSlot), *theirAt = shuffleXor(myAt, mask);
     llvm::Value *same = binaryOp(ir::OpKind::Eq, theirs, mine, fp), *better = binaryOp(r.combine, theirs, mine, fp);
     if (fp) { // NaN beats any number, and of two NaNs the first index wins (as in the serial loop)
@@ -349,11 +357,6 @@ void GpuKernelEmitter::attentionStmt(const kir::Attention &a) {
     }
     barrier();
   };
-  auto butterfly = [&](llvm::Value *v, ir::OpKind combine) {
-    for (unsigned m = lanes / 2; m >= 1; m /= 2)
-      v = binaryOp(combine, v, shuffleXor(v, m), true);
-    return v;
-  };
   for (int64_t r = 0; r < perWarp; ++r) {
     ownElements(r, [&](llvm::Value *ptr) { b_.CreateStore(zero, ptr); });
     b_.CreateStore(minusInf, runMax[r]);
@@ -390,11 +393,11 @@ void GpuKernelEmitter::attentionStmt(const kir::Attention &a) {
         s = b_.CreateSelect(b_.CreateICmpSGT(j, row[r]), llvm::ConstantFP::get(f32, a.fill), s);
       s = b_.CreateSelect(valid, s, minusInf);
       llvm::Value *old = b_.CreateLoad(f32, runMax[r]);
-      llvm::Value *newMax = binaryOp(ir::OpKind::Maximum, old, butterfly(s, ir::OpKind::Maximum), true);
+      llvm::Value *newMax = binaryOp(ir::OpKind::Maximum, old, allLanes(s, ir::OpKind::Maximum, true), true);
       // An all -inf max shifts by 0 (exp(-inf - -inf) would be NaN where the unfused softmax has no such term yet).
       llvm::Value *shift = b_.CreateSelect(b_.CreateFCmpOEQ(newMax, minusInf), zero, newMax);
       llvm::Value *c = math(MathFn::Exp, {b_.CreateFSub(old, shift)}), *p = math(MathFn::Exp, {b_.CreateFSub(s, shift)});
-      b_.CreateStore(b_.CreateFAdd(b_.CreateFMul(b_.CreateLoad(f32, runSum[r]), c), butterfly(p, ir::OpKind::Add)), runSum[r]);
+      b_.CreateStore(b_.CreateFAdd(b_.CreateFMul(b_.CreateLoad(f32, runSum[r]), c), allLanes(p, ir::OpKind::Add, true)), runSum[r]);
       b_.CreateStore(newMax, runMax[r]);
       b_.CreateStore(c, corr[r]);
       b_.CreateStore(p, at(sharedP, add(mul(local[r], i64(tile)), lane)));

@@ -165,10 +165,9 @@ StmtPtr vectorizedConv2d(const Conv2d &conv, const std::function<ExprRef()> &fre
 
 StmtPtr conv2dGemm(const Conv2d &conv, const std::function<ExprRef()> &freshVar, const ConvEpilogue &epilogue) {
   const Dims &x = conv.x, &w = conv.w, &o = conv.o;
-  auto outPerGroup = sym::floorDiv(o[1], c(conv.groups))->asConst();
-  if (!outPerGroup || *outPerGroup < ir::kConvGemmMinChannels)
+  if (!ir::convGemmChannels(o[1], conv.groups))
     return nullptr;
-  int64_t og = *outPerGroup, kh = *w[2]->asConst(), kw = *w[3]->asConst();
+  int64_t og = *o[1]->asConst() / conv.groups, kh = *w[2]->asConst(), kw = *w[3]->asConst();
   ExprRef cg = w[1], depth = sym::mul(cg, c(kh * kw)), positions = sym::mul(o[2], o[3]);
   ExprRef rowBlocks = c((og + kGemmRowBlock - 1) / kGemmRowBlock);
   // Bands of whole output rows, about kConvColumnBlock positions each.

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -43,6 +44,12 @@ constexpr int64_t kPrepackPanel = 32;
 // micro-kernel. With fewer (a depthwise convolution has 1) each input element the GEMM
 // gathers would feed too few FMAs to pay for its gather.
 constexpr int64_t kConvGemmMinChannels = 8;
+// Whether a conv2d whose result has `outChannels` channels in `groups` groups has that
+// many per group: the one test fusion and lowering both make.
+inline bool convGemmChannels(sym::ExprRef outChannels, int64_t groups) {
+  std::optional<int64_t> out = outChannels->asConst();
+  return out && *out / groups >= kConvGemmMinChannels;
+}
 
 // A list of dims in which null marks a position given by a runtime operand.
 using DimList = std::vector<sym::ExprRef>;

@@ -80,16 +80,13 @@ private:
     return p.results[0]->type.dims == root.results[0]->type.dims;
   }
   // A conv2d the target runs as an implicit GEMM (FusionKind::ConvEpilogue).
+  // (mayJoinAsGemm checks its f32 operands; sema made groups a constant >= 1.)
   bool convAsGemm(const Op &p) const {
     if (!convEpilogue_ || p.kind != OpKind::Conv2d)
       return false;
-    for (const Value *v : {p.operands[0], p.operands[1], p.results[0]})
-      if (v->type.dtype != DType::F32)
-        return false;
     const Attr &a = p.attrs.at("groups");
-    std::optional<int64_t> groups = std::get_if<int64_t>(&a) ? std::optional<int64_t>(std::get<int64_t>(a)) : std::get<sym::ExprRef>(a)->asConst();
-    auto out = p.results[0]->type.dims[1]->asConst();
-    return groups && *groups > 0 && out && *out / *groups >= kConvGemmMinChannels;
+    int64_t groups = std::get_if<int64_t>(&a) ? std::get<int64_t>(a) : *std::get<sym::ExprRef>(a)->asConst();
+    return convGemmChannels(p.results[0]->type.dims[1], groups);
   }
   bool mayJoin(const Op &root, const Op &p) const {
     // A fill sized by run-time values (zeros([k]) for an i64[] k) binds its fresh dims when

@@ -192,7 +192,7 @@ TEST_CASE("a planned for loop runs compiled on the CPU after its first step", "[
       CHECK(paths[0].op->kind == ir::OpKind::For);
       CHECK(paths[0].runs == 1);
       CHECK(paths[0].steps == 2);
-      CHECK(paths[0].compiled == (target == "cpu"));
+      CHECK(paths[0].compiled() == (target == "cpu"));
       if (target == "cpu")
         CHECK(paths[0].launches > 0);
       else
@@ -206,5 +206,5 @@ TEST_CASE("a planned for loop runs compiled on the CPU after its first step", "[
   CHECK(m->exe->loopPaths()[0].why == "the memory trace follows the walk");
   m->exe->setMemoryTracing(false);
   checkRun(*m, random({1, 3, 8}, rng));
-  CHECK(m->exe->loopPaths().at(0).compiled);
+  CHECK(m->exe->loopPaths().at(0).compiled());
 }

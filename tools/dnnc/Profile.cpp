@@ -56,7 +56,7 @@ void printProfile(const ir::Graph &g, rt::Executable &exe, const std::string &or
   // kernels' times are part of.
   for (const rt::Executable::LoopTime &l : p.loops) {
     std::string where = ir::sourceLine(g, l.op->loc);
-    if (l.compiled)
+    if (l.compiled())
       os << fmt::format("loop at {}: compiled: after the first, each step replays {} kernel launch{} ({} steps in {} run{})\n",
                         where, l.launches, l.launches == 1 ? "" : "es", l.steps, l.runs, l.runs == 1 ? "" : "s");
     else
