@@ -107,8 +107,10 @@ protected:
   // the vectorizer when its schedule says so.
   void loopOver(const kir::Stmt &s, llvm::Value *start, llvm::Value *end, llvm::Value *step);
   llvm::AllocaInst *entryAlloca(llvm::Type *t, const std::string &name);
-  // Tells the loop vectorizer to widen the loop whose latch branch this is.
-  void markVectorize(llvm::BranchInst *latch);
+  // Tells the loop vectorizer to widen the loop whose latch branch this is; with
+  // parallelAccesses (an access group), that its accesses in that group carry no
+  // dependence from one iteration to another.
+  void markVectorize(llvm::BranchInst *latch, llvm::MDNode *parallelAccesses = nullptr);
 
   // for (i = start; i < end; i += step) body(i); returns the latch branch and leaves the
   // builder after the loop.

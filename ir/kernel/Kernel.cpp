@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
+#include <map>
 #include <set>
 
 namespace dnnc::kir {
@@ -277,6 +279,69 @@ std::vector<const Stmt *> Kernel::parallelNest() const {
     s = inner;
   }
   return nest;
+}
+
+namespace {
+// Whether `index` names a different element for each value of `var`: var appears in one
+// term only, as var times a (nonzero) constant, and inside no division, remainder, min or max.
+bool injectiveIn(sym::ExprRef index, const std::string &var) {
+  bool found = false;
+  for (const sym::Term &t : index->terms()) {
+    bool hasVar = false;
+    for (const sym::Atom *a : t.factors) {
+      if (a->kind == sym::Atom::Kind::Var) {
+        hasVar = hasVar || a->name == var;
+        continue;
+      }
+      for (sym::ExprRef side : {a->lhs, a->rhs}) {
+        std::vector<std::string> names = side ? sym::freeVars(side) : std::vector<std::string>{};
+        if (std::find(names.begin(), names.end(), var) != names.end())
+          return false;
+      }
+    }
+    if (hasVar && (found || t.factors.size() != 1))
+      return false;
+    found = found || hasVar;
+  }
+  return found;
+}
+} // namespace
+
+bool independentIterations(const Stmt &s) {
+  std::map<int, sym::ExprRef> stored;
+  std::vector<const Value *> loads;
+  bool ok = true;
+  std::function<void(const Value &)> read = [&](const Value &v) {
+    if (v.kind == Value::Kind::Load)
+      loads.push_back(&v);
+    for (const auto &a : v.args)
+      read(*a);
+  };
+  std::function<void(const Stmt &)> walk = [&](const Stmt &c) {
+    switch (c.kind) {
+    case Stmt::Kind::Store: {
+      auto [at, fresh] = stored.emplace(c.buffer, c.index);
+      ok = ok && (fresh || at->second == c.index) && injectiveIn(c.index, s.var);
+      return read(*c.value);
+    }
+    case Stmt::Kind::Let:
+    case Stmt::Kind::Assign: return read(*c.value);
+    case Stmt::Kind::If: read(*c.value); [[fallthrough]];
+    case Stmt::Kind::Block:
+      for (const auto &b : c.body)
+        walk(*b);
+      return;
+    case Stmt::Kind::For:
+    case Stmt::Kind::Gemm:
+    case Stmt::Kind::Attention: ok = false; return;
+    }
+  };
+  for (const auto &c : s.body)
+    walk(*c);
+  return ok && std::all_of(loads.begin(), loads.end(), [&](const Value *l) {
+           auto at = stored.find(l->buffer);
+           return at == stored.end() || (at->second == l->index && l->args.empty());
+         });
 }
 
 std::vector<std::string> Kernel::dims() const {

@@ -164,6 +164,17 @@ struct Kernel {
   std::vector<const Stmt *> parallelNest() const;
 };
 
+// Whether the iterations of loop `s`, straight-line code, touch memory independently of
+// each other: every store writes a different element in each iteration (its index is
+// injective in the loop variable; one index per stored buffer), and a buffer stored in the
+// loop is read in it only at the element the same iteration writes. Distinct buffers do
+// not overlap except where the memory plan puts a result in place over an operand, which
+// it does only where the op reads that operand at the element it writes
+// (ir/graph/Updates.h, writesInPlace): so such a loop carries no dependence from one
+// iteration to the next through memory, in place or not. False for a loop with loops,
+// GEMMs or attention in it.
+bool independentIterations(const Stmt &s);
+
 std::string print(const Kernel &k);
 std::string print(const Value &v);
 

@@ -49,6 +49,41 @@ TEST_CASE("CPU kernels split the rows of all their independent dims", "[cpu][par
   CHECK(lower::kernelInfo(scale).work->str() == "D");
 }
 
+// The vectorizer is told a loop's iterations are independent (kir::independentIterations)
+// only where each iteration writes its own elements and reads a written buffer only there:
+// an elementwise kernel written in place over an operand (the LSTM's gates) is then
+// widened without run-time overlap checks, which in place always fail.
+TEST_CASE("loops whose iterations touch memory independently", "[cpu][parallel]") {
+  auto program = test::lowerUnfused(kRows, "cpu");
+  const kir::Stmt *row = test::kernelOf(program->kernels, "_mul").parallelNest().back()->body.at(0).get();
+  CHECK(kir::independentIterations(*row));
+
+  using kir::Value;
+  sym::ExprRef i = sym::var("i"), n = sym::var("n");
+  auto x = [](sym::ExprRef at) { return kir::load(0, at, DType::F32); };
+  auto loopOf = [&](std::vector<kir::StmtPtr> body) { return kir::loop("i", n, std::move(body), kir::Stmt::Schedule::Vectorize); };
+  auto one = [&](int buffer, sym::ExprRef at, kir::ValuePtr v) {
+    std::vector<kir::StmtPtr> body;
+    body.push_back(kir::store(buffer, at, std::move(v)));
+    return loopOf(std::move(body));
+  };
+  // In place (buffer 0 written where it is read), strided, offset by another dim: yes.
+  CHECK(kir::independentIterations(*one(0, i, kir::binary(ir::OpKind::Mul, x(i), x(i), DType::F32))));
+  CHECK(kir::independentIterations(*one(1, sym::add(sym::mul(sym::constant(3), i), n), x(sym::constant(0)))));
+  // A written buffer read at another element of it (a scan), an index that repeats (i % 4,
+  // i / 2, i*i) or that does not move (a sum into one element): no.
+  CHECK_FALSE(kir::independentIterations(*one(0, sym::add(i, sym::constant(1)), x(i))));
+  CHECK_FALSE(kir::independentIterations(*one(1, sym::mod(i, sym::constant(4)), x(i))));
+  CHECK_FALSE(kir::independentIterations(*one(1, sym::floorDiv(i, sym::constant(2)), x(i))));
+  CHECK_FALSE(kir::independentIterations(*one(1, sym::mul(i, i), x(i))));
+  CHECK_FALSE(kir::independentIterations(*one(0, n, kir::binary(ir::OpKind::Add, x(n), x(i), DType::F32))));
+  // Two stores to one buffer at different elements: no.
+  std::vector<kir::StmtPtr> twice;
+  twice.push_back(kir::store(1, i, x(i)));
+  twice.push_back(kir::store(1, sym::add(i, n), x(i)));
+  CHECK_FALSE(kir::independentIterations(*loopOf(std::move(twice))));
+}
+
 // Which threads ran the chunks of one parallelFor, and the chunks' union.
 struct Chunks {
   std::mutex m;
