@@ -45,11 +45,11 @@ void cpuRelax() {
 #endif
 }
 
-// Spins until `ready()` or ThreadPool::kSpinNs have passed; returns ready(). It yields
-// the core now and then, so that on a machine with more threads than cores the thread
-// whose chunk it waits for can run.
-template <class Ready> bool spinUntil(Ready ready) {
-  auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(ThreadPool::kSpinNs);
+// Spins until `ready()` or `ns` have passed; returns ready(). It yields the core now and
+// then, so that on a machine with more threads than cores the thread whose chunk it waits
+// for can run.
+template <class Ready> bool spinUntil(int64_t ns, Ready ready) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(ns);
   for (unsigned k = 1;; ++k) {
     if (ready())
       return true;
@@ -63,32 +63,43 @@ template <class Ready> bool spinUntil(Ready ready) {
 }
 } // namespace
 
-// Takes chunks until none is left; called with the mutex held, returns with it held.
+// Claims chunks of the open job until none is left: no lock, one atomic add per chunk.
 void ThreadPool::runChunks() {
-  while (next_ < n_) {
-    int64_t begin = next_, end = std::min(n_, begin + chunk_);
-    next_ = end;
-    const auto *job = job_;
-    mutex_.unlock();
-    (*job)(begin, end);
-    mutex_.lock();
+  const auto *job = job_;
+  for (;;) {
+    int64_t begin = next_.fetch_add(chunk_);
+    if (begin >= n_)
+      return;
+    (*job)(begin, std::min(n_, begin + chunk_));
   }
 }
 
+// A worker joins a job by raising busy_ and then seeing it open; the caller closes it and
+// then waits for busy_ to fall to 0, so no worker still holds a job once parallelFor has
+// returned, and one that joins late (busy_ raised after the close) sees it closed or sees
+// the next job whole: its fields are written before open_ (sequentially consistent
+// atomics throughout, so each side sees the other's write in these two Dekker pairs, and
+// in the sleepers_/generation_ pair below).
 void ThreadPool::work() {
   uint64_t seen = 0;
   for (;;) {
     // Awake for a while after each job: the next kernel usually follows at once.
-    spinUntil([&] { return stopping_ || generation_ != seen; });
-    std::unique_lock<std::mutex> lock(mutex_);
-    wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+    if (!spinUntil(kSpinNs, [&] { return stopping_ || generation_ != seen; })) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      ++sleepers_;
+      wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+      --sleepers_;
+    }
     if (stopping_)
       return;
     seen = generation_;
     ++busy_;
-    runChunks();
-    if (--busy_ == 0 && waiting_)
+    if (open_)
+      runChunks();
+    if (--busy_ == 0 && waiting_) {
+      std::lock_guard<std::mutex> lock(mutex_);
       done_.notify_all();
+    }
   }
 }
 
@@ -104,33 +115,32 @@ void ThreadPool::parallelFor(int64_t n, const std::function<void(int64_t, int64_
     fn(0, n);
     return;
   }
-  std::unique_lock<std::mutex> lock(mutex_);
   job_ = &fn;
   n_ = n;
-  next_ = 0;
   chunk_ = (n + chunks - 1) / chunks;
+  next_ = 0;
+  open_ = true;
   ++generation_;
-  ++busy_;
   // Spinning workers see the new generation; sleeping ones are woken, as many as there
   // are chunks for besides the caller's.
-  auto helpers = static_cast<size_t>(chunks - 1);
-  if (helpers >= workers_.size())
-    wake_.notify_all();
-  else
-    for (size_t k = 0; k < helpers; ++k)
-      wake_.notify_one();
+  if (sleepers_ > 0) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto helpers = static_cast<unsigned>(chunks - 1);
+    if (helpers >= workers_.size())
+      wake_.notify_all();
+    else
+      for (unsigned k = 0; k < helpers; ++k)
+        wake_.notify_one();
+  }
   runChunks();
-  --busy_;
+  open_ = false;
   // Every chunk is taken; the workers still running theirs are about to finish.
-  lock.unlock();
-  if (!spinUntil([&] { return busy_ == 0; })) {
-    lock.lock();
+  if (!spinUntil(kSpinNs, [&] { return busy_ == 0; })) {
+    std::unique_lock<std::mutex> lock(mutex_);
     waiting_ = true;
     done_.wait(lock, [&] { return busy_ == 0; });
     waiting_ = false;
-    lock.unlock();
   }
-  lock.lock();
   job_ = nullptr;
 }
 

@@ -7,6 +7,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <set>
@@ -141,6 +143,33 @@ TEST_CASE("the pool cuts a job into chunks by its cost", "[cpu][parallel][thread
       pool.parallelFor(64, [&](int64_t b, int64_t e) { c.add(b, e); });
       REQUIRE(c.coverExactly(64));
     }
+  }
+  {
+    // Jobs whose chunks take turns finishing first, some after the workers fell asleep
+    // (idle past kSpinNs) and some while they spin, of every size from one chunk on: each
+    // chunk runs once, and none after its parallelFor has returned (a worker that joins
+    // late must find the job closed or the next one whole).
+    std::atomic<int64_t> afterReturn{0};
+    std::atomic<bool> returned{false};
+    for (int round = 0; round < 300; ++round) {
+      int64_t n = 1 + round % 37;
+      std::vector<std::atomic<int>> runs(static_cast<size_t>(n));
+      returned = false;
+      pool.parallelFor(n, [&](int64_t b, int64_t e) {
+        if (returned)
+          ++afterReturn;
+        for (int64_t i = b; i < e; ++i)
+          ++runs[static_cast<size_t>(i)];
+        if ((b + round) % 3 == 0)
+          std::this_thread::sleep_for(std::chrono::microseconds(20));
+      });
+      returned = true;
+      for (int64_t i = 0; i < n; ++i)
+        REQUIRE(runs[static_cast<size_t>(i)] == 1);
+      if (round % 50 == 0)
+        std::this_thread::sleep_for(std::chrono::nanoseconds(4 * rt::ThreadPool::kSpinNs));
+    }
+    CHECK(afterReturn == 0);
   }
 }
 
