@@ -258,26 +258,31 @@ class OnnxRuntime:
     def __init__(self, model, weights, workdir, repeat, threads):
         import onnxruntime
         self.ort, self.model, self.weights, self.dir = onnxruntime, model, weights, workdir
-        self.repeat, self.threads, self.session, self.exported_for = repeat, threads, None, None
+        self.repeat, self.threads, self.exported_for = repeat, threads, ()
 
     def session_for(self, x):
         key = None if self.model.dynamic_export else x.shape
-        if self.session is None or key != self.exported_for:
-            path = os.path.join(self.dir, "model.onnx")
+        path = os.path.join(self.dir, "model.onnx")
+        if key != self.exported_for or not os.path.exists(path):
             axes = {"x": {i: f"d{i}" for i in range(x.ndim)}} if self.model.dynamic_export else None
             torch.onnx.export(Closure(self.model.forward, self.weights), (torch.from_numpy(x),), path, dynamo=False,
                               input_names=["x"], output_names=["y"], dynamic_axes=axes)
-            opts = self.ort.SessionOptions()
-            opts.intra_op_num_threads = self.threads
-            opts.inter_op_num_threads = 1
-            self.session = self.ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
             self.exported_for = key
-        return self.session
+        opts = self.ort.SessionOptions()
+        opts.intra_op_num_threads = self.threads
+        opts.inter_op_num_threads = 1
+        return self.ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
 
     def run(self, x):
+        # A session per timing, dropped after it: ORT's workers (spinning by default, which
+        # ORT needs on this VM: without it ORT ran the MLP at B=256 2x slower) keep a core
+        # busy while their session lives, which halved the speed of the next tool's process.
         s = self.session_for(x)
-        out = s.run(None, {"x": x})[0]
-        return median_ms(lambda: s.run(None, {"x": x}), self.repeat), out
+        for _ in range(3):  # warm-up: the first calls of a session grow its memory arena
+            out = s.run(None, {"x": x})[0]
+        ms = median_ms(lambda: s.run(None, {"x": x}), self.repeat)
+        del s
+        return ms, out
 
 
 def main():
