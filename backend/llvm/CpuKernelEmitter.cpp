@@ -140,6 +140,8 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
   llvm::Value *aBase = index(g.aBase), *bBase = index(g.bBase), *cBase = index(g.cBase);
   llvm::Value *lda = index(g.lda), *ldb = index(g.ldb), *ldc = index(g.ldc), *n = index(g.n), *depth = index(g.depth);
   llvm::Value *bColStride = g.bColStride ? index(g.bColStride) : nullptr;
+  // Prepacked B: all its columns (the panels' layout depends on them, not on the task's).
+  llvm::Value *panelColumns = g.bPanels ? index(k_.buffers.at(static_cast<size_t>(g.b)).dims.back()) : nullptr;
   llvm::Value *row0 = index(g.row0), *rowEnd = b_.CreateAdd(row0, index(g.rows));
   llvm::Value *A = bufs_[g.a], *B = bufs_[g.b], *C = bufs_[g.c];
   llvm::AllocaInst *panel = entryAlloca(llvm::ArrayType::get(f32, kDepthBlock * 2 * vw), "panel");
@@ -327,9 +329,11 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
       }
       forLoop("j0", b_.getInt64(0), n, 2 * vw, [&](llvm::Value *j0) {
         fullOrTail(j0, 2, [&](bool masked) {
-          if (g.bPanels) { // prepacked when the model loaded: B's row k of the panel at k * kPanelColumns
-            llvm::Value *col = b_.CreateAdd(bBase, j0), *width = b_.getInt64(kir::kPanelColumns);
-            llvm::Value *start = b_.CreateAdd(b_.CreateMul(b_.CreateSDiv(col, width), b_.CreateMul(depth, width)), b_.CreateSRem(col, width));
+          if (g.bPanels) { // prepacked when the model loaded: B's row k of the panel at k * its width
+            llvm::Value *col = b_.CreateAdd(bBase, j0), *full = b_.getInt64(kir::kPanelColumns);
+            llvm::Value *panel = b_.CreateSDiv(col, full);
+            llvm::Value *start = b_.CreateAdd(b_.CreateMul(panel, b_.CreateMul(depth, full)), b_.CreateSRem(col, full));
+            llvm::Value *width = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, full, b_.CreateSub(panelColumns, b_.CreateMul(panel, full)));
             llvm::Value *panelRows = b_.CreateInBoundsGEP(f32, B, start);
             rowTiles(kRows, [&](llvm::Value *i0, unsigned R) { microKernel(i0, R, 2, j0, k0, kEnd, first, panelRows, width, masked, packedA); });
             return;

@@ -748,9 +748,10 @@ StmtPtr Lowering::transpose(bool panels) {
   for (size_t k = 0; k < perm.size(); ++k)
     inIdx[perm[k]] = idx[k];
   ExprRef at = kir::flatIndex(o, idx);
-  if (panels) { // (k, j) at panel j / P, row k, lane j % P
-    ExprRef p = c(kir::kPanelColumns);
-    at = sym::add(sym::mul(sym::floorDiv(idx[1], p), sym::mul(o[0], p)), sym::add(sym::mul(idx[0], p), sym::mod(idx[1], p)));
+  if (panels) { // (k, j) at panel j / P, row k, lane j % P; a last panel of N % P columns has rows that wide
+    ExprRef p = c(kir::kPanelColumns), panel = sym::floorDiv(idx[1], p);
+    ExprRef width = sym::min(p, sym::sub(o[1], sym::mul(panel, p)));
+    at = sym::add(sym::mul(panel, sym::mul(o[0], p)), sym::add(sym::mul(idx[0], width), sym::mod(idx[1], p)));
   }
   return loopNest(o, idx, one(kir::store(out(), at, read(0, inIdx))));
 }

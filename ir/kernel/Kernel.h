@@ -46,9 +46,10 @@ struct Gemm {
   int a = -1, b = -1, c = -1; // buffers
   sym::ExprRef aBase, bBase, cBase, lda, ldb, ldc, row0, rows, n, depth;
   sym::ExprRef bColStride = nullptr; // null: 1
-  // B is a prepacked weight (ir/transforms/Prepack.h) stored in panels of kPanelColumns
-  // columns: B(k, j) at ((b + j) / kPanelColumns) * depth * kPanelColumns + k *
-  // kPanelColumns + (b + j) % kPanelColumns; bBase is then the first column, ldb unused.
+  // B is a prepacked weight (ir/transforms/Prepack.h) stored in panels of P = kPanelColumns
+  // columns: with c = b + j, B(k, j) at (c / P) * depth * P + k * w + c % P, where w is the
+  // panel's width: P, or N % P for a last, narrower panel (N: B's buffer's columns). bBase
+  // is then the first column, ldb unused.
   bool bPanels = false;
   // B is gathered from an image instead (implicit GEMM convolution, lower::Conv2dGemm):
   // B(k, j) is x[b + ci*height*width + ih*width + iw] for k = (ci*kh + ki)*kw + kj and

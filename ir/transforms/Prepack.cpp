@@ -43,7 +43,7 @@ int prepackWeights(Graph &g) {
       continue;
     auto [param, transposed] = paramOf(mm.operands[1]);
     const DimList &dims = mm.operands[1]->type.dims;
-    if (!param || !dims[0]->asConst() || !dims[1]->asConst() || *dims[1]->asConst() % kPrepackPanel != 0)
+    if (!param || !dims[0]->asConst() || !dims[1]->asConst() || *dims[1]->asConst() < kPrepackPanel)
       continue;
     Value *&p = packed[{param, transposed}];
     if (!p) {

@@ -6,8 +6,9 @@
 //
 // Contract: changes no value (prepack(w, perm) is transpose(w, perm); only the layout a
 // target stores differs). Applies to f32 matmuls whose B is a rank-2 param, or transpose(w)
-// of a rank-2 param w, with constant dims and a column count that is a multiple of
-// kPrepackPanel (whole panels, no padding). One prepack per (param, perm), placed right
+// of a rank-2 param w, with constant dims and at least kPrepackPanel columns (panels of
+// kPrepackPanel columns, the last one of N % kPrepackPanel where that is not 0: no
+// padding; a narrower B gains nothing from a copy). One prepack per (param, perm), placed right
 // after the param; a transpose left unused is removed. Returns how many matmuls now read
 // a prepacked B.
 #pragma once

@@ -31,8 +31,14 @@ MODELS = {
     "transposed_epilogue": ("dim M in 0..4096; dim K in 0..4096; dim N in 0..4096;", "a: f32[M, K], b: f32[N, K]",
                             "f32[M, N]", "tanh(a @ transpose(b)) + 1.0", lambda m, k, n: {"a": (m, k), "b": (n, k)}),
 }
-# A param read from its prepacked panels: K x N fixed, M varies.
+# A param read from its prepacked panels: K x N fixed, M varies. N = 288 is 9 whole panels
+# of 32 columns; N = 1000 and 45 end in a narrower panel (8 and 13 columns), the second
+# read transposed (the transformer's output layer: x @ transpose(embedding)).
 PARAM = ("const K = 300; const N = 288; dim M in 0..4096;\nparam w: f32[K, N];", "x: f32[M, K]", "f32[M, N]", "x @ w")
+PARAM_TAILS = [(("const K = 300; const N = 1000; dim M in 0..4096;\nparam w: f32[K, N];", "x: f32[M, K]", "f32[M, N]", "x @ w"),
+                (300, 1000)),
+               (("const K = 70; const N = 45; dim M in 0..4096;\nparam w: f32[N, K];", "x: f32[M, K]", "f32[M, N]",
+                 "x @ transpose(w)"), (45, 70))]
 PARAM_ROWS = [0, 1, 4, 5, 15, 17, 33, 65, 129]
 
 
@@ -80,6 +86,13 @@ class Variants(unittest.TestCase):
             w = {"w": rng.standard_normal((300, 288)).astype(np.float32)}
             for m in PARAM_ROWS:
                 self.each_variant(model, w, {"x": rng.standard_normal((m, 300)).astype(np.float32)}, f"param at M={m}")
+            for k, ((header, args, result, expr), shape) in enumerate(PARAM_TAILS):
+                model = write(d, f"tail{k}", header, args, result, expr)
+                w = {"w": rng.standard_normal(shape).astype(np.float32)}
+                depth = shape[0] if expr == "x @ w" else shape[1]
+                for m in (1, 5, 17, 65):
+                    self.each_variant(model, w, {"x": rng.standard_normal((m, depth)).astype(np.float32)},
+                                      f"{expr} at N={shape[1] if expr == 'x @ w' else shape[0]}, M={m}")
 
     def test_tune_table_round_trip(self):
         rng = np.random.default_rng(5)

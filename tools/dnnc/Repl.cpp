@@ -428,9 +428,9 @@ private:
     std::vector<const ir::PlannedBuffer *> largest;
     for (const ir::PlannedBuffer &b : p.buffers)
       largest.push_back(&b);
-    std::stable_sort(largest.begin(), largest.end(), [&](auto *x, auto *y) {
-      return sym::evaluate(x->bytes, at).value_or(0) > sym::evaluate(y->bytes, at).value_or(0);
-    });
+    // (A size past 64 bits evaluates to nothing: it is the largest, not 0.)
+    auto bytesAt = [&](const ir::PlannedBuffer *b) { return sym::evaluate(b->bytes, at).value_or(INT64_MAX); };
+    std::stable_sort(largest.begin(), largest.end(), [&](auto *x, auto *y) { return bytesAt(x) > bytesAt(y); });
     out(fmt::format("largest buffers ({} planned):", p.buffers.size()));
     for (size_t k = 0; k < largest.size() && k < 5; ++k) {
       const ir::Value *v = largest[k]->value;
