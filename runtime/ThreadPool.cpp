@@ -45,11 +45,11 @@ void cpuRelax() {
 #endif
 }
 
-// Spins until `ready()` or `ns` have passed; returns ready(). It yields the core now and
-// then, so that on a machine with more threads than cores the thread whose chunk it waits
-// for can run.
-template <class Ready> bool spinUntil(int64_t ns, Ready ready) {
-  auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(ns);
+// Spins until `ready()` or ThreadPool::kSpinNs have passed; returns ready(). It yields
+// the core now and then, so that on a machine with more threads than cores the thread
+// whose chunk it waits for can run.
+template <class Ready> bool spinUntil(Ready ready) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(ThreadPool::kSpinNs);
   for (unsigned k = 1;; ++k) {
     if (ready())
       return true;
@@ -84,7 +84,7 @@ void ThreadPool::work() {
   uint64_t seen = 0;
   for (;;) {
     // Awake for a while after each job: the next kernel usually follows at once.
-    if (!spinUntil(kSpinNs, [&] { return stopping_ || generation_ != seen; })) {
+    if (!spinUntil([&] { return stopping_ || generation_ != seen; })) {
       std::unique_lock<std::mutex> lock(mutex_);
       ++sleepers_;
       wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
@@ -135,7 +135,7 @@ void ThreadPool::parallelFor(int64_t n, const std::function<void(int64_t, int64_
   runChunks();
   open_ = false;
   // Every chunk is taken; the workers still running theirs are about to finish.
-  if (!spinUntil(kSpinNs, [&] { return busy_ == 0; })) {
+  if (!spinUntil([&] { return busy_ == 0; })) {
     std::unique_lock<std::mutex> lock(mutex_);
     waiting_ = true;
     done_.wait(lock, [&] { return busy_ == 0; });

@@ -272,8 +272,6 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
   auto columnTiles = [&](unsigned top, const std::function<void(llvm::Value *, unsigned, bool)> &tile) {
     llvm::Value *wide = b_.CreateMul(b_.CreateSDiv(n, b_.getInt64(top * vw)), b_.getInt64(top * vw));
     forLoop("j0", b_.getInt64(0), wide, top * vw, [&](llvm::Value *j0) { tile(j0, top, false); });
-    if (top == 1)
-      return onlyIf(b_.CreateICmpSLT(wide, n), [&] { tile(wide, 1, true); });
     llvm::Value *whole = b_.CreateMul(b_.CreateSDiv(n, b_.getInt64(vw)), b_.getInt64(vw));
     forLoop("j1", wide, whole, vw, [&](llvm::Value *j1) { tile(j1, 1, false); });
     onlyIf(b_.CreateICmpSLT(whole, n), [&] { tile(whole, 1, true); });

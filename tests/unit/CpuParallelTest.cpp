@@ -60,7 +60,6 @@ TEST_CASE("loops whose iterations touch memory independently", "[cpu][parallel]"
   const kir::Stmt *row = test::kernelOf(program->kernels, "_mul").parallelNest().back()->body.at(0).get();
   CHECK(kir::independentIterations(*row));
 
-  using kir::Value;
   sym::ExprRef i = sym::var("i"), n = sym::var("n");
   auto x = [](sym::ExprRef at) { return kir::load(0, at, DType::F32); };
   auto loopOf = [&](std::vector<kir::StmtPtr> body) { return kir::loop("i", n, std::move(body), kir::Stmt::Schedule::Vectorize); };
