@@ -37,14 +37,16 @@ void bindGemmVariant(size_t v, std::map<std::string, int64_t> &binding) {
 }
 
 GemmTable builtinGemmTable() {
-  // Fitted by `dnnc tune` on the development machine (AMD EPYC, AVX-512, 2 cores shared
-  // with other builds: docs/performance.md, "Shape-generic GEMM selection").
+  // Fitted by `dnnc tune` on the development machine (AMD EPYC, AVX-512, 2 cores) when it
+  // was quiet (2026-12-04: three fits within 5% of each other, parallel efficiency
+  // 0.93-0.996). An earlier fit under a load of 14 read 0.01, which kept every product of
+  // few rows on one thread: the transformer at B=1, T=16 ran 0.65 ms instead of 0.47.
   GemmTable t;
   t.cpu = "built-in";
   t.source = "built-in";
-  t.costs = {{0, 22.8, 299, 451, 8.05}, {0, 25.5, 302, 442, 8.29}, {0, 41.0, 1257, 1850, 17.6}, {0, 13.5, 75.6, 1278, 5.18},
-             {0, 6.04, 18.1, 1374, 5.31}};
-  t.parallelEfficiency = 0.01;
+  t.costs = {{0, 22.4, 281, 425, 7.92}, {0, 24.1, 288, 436, 7.92}, {0, 52.4, 1160, 812, 18.3}, {0, 11.7, 74.3, 1050, 4.63},
+             {0, 5.99, 17.3, 352, 3.11}};
+  t.parallelEfficiency = 0.95;
   return t;
 }
 
