@@ -213,22 +213,12 @@ Launch launchFor(const KernelInfo &info, const ir::Binding &bound) {
 }
 
 bool isParamView(const ir::Op &op) {
-  if (!ir::opInfo(op.kind).has(ir::OpFlag::ParamView) || !op.operands[0]->def || op.operands[0]->def->kind != ir::OpKind::Param)
+  if (!ir::opInfo(op.kind).has(ir::OpFlag::ParamView) || !op.operands[0]->def)
     return false;
-  ir::IndexAttrs ix = ir::IndexAttrs::of(op);
-  const auto &dims = op.operands[0]->type.dims;
-  bool leading = true; // points first, then whole axes
-  for (size_t a = 0; a < dims.size(); ++a) {
-    if (ix.isPoint(a)) {
-      if (!leading)
-        return false;
-      continue;
-    }
-    leading = false;
-    if (!ix.starts[a] || !ix.stops[a] || ix.starts[a]->asConst() != 0 || ix.stops[a] != dims[a] || ix.step(a) != 1)
-      return false;
-  }
-  return true;
+  // A param's prepacked copy is a constant of the run too (kept in the arena between calls).
+  ir::OpKind source = op.operands[0]->def->kind;
+  return (source == ir::OpKind::Param || source == ir::OpKind::Prepack) &&
+         ir::IndexAttrs::of(op).isLeadingSlice(op.operands[0]->type.dims);
 }
 
 std::vector<Device::Range> Executable::arenas() const {

@@ -81,9 +81,10 @@ struct ArenaPlan {
   std::set<const ir::Value *> kept;
 };
 
-// Whether `op` takes whole rows of a param at leading point indices (`w[l]`, `w[l, 0]`):
-// contiguous bytes of memory that lives through the call, which the runtime passes on as
-// a view instead of copying (so the compiler makes no kernel or buffer for it).
+// Whether `op` takes whole rows of a param, or of a param's prepacked copy, at leading
+// point indices (`w[l]`, `w[l, 0]`): contiguous bytes of memory that lives through the
+// call, which the runtime passes on as a view instead of copying (so the compiler makes no
+// kernel or buffer for it).
 bool isParamView(const ir::Op &op);
 
 class Walk;

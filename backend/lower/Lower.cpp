@@ -513,6 +513,8 @@ StmtPtr Lowering::matmul(const ir::Op &mm) {
   int aBuf = bufferOf(mm.operands[0]), bBuf = bufferOf(bSource);
   // B made by a prepack kernel lies in the GEMM's panels (where the target packs weights).
   const ir::Value *bMade = outer_.kind == OpKind::Fused ? outer_.operands[bBuf] : bSource;
+  if (bMade->def && rt::isParamView(*bMade->def)) // w[l] of a prepacked w: the panels of matrix l
+    bMade = bMade->def->operands[0];
   bool panelsB = schedule_.packedWeights && bMade->def && bMade->def->kind == OpKind::Prepack;
   DType aType = mm.operands[0]->type.dtype, bType = mm.operands[1]->type.dtype;
   // In a fused group the matmul's result is the group's output, where the epilogue (the
@@ -748,10 +750,15 @@ StmtPtr Lowering::transpose(bool panels) {
   for (size_t k = 0; k < perm.size(); ++k)
     inIdx[perm[k]] = idx[k];
   ExprRef at = kir::flatIndex(o, idx);
-  if (panels) { // (k, j) at panel j / P, row k, lane j % P; a last panel of N % P columns has rows that wide
-    ExprRef p = c(kir::kPanelColumns), panel = sym::floorDiv(idx[1], p);
-    ExprRef width = sym::min(p, sym::sub(o[1], sym::mul(panel, p)));
-    at = sym::add(sym::mul(panel, sym::mul(o[0], p)), sym::add(sym::mul(idx[0], width), sym::mod(idx[1], p)));
+  if (panels) { // (k, j) at panel j / P, row k, lane j % P; a last panel of N % P columns has rows that wide;
+                 // each matrix of leading index l (w[l]) packed in place, at l K N
+    size_t r = o.size();
+    ExprRef k = idx[r - 2], j = idx[r - 1], depth = o[r - 2], n = o[r - 1];
+    ExprRef p = c(kir::kPanelColumns), panel = sym::floorDiv(j, p);
+    ExprRef width = sym::min(p, sym::sub(n, sym::mul(panel, p)));
+    Dims lead(idx.begin(), idx.end() - 2), leadDims(o.begin(), o.end() - 2);
+    ExprRef matrix = sym::mul(kir::flatIndex(leadDims, lead), sym::mul(depth, n));
+    at = sym::add(matrix, sym::add(sym::mul(panel, sym::mul(depth, p)), sym::add(sym::mul(k, width), sym::mod(j, p))));
   }
   return loopNest(o, idx, one(kir::store(out(), at, read(0, inIdx))));
 }

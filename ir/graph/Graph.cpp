@@ -73,6 +73,21 @@ int64_t IndexAttrs::resolvePoint(size_t axis, sym::ExprRef dim, int64_t value, i
   throw DataError(fmt::format("index {} is out of range for dim {} of {} (size {})", written, axis, typeText, d));
 }
 
+bool IndexAttrs::isLeadingSlice(const DimList &dims) const {
+  bool leading = true;
+  for (size_t a = 0; a < dims.size(); ++a) {
+    if (isPoint(a)) {
+      if (!leading)
+        return false;
+      continue;
+    }
+    leading = false;
+    if (!starts[a] || !stops[a] || starts[a]->asConst() != 0 || stops[a] != dims[a] || step(a) != 1)
+      return false;
+  }
+  return true;
+}
+
 std::map<std::string, Attr> IndexAttrs::make(DimList starts, DimList stops, DimList steps, DimList points) {
   return {{"starts", std::move(starts)}, {"stops", std::move(stops)}, {"steps", std::move(steps)}, {"points", std::move(points)}};
 }

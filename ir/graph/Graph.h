@@ -86,6 +86,9 @@ struct IndexAttrs {
   static std::map<std::string, Attr> make(DimList starts, DimList stops, DimList steps, DimList points);
   bool isPoint(size_t axis) const { return points[axis]->asConst() == 1; }
   int64_t step(size_t axis) const { return *steps[axis]->asConst(); } // sema allows constants only
+  // Whether the index is points on leading axes, then whole axes of an operand of dims
+  // `dims`: its result is one contiguous block of the operand (w[l] of w: f32[L, K, N]).
+  bool isLeadingSlice(const DimList &dims) const;
   // The point on `axis` of a `typeText` operand whose dim is `dim` (`d` at this binding),
   // counted from the end when negative and checked against `d`: a DataError names the index
   // as the user wrote it. `value` is the static start evaluated (sema already added the dim to

@@ -40,6 +40,22 @@ PARAM_TAILS = [(("const K = 300; const N = 1000; dim M in 0..4096;\nparam w: f32
                (("const K = 70; const N = 45; dim M in 0..4096;\nparam w: f32[N, K];", "x: f32[M, K]", "f32[M, N]",
                  "x @ transpose(w)"), (45, 70))]
 PARAM_ROWS = [0, 1, 4, 5, 15, 17, 33, 65, 129]
+# Slices of params of rank 3 and 4 (the transformer's per-layer weights), each packed in
+# place in its param's packed copy: a static point, a loop's index (1000 columns: a last
+# panel of 8), and two points on a rank-4 param.
+SLICED = """const L = 3; const K = 70; const N = 1000; dim M in 0..4096;
+param w: f32[L, K, N];
+param v: f32[2, L, K, 64];
+model main(x: f32[M, K]) -> (f32[M, N], f32[M, 64]) {
+  var y = x @ w[0];
+  var z = x @ v[1, 2];
+  for l in 1..L {
+    y = y + x @ w[l];
+    z = z + x @ v[0, l];
+  }
+  return (y, z);
+}
+"""
 
 
 def write(d, name, header, args, result, expr):
@@ -57,7 +73,7 @@ class Variants(unittest.TestCase):
         self.ref = Dnnc(self.exe, self.examples, "ref")
         self.cpu = Dnnc(self.exe, self.examples, "cpu", prebuilt=True)
 
-    def each_variant(self, model, weights, inputs, where):
+    def each_variant(self, model, weights, inputs, where, outputs=1):
         want, p = self.ref.run(model, weights, inputs)
         self.assertEqual(p.returncode, 0, p.stderr)
         for v in range(VARIANTS):
@@ -67,8 +83,10 @@ class Variants(unittest.TestCase):
             finally:
                 del os.environ["DNNC_GEMM_VARIANT"]
             self.assertEqual(p.returncode, 0, f"{where}, variant {v}: {p.stderr}")
-            self.assertEqual(got[0].shape, want[0].shape, f"{where}, variant {v}")
-            assert_matches(got[0], want[0], 1e-4, 1e-4, f"{where}, variant {v}")
+            self.assertEqual(len(got), outputs, f"{where}, variant {v}")
+            for o in range(outputs):
+                self.assertEqual(got[o].shape, want[o].shape, f"{where}, variant {v}, output {o}")
+                assert_matches(got[o], want[o], 1e-4, 1e-4, f"{where}, variant {v}, output {o}")
 
     def test_matmuls(self):
         rng = np.random.default_rng(3)
@@ -93,6 +111,18 @@ class Variants(unittest.TestCase):
                 for m in (1, 5, 17, 65):
                     self.each_variant(model, w, {"x": rng.standard_normal((m, depth)).astype(np.float32)},
                                       f"{expr} at N={shape[1] if expr == 'x @ w' else shape[0]}, M={m}")
+
+    def test_prepacked_param_slices(self):
+        rng = np.random.default_rng(6)
+        with tempfile.TemporaryDirectory() as d:
+            model = os.path.join(d, "sliced.dnn")
+            with open(model, "w") as f:
+                f.write(SLICED)
+            w = {"w": rng.standard_normal((3, 70, 1000)).astype(np.float32),
+                 "v": rng.standard_normal((2, 3, 70, 64)).astype(np.float32)}
+            for m in (0, 1, 5, 17, 65):
+                self.each_variant(model, w, {"x": rng.standard_normal((m, 70)).astype(np.float32)}, f"slices at M={m}",
+                                  outputs=2)
 
     def test_tune_table_round_trip(self):
         rng = np.random.default_rng(5)
