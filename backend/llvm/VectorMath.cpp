@@ -29,7 +29,7 @@ public:
 
 private:
   llvm::Value *expParts(llvm::Value *hi, llvm::Value *lo);
-  llvm::Value *erfcOfAbs(llvm::Value *a, llvm::Value *hi, llvm::Value *lo);
+  std::pair<llvm::Value *, llvm::Value *> erfcOfAbs(llvm::Value *a, llvm::Value *hi, llvm::Value *lo);
   std::pair<llvm::Value *, llvm::Value *> negSquare(llvm::Value *x);
   llvm::Value *erfSmall(llvm::Value *x);
   llvm::Value *log2Double(llvm::Value *x);
@@ -132,21 +132,21 @@ llvm::Value *MathBuilder::erfSmall(llvm::Value *x) {
   return b_.CreateFMul(x, p);
 }
 
-// erfc(a) for a = |x| >= 0 (or NaN), given -a^2 as an unevaluated sum hi + lo.
-// For a >= 0.5, erfc(a) = exp(-a^2) t H(t) with t = 1/(1 + a/2): H is smooth on t in
-// [0.165, 0.8], between 0.33 and 0.78, and its near-minimax polynomial in t - 0.4826 has
-// relative error 7e-11 (and Horner's sum of magnitudes stays within 2.3 times H).
+// erfc(a) for a = |x| >= 0 (or NaN), given -a^2 as an unevaluated sum hi + lo, as the
+// factors of erfc(a) = exp(-a^2) (t H(t)) with t = 1/(1 + a/2): a caller multiplies the
+// exponential last, so that only its own result can leave the normal range. H is smooth on t in [0.1538, 1] (a
+// from 11 down to 0), between 0.33 and 1, and its minimax polynomial of degree 10 in
+// t - 0.5769 (Remez, relative error 3.9e-9) serves every a: no second polynomial for
+// small a, which GELU, whose arguments are mostly small, would pay for on every element.
 // Past a = 10.06 erfc is below 2^-149; past 11 it is 0 (where the split of a^2 of an
 // infinite a would be NaN).
-llvm::Value *MathBuilder::erfcOfAbs(llvm::Value *a, llvm::Value *hi, llvm::Value *lo) {
+std::pair<llvm::Value *, llvm::Value *> MathBuilder::erfcOfAbs(llvm::Value *a, llvm::Value *hi, llvm::Value *lo) {
   llvm::Value *t = b_.CreateFDiv(f(1.0), fma(a, f(0.5), f(1.0)));
-  llvm::Value *h = poly(b_.CreateFSub(t, f(0.4826446280991736)),
-                        {0.49903300492610286, 0.6678945862880069, 0.5510490954157348, 0.15739311071251227, -0.16265071608768905,
-                         -0.11361341111364719, 0.09158380755672933, 0.0655333553020302, -0.08060241029930332,
-                         -0.026065471005171332, 0.06270431324185204});
-  llvm::Value *large = b_.CreateFMul(expParts(hi, lo), b_.CreateFMul(t, h));
-  large = b_.CreateSelect(b_.CreateFCmpOGT(a, f(11.0)), f(0.0), large);
-  return b_.CreateSelect(b_.CreateFCmpOLT(a, f(0.5)), b_.CreateFSub(f(1.0), erfSmall(a)), large);
+  llvm::Value *h = poly(b_.CreateFSub(t, f(0.5769230769230769)),
+                        {0.5670172938708249, 0.7754098644097904, 0.5860565010279772, 0.08764513823004912, -0.20254405779905946,
+                         -0.05373546709527254, 0.11400337037903653, 0.00603834663662395, -0.0753333220791475,
+                         0.015116139938748599, 0.03714771761760752});
+  return {expParts(hi, lo), b_.CreateSelect(b_.CreateFCmpOGT(a, f(11.0)), f(0.0), b_.CreateFMul(t, h))};
 }
 
 // -(x^2) as hi + lo: hi is the exact square of x's high half, lo the rest (rounded).
@@ -160,7 +160,8 @@ std::pair<llvm::Value *, llvm::Value *> MathBuilder::negSquare(llvm::Value *x) {
 llvm::Value *MathBuilder::erf(llvm::Value *x) {
   llvm::Value *a = abs(x);
   auto [hi, lo] = negSquare(a);
-  llvm::Value *large = copySign(b_.CreateFSub(f(1.0), erfcOfAbs(a, hi, lo)), x);
+  auto [e, scale] = erfcOfAbs(a, hi, lo);
+  llvm::Value *large = copySign(b_.CreateFSub(f(1.0), b_.CreateFMul(e, scale)), x);
   return b_.CreateSelect(b_.CreateFCmpOLT(a, f(1.0)), erfSmall(x), large);
 }
 
@@ -169,9 +170,13 @@ llvm::Value *MathBuilder::erf(llvm::Value *x) {
 llvm::Value *MathBuilder::gelu(llvm::Value *x) {
   llvm::Value *z = b_.CreateFMul(x, f(-M_SQRT1_2));
   auto [hi, lo] = negSquare(x);
-  llvm::Value *r = erfcOfAbs(abs(z), b_.CreateFMul(hi, f(0.5)), b_.CreateFMul(lo, f(0.5)));
-  r = b_.CreateSelect(b_.CreateFCmpOLT(z, f(0.0)), b_.CreateFSub(f(2.0), r), r);
-  return b_.CreateFMul(b_.CreateFMul(f(0.5), x), r);
+  auto [e, scale] = erfcOfAbs(abs(z), b_.CreateFMul(hi, f(0.5)), b_.CreateFMul(lo, f(0.5)));
+  llvm::Value *half = b_.CreateFMul(f(0.5), x);
+  // x > 0: x/2 (2 - erfc(|z|)); else x/2 erfc(|z|), whose exponential, when it is below
+  // 2^-126 (x < -13), joins last: erfc alone would be denormal where x/2 erfc is not.
+  llvm::Value *positive = b_.CreateFMul(half, b_.CreateFSub(f(2.0), b_.CreateFMul(e, scale)));
+  llvm::Value *negative = b_.CreateFMul(b_.CreateFMul(half, scale), e);
+  return b_.CreateSelect(b_.CreateFCmpOLT(z, f(0.0)), positive, negative);
 }
 
 // sin or cos in f64. |x| < pi/4 is its own reduced argument; otherwise |x| 2/pi mod 4 is
