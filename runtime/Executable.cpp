@@ -930,7 +930,9 @@ void Executable::traceOp(const ir::Op &op, const std::vector<const Tensor *> &in
     bool aliases = view;
     for (const Tensor *t : in)
       aliases = aliases || within(m.data, t->data(), t->byteSize());
-    if (within(m.data, arena_.data(), arena_.size())) {
+    if (view) { // a param view, or a view of a param's packed copy (which is in the arena)
+      m.where = Placement::View;
+    } else if (within(m.data, arena_.data(), arena_.size())) {
       m.where = Placement::Arena;
       trace_.arenaHighWater = std::max(trace_.arenaHighWater, static_cast<int64_t>(m.data - arena_.data()) + m.bytes);
     } else if (within(m.data, lateArena_.data(), lateArena_.size())) {

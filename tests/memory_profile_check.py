@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """`dnnc profile --json` and `--svg` (spec training.md §14), on the golden profile model
-(tests/golden/profile/table.dnn) and on examples/train/charlm.dnn's two-block transformer:
+(tests/golden/profile/table.dnn), on examples/train/charlm.dnn's two-block transformer and
+on slices of a prepacked weight (views into the arena):
 
 - JSON: the spec's keys; peak_bytes is the sum of the categories at the peak and the peak
   of the planned live curve; measured and planned agree (the executor's trace of the run
@@ -122,6 +123,15 @@ def main():
             check(by["gradients"] == by["optimizer_state"] == by["stashed"] == by["recomputed"] == 0, f"call: training categories {by}")
             with open(svg, encoding="utf-8") as f:
                 check_svg("call", f.read(), False, False)
+        # Slices of a prepacked weight are views into its packed copy, which lies in the
+        # arena: the trace counts them as views, not as new arena values.
+        sliced = os.path.join(tmp, "sliced.dnn")
+        with open(sliced, "w") as f:
+            f.write("param w: f32[3, 70, 1000];\ndim M;\nmodel main(x: f32[M, 70]) -> f32[M, 1000] {\n"
+                    "  return x @ w[0] + x @ w[2];\n}\n")
+        out = profile(a, sliced, "--bind", "M=4", "--json")
+        if out is not None:
+            check_json("sliced weights", json.loads(out))
         out = profile(a, charlm, "--bind", "B=2,T=32", "--train", "--optimizer", "adam", "--json")
         if out is not None:
             d = json.loads(out)

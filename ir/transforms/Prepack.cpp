@@ -108,14 +108,14 @@ int prepackWeights(Graph &g) {
     }
     ++rewritten;
   }
-  // Transposes and slices of params that no op reads any more.
+  // Transposes of params, and the slices this pass replaced, that no op reads any more (a
+  // slice the model left unused stays: its index may be out of range, an error to report).
   walkRegions(g.body, [&](Region &r) {
     auto uses = countUses(g.body);
     r.ops.erase(std::remove_if(r.ops.begin(), r.ops.end(),
                                [&](const Op *op) {
-                                 bool ofParam = (op->kind == OpKind::Transpose && isParam(op->operands[0])) ||
-                                                (op->kind == OpKind::Index && isParamSlice(op->results[0]));
-                                 return ofParam && uses[op->results[0]] == 0;
+                                 bool replaced = (op->kind == OpKind::Transpose && isParam(op->operands[0])) || packedSlices.count(op);
+                                 return replaced && uses[op->results[0]] == 0;
                                }),
                 r.ops.end());
   });

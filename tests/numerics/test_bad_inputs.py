@@ -83,6 +83,12 @@ class BadInputs(unittest.TestCase):
         self.fails_everywhere("dim C;\nmodel main(x: f32[C, 8], i: i64[3]) -> f32[3, 8] {\n  return take(x, i, 0);\n}\n",
                               ["--bind", "C=2", "--input", "i=%d/i.npy", "--random-inputs"], "index 5 is out of range for dim 0 of f32[2, 8] (size 2)",
                               files={"i.npy": np.array([0, 5, 1], np.int64)})
+        # A slice of a weight the model leaves unused is still checked where the weight's
+        # other slices are read from its prepacked copy (the prepack pass once dropped it).
+        self.fails_everywhere("param w: f32[3, 4, 64];\nmodel main(x: f32[2, 4], i: i64[]) -> f32[2, 64] {\n"
+                              "  let unused = w[i];\n  return x @ w[0] + x @ w[i % 3];\n}\n",
+                              ["--input", "i=%d/i.npy", "--random-inputs"], "index 7 is out of range for dim 0 of f32[3, 4, 64] (size 3)",
+                              files={"i.npy": np.array(7, np.int64)})
 
     def test_max_iterations(self):
         self.fails_everywhere("dim B;\nmodel main(x: f32[B]) -> f32[B] {\n  var y = x;\n  while sum(y) > -1.0e30 {\n"
