@@ -727,7 +727,8 @@ private:
       }
       exe_.opsExecuted_ += body.ops.size();
       for (const Copy &c : copies)
-        std::memcpy(c.to, c.from->data(), c.bytes);
+        if (c.bytes) // an empty carried value may have no memory at all (null data)
+          std::memcpy(c.to, c.from->data(), c.bytes);
     }
     return launches;
   }
