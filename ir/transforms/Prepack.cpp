@@ -110,8 +110,9 @@ int prepackWeights(Graph &g) {
   }
   // Transposes of params, and the slices this pass replaced, that no op reads any more (a
   // slice the model left unused stays: its index may be out of range, an error to report).
+  // (Removing one never changes another's use count: none reads another.)
+  auto uses = countUses(g.body);
   walkRegions(g.body, [&](Region &r) {
-    auto uses = countUses(g.body);
     r.ops.erase(std::remove_if(r.ops.begin(), r.ops.end(),
                                [&](const Op *op) {
                                  bool replaced = (op->kind == OpKind::Transpose && isParam(op->operands[0])) || packedSlices.count(op);
