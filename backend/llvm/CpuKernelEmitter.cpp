@@ -159,19 +159,22 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
     lanes.push_back(b_.getInt64(l));
   llvm::Value *iota = llvm::ConstantVector::get(lanes);
   auto align = llvm::Align(4);
-  // Lane masks of the V vectors of columns from j0: the columns below n.
+  // The columns that masks and tails are against: n, or a padded band's positions.
+  llvm::Value *columns = n;
+  // Lane masks of the V vectors of columns from j0: the columns below `columns`.
   auto masksOf = [&](llvm::Value *j0, unsigned V) {
     std::vector<llvm::Value *> masks;
     for (unsigned v = 0; v < V; ++v)
       masks.push_back(b_.CreateICmpSLT(b_.CreateAdd(b_.CreateVectorSplat(vw, b_.CreateAdd(j0, b_.getInt64(v * vw))), iota),
-                                       b_.CreateVectorSplat(vw, n)));
+                                       b_.CreateVectorSplat(vw, columns)));
     return masks;
   };
-  // Emits body(masked) twice: unmasked when the V vectors from j0 lie below n, masked else.
+  // Emits body(masked) twice: unmasked when the V vectors from j0 lie below `columns`,
+  // masked else.
   auto fullOrTail = [&](llvm::Value *j0, unsigned V, const std::function<void(bool)> &body) {
     auto *fullBB = llvm::BasicBlock::Create(ctx_, "cols.full", fn_), *tailBB = llvm::BasicBlock::Create(ctx_, "cols.tail", fn_),
          *joinBB = llvm::BasicBlock::Create(ctx_, "cols.done", fn_);
-    b_.CreateCondBr(b_.CreateICmpSLE(b_.CreateAdd(j0, b_.getInt64(V * vw)), n), fullBB, tailBB);
+    b_.CreateCondBr(b_.CreateICmpSLE(b_.CreateAdd(j0, b_.getInt64(V * vw)), columns), fullBB, tailBB);
     for (bool masked : {false, true}) {
       b_.SetInsertPoint(masked ? tailBB : fullBB);
       body(masked);
@@ -185,11 +188,14 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
     return b_.CreateAlignedLoad(vec, ptr, align);
   };
   // C[i0:i0+R, j0:j0+V vectors] (+)= A[i0:i0+R, k0:kEnd] x B[k0:kEnd, ...], B's row k at
-  // bRows + k * bStride; `first` says whether to store rather than add to C.
-  // With packedA, A's rows come from the micro-panels (A row i0 + r at k in the panel of
-  // row i0 - row0, at kRows * (k - k0) + its place in it).
+  // bRows + k * bStride, or at bRows + bOffsets[k] when given; `first` says whether to
+  // store rather than add to C. With packedA, A's rows come from the micro-panels (A row
+  // i0 + r at k in the panel of row i0 - row0, at kRows * (k - k0) + its place in it).
+  // `storeC`, when given, stores each sum (row, vector, value) in place of the default.
+  using StoreC = std::function<void(llvm::Value *, unsigned, llvm::Value *)>;
   auto microKernel = [&](llvm::Value *i0, unsigned R, unsigned V, llvm::Value *j0, llvm::Value *k0, llvm::Value *kEnd,
-                         llvm::Value *first, llvm::Value *bRows, llvm::Value *bStride, bool masked, bool packedA = false) {
+                         llvm::Value *first, llvm::Value *bRows, llvm::Value *bStride, bool masked, bool packedA = false,
+                         llvm::Value *bOffsets = nullptr, const StoreC &storeC = nullptr) {
     std::vector<llvm::Value *> masks = masked ? masksOf(j0, V) : std::vector<llvm::Value *>(V, nullptr);
     std::vector<llvm::Value *> aRows;
     llvm::Value *aSource = A, *aStep = b_.getInt64(1);
@@ -207,7 +213,8 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
     for (unsigned k = 0; k < R * V; ++k)
       b_.CreateStore(llvm::Constant::getNullValue(vec), acc[k]);
     forLoop("k", k0, kEnd, 1, [&](llvm::Value *k) {
-      llvm::Value *bRow = b_.CreateGEP(f32, bRows, b_.CreateMul(k, bStride));
+      llvm::Value *bRow = b_.CreateGEP(f32, bRows, bOffsets ? b_.CreateLoad(b_.getInt64Ty(), b_.CreateInBoundsGEP(b_.getInt64Ty(), bOffsets, k))
+                                                            : b_.CreateMul(k, bStride));
       std::vector<llvm::Value *> bv;
       for (unsigned v = 0; v < V; ++v)
         bv.push_back(loadVec(b_.CreateGEP(f32, bRow, b_.getInt64(v * vw)), masks[v]));
@@ -220,6 +227,12 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
         }
       }
     });
+    if (storeC) {
+      for (unsigned r = 0; r < R; ++r)
+        for (unsigned v = 0; v < V; ++v)
+          storeC(b_.CreateAdd(i0, b_.getInt64(r)), v, b_.CreateLoad(vec, acc[r * V + v]));
+      return;
+    }
     for (unsigned r = 0; r < R; ++r) {
       llvm::Value *cRow = b_.CreateAdd(cBase, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(i0, b_.getInt64(r)), ldc), j0));
       for (unsigned v = 0; v < V; ++v) {
@@ -264,17 +277,17 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
        *doneBB = llvm::BasicBlock::Create(ctx_, "gemm.done", fn_);
   b_.CreateCondBr(stream, streamBB, packBB);
 
-  // tile(j0, W, masked) over columns [0, n): full tiles of `top` vectors, then tiles of
+  // tile(j0, W, masked) over [0, columns): full tiles of `top` vectors, then tiles of
   // one vector, then one masked vector for the rest. (A single masked tile of `top`
   // vectors for the tail ran every masked-off vector through the whole depth: [1, 512] x
   // [512, 10] took 8 us instead of 0.7. Halving tiles, 16, 8, 4, 2, 1, made every GEMM
   // kernel 29% longer and training compiles as much slower.)
   auto columnTiles = [&](unsigned top, const std::function<void(llvm::Value *, unsigned, bool)> &tile) {
-    llvm::Value *wide = b_.CreateMul(b_.CreateSDiv(n, b_.getInt64(top * vw)), b_.getInt64(top * vw));
+    llvm::Value *wide = b_.CreateMul(b_.CreateSDiv(columns, b_.getInt64(top * vw)), b_.getInt64(top * vw));
     forLoop("j0", b_.getInt64(0), wide, top * vw, [&](llvm::Value *j0) { tile(j0, top, false); });
-    llvm::Value *whole = b_.CreateMul(b_.CreateSDiv(n, b_.getInt64(vw)), b_.getInt64(vw));
+    llvm::Value *whole = b_.CreateMul(b_.CreateSDiv(columns, b_.getInt64(vw)), b_.getInt64(vw));
     forLoop("j1", wide, whole, vw, [&](llvm::Value *j1) { tile(j1, 1, false); });
-    onlyIf(b_.CreateICmpSLT(whole, n), [&] { tile(whole, 1, true); });
+    onlyIf(b_.CreateICmpSLT(whole, columns), [&] { tile(whole, 1, true); });
   };
 
   b_.SetInsertPoint(streamBB);
@@ -287,6 +300,86 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
   b_.CreateBr(doneBB);
 
   b_.SetInsertPoint(packBB);
+  if (g.im2col && g.im2col->stride == 1 && g.im2col->dilation == 1) {
+    // A stride-1 convolution whose task's input rows fit kBandFloats: those rows are
+    // copied once per task, zero-padded on every side, into `band` (channel ci's row r at
+    // (ci * bandRows + r) * paddedWidth), and the micro-kernels read B straight from it.
+    // Over positions q = t * paddedWidth + ow of the padded width, B's row k = (ci, ki, kj)
+    // is band[q + (ci * bandRows + ki) * paddedWidth + kj]: a contiguous vector per k, no
+    // packing (which, at 16 output channels and 27 taps, cost as much as the FMAs). The
+    // kw - 1 positions past outWidth of each row are computed and dropped: a vector's
+    // sums are stored as the lanes of its first output row and those of the next.
+    const kir::Gemm::Im2col &im = *g.im2col;
+    const int64_t kBandFloats = 8192, taps = im.kh * im.kw;
+    llvm::Type *i64 = b_.getInt64Ty();
+    llvm::Value *pad = b_.getInt64(im.padding), *paddedWidth = b_.CreateAdd(imWidth, b_.getInt64(2 * im.padding));
+    llvm::Value *outWidth = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, imOutWidth, b_.getInt64(1));
+    llvm::Value *outRow0 = b_.CreateSDiv(imColumn0, outWidth), *outRows = b_.CreateSDiv(n, outWidth);
+    llvm::Value *bandRows = b_.CreateAdd(outRows, b_.getInt64(im.kh - 1)), *channels = b_.CreateSDiv(depth, b_.getInt64(taps));
+    llvm::Value *fits = b_.CreateICmpSGT(n, b_.getInt64(0));
+    fits = b_.CreateAnd(fits, b_.CreateICmpSGE(depth, b_.getInt64(1)));
+    fits = b_.CreateAnd(fits, b_.CreateICmpSLE(depth, b_.getInt64(kDepthBlock)));
+    fits = b_.CreateAnd(fits, b_.CreateICmpSGE(paddedWidth, b_.getInt64(vw)));
+    fits = b_.CreateAnd(fits, b_.CreateICmpEQ(imOutWidth, b_.CreateSub(paddedWidth, b_.getInt64(im.kw - 1))));
+    fits = b_.CreateAnd(fits, b_.CreateICmpSLE(b_.CreateMul(b_.CreateMul(channels, bandRows), paddedWidth), b_.getInt64(kBandFloats)));
+    auto *bandBB = llvm::BasicBlock::Create(ctx_, "gemm.band", fn_), *windowsBB = llvm::BasicBlock::Create(ctx_, "gemm.windows", fn_);
+    b_.CreateCondBr(fits, bandBB, windowsBB);
+    b_.SetInsertPoint(bandBB);
+    llvm::AllocaInst *band = entryAlloca(llvm::ArrayType::get(f32, kBandFloats), "band");
+    band->setAlignment(llvm::Align(64));
+    llvm::AllocaInst *offsets = entryAlloca(llvm::ArrayType::get(i64, kDepthBlock), "band.offsets");
+    llvm::Value *plane = b_.CreateMul(imHeight, imWidth), *zero = llvm::Constant::getNullValue(vec);
+    auto splat = [&](llvm::Value *v) { return b_.CreateVectorSplat(vw, v); };
+    forLoop("bc", b_.getInt64(0), channels, 1, [&](llvm::Value *ci) {
+      forLoop("br", b_.getInt64(0), bandRows, 1, [&](llvm::Value *r) {
+        llvm::Value *ih = b_.CreateAdd(b_.CreateSub(outRow0, pad), r);
+        llvm::Value *rowIn = splat(b_.CreateICmpULT(ih, imHeight));
+        // Column c of the band's row is the image's column c - pad (masked-off lanes are
+        // not read, so the address may lie before the image).
+        llvm::Value *src = b_.CreateGEP(f32, B, b_.CreateAdd(bBase, b_.CreateSub(b_.CreateAdd(b_.CreateMul(ci, plane), b_.CreateMul(ih, imWidth)), pad)));
+        llvm::Value *dst = b_.CreateInBoundsGEP(f32, band, b_.CreateMul(b_.CreateAdd(b_.CreateMul(ci, bandRows), r), paddedWidth));
+        forLoop("bw", b_.getInt64(0), paddedWidth, vw, [&](llvm::Value *c) {
+          llvm::Value *cols = b_.CreateAdd(splat(b_.CreateSub(c, pad)), iota);
+          llvm::Value *inside = b_.CreateAnd(rowIn, b_.CreateICmpULT(cols, splat(imWidth)));
+          llvm::Value *v = b_.CreateMaskedLoad(vec, b_.CreateGEP(f32, src, c), align, inside, zero);
+          b_.CreateMaskedStore(v, b_.CreateInBoundsGEP(f32, dst, c), align, b_.CreateICmpSLT(b_.CreateAdd(splat(c), iota), splat(paddedWidth)));
+        });
+      });
+    });
+    forLoop("bk", b_.getInt64(0), depth, 1, [&](llvm::Value *k) {
+      llvm::Value *ci = b_.CreateSDiv(k, b_.getInt64(taps)), *tap = b_.CreateSRem(k, b_.getInt64(taps));
+      llvm::Value *ki = b_.CreateSDiv(tap, b_.getInt64(im.kw)), *kj = b_.CreateSRem(tap, b_.getInt64(im.kw));
+      llvm::Value *at = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(ci, bandRows), ki), paddedWidth), kj);
+      b_.CreateStore(at, b_.CreateInBoundsGEP(i64, offsets, k));
+    });
+    columns = b_.CreateAdd(b_.CreateMul(b_.CreateSub(outRows, b_.getInt64(1)), paddedWidth), imOutWidth);
+    columnTiles(2, [&](llvm::Value *j0, unsigned V, bool masked) {
+      std::vector<llvm::Value *> tail = masked ? masksOf(j0, V) : std::vector<llvm::Value *>(V, splat(b_.getTrue()));
+      // Per vector: where its lanes of output row t and of row t + 1 go, and which.
+      std::vector<llvm::Value *> here(V), next(V), hereLanes(V), nextLanes(V);
+      for (unsigned h = 0; h < V; ++h) {
+        llvm::Value *q = b_.CreateAdd(j0, b_.getInt64(h * vw)), *t = b_.CreateUDiv(q, paddedWidth);
+        llvm::Value *ow = b_.CreateSub(q, b_.CreateMul(t, paddedWidth)), *owLanes = b_.CreateAdd(splat(ow), iota);
+        hereLanes[h] = b_.CreateAnd(tail[h], b_.CreateICmpSLT(owLanes, splat(imOutWidth)));
+        nextLanes[h] = b_.CreateAnd(tail[h], b_.CreateAnd(b_.CreateICmpSGE(owLanes, splat(paddedWidth)),
+                                                          b_.CreateICmpSLT(owLanes, splat(b_.CreateAdd(paddedWidth, imOutWidth)))));
+        here[h] = b_.CreateAdd(b_.CreateMul(t, imOutWidth), ow);
+        next[h] = b_.CreateSub(b_.CreateAdd(here[h], imOutWidth), paddedWidth);
+      }
+      StoreC store = [&](llvm::Value *row, unsigned v, llvm::Value *sum) {
+        llvm::Value *cRow = b_.CreateAdd(cBase, b_.CreateMul(row, ldc));
+        b_.CreateMaskedStore(sum, b_.CreateGEP(f32, C, b_.CreateAdd(cRow, here[v])), align, hereLanes[v]);
+        b_.CreateMaskedStore(sum, b_.CreateGEP(f32, C, b_.CreateAdd(cRow, next[v])), align, nextLanes[v]);
+      };
+      llvm::Value *bandRowsAt = b_.CreateInBoundsGEP(f32, band, j0);
+      rowTiles(kRows, [&](llvm::Value *i0, unsigned R) {
+        microKernel(i0, R, V, j0, b_.getInt64(0), depth, b_.getTrue(), bandRowsAt, nullptr, masked, false, offsets, store);
+      });
+    });
+    columns = n;
+    b_.CreateBr(doneBB);
+    b_.SetInsertPoint(windowsBB);
+  }
   // At least one depth block, so that an empty sum still stores its zeros.
   llvm::Value *depthBlocksEnd = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, depth, b_.getInt64(1));
   auto packedPath = [&](bool packedA) {

@@ -71,7 +71,7 @@ struct Conv2d {
 kir::StmtPtr vectorizedConv2d(const Conv2d &conv, const std::function<sym::ExprRef()> &freshVar);
 
 // Output positions per implicit-GEMM task (whole output rows: at least one).
-constexpr int64_t kConvColumnBlock = 256;
+constexpr int64_t kConvColumnBlock = 512;
 
 // The convolution as an implicit GEMM (kir::Gemm::Im2col), per image and group:
 //   out[n, g*Og + i, p] = sum_k w[g*Og + i, k] * im2col(x[n, g*Cg + .])(k, p)

@@ -230,13 +230,17 @@ IMAGES = [(1, 9, 9), (2, 7, 13), (1, 16, 11)]
 # Convolutions the CPU runs as an implicit GEMM (lower::conv2dGemm: at least 8 output
 # channels per group): the convnet's two layers, 1x1 and 5x5 kernels, odd channel counts
 # that leave a row tail past the micro-kernel's 8 rows and past a 64-row task (70), groups,
-# dilation, stride 3, padding wider than the kernel's reach (taps wholly outside).
+# dilation, stride 3, padding wider than the kernel's reach (taps wholly outside); a 5x5
+# kernel without padding (a vector of the padded band ends in the next row's dropped
+# positions) and 30 input channels (depth 270: two depth blocks, no band).
 GEMM_CONVS = [(3, 16, 3, 1, 1, 1, 1), (16, 32, 3, 2, 1, 1, 1), (5, 9, 1, 1, 0, 1, 1), (6, 24, 5, 1, 2, 1, 2),
-              (4, 70, 3, 1, 1, 2, 1), (7, 11, 3, 3, 4, 1, 1), (2, 8, 5, 2, 2, 1, 1)]
+              (4, 70, 3, 1, 1, 2, 1), (7, 11, 3, 3, 4, 1, 1), (2, 8, 5, 2, 2, 1, 1), (3, 8, 5, 1, 0, 1, 1),
+              (30, 8, 3, 1, 1, 1, 1)]
 # Their images: an empty batch; 1x1; positions that end a 16-lane vector (16 wide: each
 # vector one output row, the stride-1 load path) and cross one (35 wide: rows split across
-# vectors, the gather path); 17x19 = 323 positions, past one 256-position task.
-GEMM_IMAGES = [(0, 5, 5), (1, 1, 1), (1, 16, 16), (2, 5, 35), (1, 17, 19)]
+# vectors, the gather path); 17x19 = 323 positions and 23x29 = 667, past one 512-position
+# task; rows 1100 wide, whose band of input rows is too large to copy (the windows path).
+GEMM_IMAGES = [(0, 5, 5), (1, 1, 1), (1, 16, 16), (2, 5, 35), (1, 17, 19), (1, 23, 29), (1, 2, 1100)]
 
 
 def pool_ref(x, k, kind):
