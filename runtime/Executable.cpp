@@ -577,7 +577,7 @@ private:
     for (size_t k = carriedFrom; k < op.operands.size(); ++k)
       carried.push_back(values.at(op.operands[k]));
     if (exe_.tracing_)
-      exe_.traceCopies(op, carried);
+      exe_.traceCopies(op, carried, valuesOf(op.operands), false);
     auto enter = [&](const ir::Region &r, std::optional<int64_t> i, ir::Binding &inner) {
       size_t a = 0;
       if (i) {
@@ -600,7 +600,7 @@ private:
       for (size_t k = 0; k < carried.size(); ++k)
         carried[k] = values.at(body.yields[k]);
       if (exe_.tracing_)
-        exe_.traceCopies(op, carried);
+        exe_.traceCopies(op, carried, {}, true);
     };
     if (isFor) {
       // The first step is walked: it checks and plans every body op under this binding.
@@ -950,14 +950,23 @@ void Executable::traceOp(const ir::Op &op, const std::vector<const Tensor *> &in
 
 // A loop's carried values are copies the executor owns (Tensor's copy owns its bytes:
 // the arena slot of the yield that made them is reused in the next iteration), made at
-// the loop's entry and after every iteration: memory no op makes, which the trace
-// charges to the loop.
-void Executable::traceCopies(const ir::Op &loop, const std::vector<Tensor> &carried) {
+// the loop's entry and written again after every iteration: memory no op makes, which
+// the trace charges to the loop. A compiled loop holds one buffer per carried value
+// through all its steps (replay), so only the entry's copies count as allocated.
+void Executable::traceCopies(const ir::Op &loop, const std::vector<Tensor> &carried, const std::vector<const Tensor *> &operands,
+                             bool step) {
   MemoryEvent e;
   e.op = &loop;
+  e.loopStep = step;
+  if (!step) { // the entry reads the loop's operands: the carried values' first ones (and a for's bounds)
+    e.reads.assign(loop.operands.begin(), loop.operands.end());
+    for (const Tensor *t : operands)
+      e.readData.push_back(t->data());
+  }
   for (size_t k = 0; k < carried.size() && k < loop.results.size(); ++k) {
     MemoryEvent::Made m{loop.results[k], static_cast<int64_t>(carried[k].byteSize()), Placement::Allocated, carried[k].data()};
-    trace_.allocatedBytes += m.bytes;
+    if (!step)
+      trace_.allocatedBytes += m.bytes;
     e.made.push_back(m);
   }
   trace_.events.push_back(std::move(e));

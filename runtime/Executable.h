@@ -194,10 +194,13 @@ public:
   // (at the planned offset), in memory the runtime allocated for that result alone, or a
   // view of memory that exists already (a param view, a host op's alias of its operand).
   // A loop's carried values, which the executor copies at its entry and after each
-  // iteration, are recorded as results of the loop op. These are the runtime's own
-  // counts, so a profile can set them beside the plan. While it is on, every loop is
-  // walked (no compiled loops, see loop paths): the trace is of the walk, whose copies
-  // are fresh memory each step where a compiled loop reuses its carried buffers.
+  // iteration, are recorded as results of the loop op: the entry's event reads the loop's
+  // operands and makes the carried buffers; each later one (loopStep) writes the yields
+  // over those same buffers, as a compiled loop does, and makes no new memory (the walk's
+  // copies are fresh memory each step, and its region arguments and the loop's results
+  // copies of their own: a profile follows the carried values by value, not address).
+  // These are the runtime's own counts, so a profile can set them beside the plan. While
+  // it is on, every loop is walked (no compiled loops, see loop paths).
   enum class Placement { Arena, Allocated, View };
   struct MemoryEvent {
     const ir::Op *op = nullptr;
@@ -210,6 +213,7 @@ public:
       const uint8_t *data = nullptr; // to tell a result written over its operand (in place)
     };
     std::vector<Made> made;
+    bool loopStep = false; // a loop's copies after an iteration: over the buffers its entry made
   };
   struct MemoryTrace {
     std::vector<MemoryEvent> events; // in execution order, over every run since it was turned on
@@ -261,7 +265,8 @@ private:
   bool tracing_ = false;
   MemoryTrace trace_;
   void traceOp(const ir::Op &op, const std::vector<const Tensor *> &in, const std::vector<Tensor> &out, bool view);
-  void traceCopies(const ir::Op &loop, const std::vector<Tensor> &carried);
+  // At the loop's entry (`operands`: the loop op's, which it reads) or after a step (none).
+  void traceCopies(const ir::Op &loop, const std::vector<Tensor> &carried, const std::vector<const Tensor *> &operands, bool step);
   std::vector<OpTime> times_; // by op index, while profiling
   std::unordered_map<const ir::Op *, std::string> loopRefusal_; // what the body alone rules out, per for loop
   std::vector<LoopTime> loopPaths_;                          // the last run's

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """`dnnc profile --json` and `--svg` (spec training.md §14), on the golden profile model
-(tests/golden/profile/table.dnn), on examples/train/charlm.dnn's two-block transformer and
-on slices of a prepacked weight (views into the arena):
+(tests/golden/profile/table.dnn), on examples/train/charlm.dnn's two-block transformer, on
+slices of a prepacked weight (views into the arena) and on for and while loops (their
+carried values):
 
 - JSON: the spec's keys; peak_bytes is the sum of the categories at the peak and the peak
   of the planned live curve; measured and planned agree (the executor's trace of the run
@@ -132,6 +133,34 @@ def main():
         out = profile(a, sliced, "--bind", "M=4", "--json")
         if out is not None:
             check_json("sliced weights", json.loads(out))
+        # Loops: each carried value is one buffer of the executor's (the compiled loop's
+        # `carried`, which the walk copies afresh each step), live from the loop's entry
+        # through its body to its last reader; the plan counts it as the run holds it. A
+        # loop's result read after it, returned (an output over the whole loop), nested, and
+        # a while carrying a counter too.
+        loops = {
+            "loop_read_after": "var y = x * 2.0;\n  for l in 0..3 {\n    y = y + x @ w[l];\n  }\n  return relu(y);",
+            "loop_returned": "var y = x;\n  for l in 0..3 {\n    y = y + x @ w[l];\n  }\n  return y;",
+            "loop_nested": "var y = x * 2.0;\n  for i in 0..2 {\n    var z = y;\n    for l in 0..3 {\n"
+                           "      z = z + x @ w[l];\n    }\n    y = relu(z);\n  }\n  return y * 3.0;",
+            "loop_while": "var y = x * 2.0;\n  var k = 0;\n  while k < 3 {\n    y = y @ w[k];\n    k = k + 1;\n  }\n"
+                          "  return relu(y);",
+        }
+        for name, body in loops.items():
+            path = os.path.join(tmp, f"{name}.dnn")
+            with open(path, "w") as f:
+                f.write(f"param w: f32[3, 16, 16];\nmodel main(x: f32[4, 16]) -> f32[4, 16] {{\n  {body}\n}}\n")
+            for device in ["cpu", "cuda-sim"]:
+                out = profile(a, path, "--device", device, "--json")
+                if out is None:
+                    continue
+                d = json.loads(out)
+                check_json(f"{name} {device}", d)
+                carried = 4 * 16 * 4  # one f32[4, 16]
+                if name == "loop_returned":  # the returned loop result is live at the peak, in the loop
+                    check(d["categories"]["outputs"] == carried, f"{name} {device}: outputs at the peak {d['categories']['outputs']}, not {carried}")
+                if name == "loop_read_after":  # the initial y (held through the loop), the body's y and the carried copy
+                    check(d["categories"]["workspace"] >= 3 * carried, f"{name} {device}: workspace at the peak {d['categories']['workspace']}")
         out = profile(a, charlm, "--bind", "B=2,T=32", "--train", "--optimizer", "adam", "--json")
         if out is not None:
             d = json.loads(out)

@@ -6,15 +6,20 @@
 //   each planned buffer live over its plan lifetime (an in-place result from the position
 //   after its operand's last), values the plan leaves to the runtime (outputs, values
 //   inside control flow) from their op to their last reader (outputs to the end), params,
-//   inputs and optimizer state over the whole step. The sizes are the plan's (types'
-//   byte expressions evaluated), never recomputed here.
+//   inputs and optimizer state over the whole step; a for or while loop's results, the
+//   buffers the executor copies its carried values into, from the loop's entry through
+//   its body to their last reader. A use by a loop op or inside a loop lasts to that
+//   loop's end (as the plan's lifetimes do). The sizes are the plan's (types' byte
+//   expressions evaluated), never recomputed here.
 // - Measured: the executor's memory trace (rt::Executable::MemoryTrace) of one real run at
 //   the binding: each result's actual bytes and placement, live from the op that made it
 //   to the last op that read its bytes (followed by address; a result written over an
 //   operand read for the last time replaces it), the executor's copies of loop-carried
-//   values (charged to the loop op), and the arena the runtime allocated. Loop-free, the
-//   two accounts agree op by op; in loops the measured one has the copies and the
-//   planned one keeps a value a loop reads until the loop ends.
+//   values (charged to the loop op: one buffer per carried value from the entry to the
+//   last step or reader, followed by value, as a compiled loop holds them; what the entry
+//   reads held to the loop's last step), and the arena the runtime allocated. The two
+//   accounts agree op by op, in loops too (a position run more than once shows its
+//   largest).
 // - Categories (the spec's): params (and their prepacked copies, which stay in the arena
 //   from call to call); gradients (--train: a backward buffer of a trained
 //   param's type read by the optimizer's update, i.e. by an op that also reads a param,
@@ -284,17 +289,54 @@ Profiled profileOnce(const ir::Graph &source, const ProfileOptions &o, ir::Recom
     } else {
       add(b.value, b.inPlace ? b.first + 1 : b.first, b.last);
     }
+  // Each op's span (its last position, nested regions' included) and innermost enclosing
+  // loop, as the planner numbers them (MemoryPlan.cpp, linearize).
+  auto isLoop = [](const ir::Op &op) { return op.kind == ir::OpKind::For || op.kind == ir::OpKind::While; };
+  std::unordered_map<const ir::Op *, int> spanEnd;
+  std::unordered_map<const ir::Op *, const ir::Op *> loopOf;
+  std::function<int(const ir::Region &, const ir::Op *)> nest = [&](const ir::Region &r, const ir::Op *loop) {
+    int last = -1;
+    for (const ir::Op *op : r.ops) {
+      if (!position.count(op))
+        continue;
+      loopOf[op] = loop;
+      int e = position.at(op);
+      if (op->kind != ir::OpKind::Fused) // a fused op is one position
+        for (const auto &sub : op->regions)
+          e = std::max(e, nest(*sub, isLoop(*op) ? op : loop));
+      spanEnd[op] = e;
+      last = std::max(last, e);
+    }
+    return last;
+  };
+  nest(g.body, nullptr);
+  // Where a read keeps a value: the reader's position, a loop op's whole span (its entry
+  // copies the value and it is held through the loop), and the end of every loop around
+  // the reader but not around the value's definition (its body reads it again).
+  auto enclosing = [&](const ir::Op *op) { return op && loopOf.count(op) ? loopOf.at(op) : nullptr; };
+  auto span = [&](const ir::Op *op) { return spanEnd.count(op) ? spanEnd.at(op) : position.at(op); };
+  auto useEnd = [&](const ir::Value *v, const ir::Op *user) {
+    std::unordered_set<const ir::Op *> defLoops;
+    for (const ir::Op *l = enclosing(v->def); l; l = enclosing(l))
+      defLoops.insert(l);
+    int e = isLoop(*user) ? span(user) : position.at(user);
+    for (const ir::Op *l = enclosing(user); l; l = enclosing(l))
+      if (!defLoops.count(l))
+        e = std::max(e, span(l));
+    return e;
+  };
   std::unordered_map<const ir::Value *, int> lastRead;
   for (int i = 0; i <= end; ++i)
-    forEachRead(*p.order[i], [&](const ir::Value *v) { lastRead[v] = i; });
-  // Every other result is the runtime's to allocate as it goes (the plan's `unplanned`, and
-  // host ops' results), except a param view's, which is the param's own memory.
-  // (Control flow's results are its regions' yields: no memory of their own in the plan.)
+    forEachRead(*p.order[i], [&](const ir::Value *v) { lastRead[v] = std::max(lastRead[v], useEnd(v, p.order[i])); });
+  // Every other result is the runtime's to allocate as it goes (the plan's `unplanned`, host
+  // ops' results, and a loop's results: the buffers its carried values are copied into, live
+  // through its body), except a param view's, which is the param's own memory. (An if's
+  // results are its regions' yields: no memory of their own in the plan.)
   for (const ir::Op *op : p.order)
-    if (op->kind != ir::OpKind::Param && !rt::isParamView(*op) && op->kind != ir::OpKind::If && op->kind != ir::OpKind::For &&
-        op->kind != ir::OpKind::While)
+    if (op->kind != ir::OpKind::Param && !rt::isParamView(*op) && op->kind != ir::OpKind::If)
       for (const ir::Value *r : op->results)
-        add(r, position.at(op), yields.count(r) ? end : std::max(position.at(op), lastRead.count(r) ? lastRead.at(r) : 0));
+        add(r, position.at(op),
+            yields.count(r) ? end : std::max(isLoop(*op) ? span(op) : position.at(op), lastRead.count(r) ? lastRead.at(r) : 0));
 
   p.planned.assign(p.order.size(), {});
   for (const Row &r : p.rows)
@@ -314,10 +356,14 @@ Profiled profileOnce(const ir::Graph &source, const ProfileOptions &o, ir::Recom
     always[kParams] += static_cast<int64_t>(t.byteSize());
   // Each result's memory (an instance): live from the op that wrote it until the last op
   // that read those bytes (or, for an output, to the end). Reads are followed by address,
-  // so a loop's carried value (the region argument is the last iteration's yield) keeps
-  // its bytes alive, and a result written over an operand read for the last time
-  // replaces it (in place). Events map to op positions; the curve keeps each position's
-  // largest.
+  // so a result written over an operand read for the last time replaces it (in place).
+  // A loop's carried values are one instance each per run of the loop, made at its entry,
+  // written over after each step (Executable.h, the memory trace) and read by value: as
+  // the loop's results or its regions' carried arguments, whose memory in the walk is a
+  // copy no event makes (nor is an if's result or a loop counter followed by address:
+  // freed copies' addresses come back). What a loop's entry reads is held to its last
+  // step, as the plan holds a loop's operands. Events map to op positions; the curve keeps
+  // each position's largest.
   struct Instance {
     Category category;
     int64_t bytes;
@@ -326,12 +372,59 @@ Profiled profileOnce(const ir::Graph &source, const ProfileOptions &o, ir::Recom
   std::vector<Instance> instances;
   std::unordered_map<const uint8_t *, size_t> at; // the latest instance at each address
   std::unordered_set<size_t> whole;                 // instances alive through the call (prepacked weights)
+  std::unordered_map<const ir::Value *, const ir::Value *> carriedAs; // a loop region's carried argument -> the loop's result
+  for (const ir::Op *op : p.order)
+    if (isLoop(*op))
+      for (const auto &r : op->regions)
+        for (size_t k = 0; k < op->results.size() && op->results.size() <= r->args.size(); ++k)
+          carriedAs[r->args[r->args.size() - op->results.size() + k]] = op->results[k];
+  std::unordered_set<const ir::Value *> modelArgs(g.body.args.begin(), g.body.args.end());
+  std::unordered_map<const ir::Value *, size_t> carried;          // a loop's result -> its buffer's instance, this run's
+  std::unordered_map<const ir::Op *, std::vector<size_t>> held;  // what a loop's entry read, this run
   const auto &events = trace.events;
   for (size_t i = 0; i < events.size(); ++i) {
-    for (const uint8_t *d : events[i].readData)
-      if (auto it = at.find(d); it != at.end())
-        instances[it->second].end = std::max(instances[it->second].end, i); // an output's runs to the end
-    for (const auto &m : events[i].made) {
+    const auto &e = events[i];
+    std::vector<size_t> read;
+    for (size_t k = 0; k < e.reads.size(); ++k) {
+      const ir::Value *v = e.reads[k];
+      if (auto c = carriedAs.find(v); c != carriedAs.end())
+        v = c->second;
+      // The walk's own copies (a loop's or an if's results, region arguments): never by address.
+      bool copy = v->def ? isLoop(*v->def) || v->def->kind == ir::OpKind::If : !modelArgs.count(v);
+      size_t hit = instances.size();
+      if (auto c = carried.find(v); c != carried.end())
+        hit = c->second;
+      else if (!copy && k < e.readData.size())
+        if (auto it = at.find(e.readData[k]); it != at.end())
+          hit = it->second;
+      if (hit < instances.size()) {
+        instances[hit].end = std::max(instances[hit].end, i); // an output's runs to the end
+        read.push_back(hit);
+      }
+    }
+    if (isLoop(*e.op)) {
+      if (e.loopStep) { // the same buffers written over: no new memory
+        for (const auto &m : e.made)
+          if (auto c = carried.find(m.value); c != carried.end()) {
+            instances[c->second].end = std::max(instances[c->second].end, i);
+            instances[c->second].bytes = std::max(instances[c->second].bytes, m.bytes); // a while's carried value may grow
+          }
+        for (size_t h : held[e.op])
+          instances[h].end = std::max(instances[h].end, i);
+        continue;
+      }
+      held[e.op] = read;
+    }
+    for (const auto &m : e.made) {
+      if (isLoop(*e.op)) { // a carried buffer, new at the entry; followed by value
+        carried.erase(m.value); // an earlier run's
+        if (m.bytes == 0)
+          continue;
+        carried[m.value] = instances.size();
+        auto cat = p.categoryOf.count(m.value) ? p.categoryOf.at(m.value) : categorize(m.value);
+        instances.push_back(Instance{cat, m.bytes, i, yields.count(m.value) ? events.size() : i});
+        continue;
+      }
       if (m.where == rt::Executable::Placement::View || m.bytes == 0)
         continue;
       size_t start = i;
