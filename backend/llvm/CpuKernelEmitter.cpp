@@ -300,28 +300,35 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
   b_.CreateBr(doneBB);
 
   b_.SetInsertPoint(packBB);
-  if (g.im2col && g.im2col->stride == 1 && g.im2col->dilation == 1) {
-    // A stride-1 convolution whose task's input rows fit kBandFloats: those rows are
-    // copied once per task, zero-padded on every side, into `band` (channel ci's row r at
-    // (ci * bandRows + r) * paddedWidth), and the micro-kernels read B straight from it.
-    // Over positions q = t * paddedWidth + ow of the padded width, B's row k = (ci, ki, kj)
-    // is band[q + (ci * bandRows + ki) * paddedWidth + kj]: a contiguous vector per k, no
+  if (g.im2col && g.im2col->dilation == 1 && g.im2col->stride <= 4) {
+    // A convolution whose input rows fit kBandFloats, a few output rows at a time: those
+    // rows are copied, zero-padded on every side and split into the stride's s x s
+    // phases (padded row r*s + pr, column c*s + pc at phase (pr, pc), row r, column c),
+    // into `band`, and the micro-kernels read B straight from it. Over positions q =
+    // t * bandWidth + ow, B's row k = (ci, ki, kj) is then the phase (ki % s, kj % s) of
+    // channel ci from row ki / s and column kj / s on: a contiguous vector per k, no
     // packing (which, at 16 output channels and 27 taps, cost as much as the FMAs). The
-    // kw - 1 positions past outWidth of each row are computed and dropped: a vector's
-    // sums are stored as the lanes of its first output row and those of the next.
+    // (kw - 1) / s positions past outWidth of each row are computed and dropped: a
+    // vector's sums are stored as the lanes of its first output row and those of the next.
     const kir::Gemm::Im2col &im = *g.im2col;
-    const int64_t kBandFloats = 8192, taps = im.kh * im.kw;
+    const int64_t kBandFloats = 16384, taps = im.kh * im.kw, st = im.stride, phases = st * st;
+    const int64_t rowHalo = (im.kh - 1) / st, colHalo = (im.kw - 1) / st;
     llvm::Type *i64 = b_.getInt64Ty();
-    llvm::Value *pad = b_.getInt64(im.padding), *paddedWidth = b_.CreateAdd(imWidth, b_.getInt64(2 * im.padding));
-    llvm::Value *outWidth = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, imOutWidth, b_.getInt64(1));
+    auto splat = [&](llvm::Value *v) { return b_.CreateVectorSplat(vw, v); };
+    auto i = [&](int64_t v) { return b_.getInt64(v); };
+    llvm::Value *outWidth = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, imOutWidth, i(1));
     llvm::Value *outRow0 = b_.CreateSDiv(imColumn0, outWidth), *outRows = b_.CreateSDiv(n, outWidth);
-    llvm::Value *bandRows = b_.CreateAdd(outRows, b_.getInt64(im.kh - 1)), *channels = b_.CreateSDiv(depth, b_.getInt64(taps));
-    llvm::Value *fits = b_.CreateICmpSGT(n, b_.getInt64(0));
-    fits = b_.CreateAnd(fits, b_.CreateICmpSGE(depth, b_.getInt64(1)));
-    fits = b_.CreateAnd(fits, b_.CreateICmpSLE(depth, b_.getInt64(kDepthBlock)));
-    fits = b_.CreateAnd(fits, b_.CreateICmpSGE(paddedWidth, b_.getInt64(vw)));
-    fits = b_.CreateAnd(fits, b_.CreateICmpEQ(imOutWidth, b_.CreateSub(paddedWidth, b_.getInt64(im.kw - 1))));
-    fits = b_.CreateAnd(fits, b_.CreateICmpSLE(b_.CreateMul(b_.CreateMul(channels, bandRows), paddedWidth), b_.getInt64(kBandFloats)));
+    llvm::Value *bandWidth = b_.CreateAdd(imOutWidth, i(colHalo)), *channels = b_.CreateSDiv(depth, i(taps));
+    // Rows of one phase of one channel: as many output rows at a time as fit, plus the halo.
+    llvm::Value *perRow = b_.CreateMul(b_.CreateMul(channels, i(phases)), bandWidth);
+    llvm::Value *fitRows = b_.CreateSDiv(i(kBandFloats), b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, perRow, i(1)));
+    llvm::Value *chunkRows = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, outRows, b_.CreateSub(fitRows, i(rowHalo)));
+    llvm::Value *bandRows = b_.CreateAdd(chunkRows, i(rowHalo));
+    llvm::Value *fits = b_.CreateICmpSGT(n, i(0));
+    fits = b_.CreateAnd(fits, b_.CreateICmpSGE(depth, i(1)));
+    fits = b_.CreateAnd(fits, b_.CreateICmpSLE(depth, i(kDepthBlock)));
+    fits = b_.CreateAnd(fits, b_.CreateICmpSGE(bandWidth, i(vw)));
+    fits = b_.CreateAnd(fits, b_.CreateICmpSGE(chunkRows, i(1)));
     auto *bandBB = llvm::BasicBlock::Create(ctx_, "gemm.band", fn_), *windowsBB = llvm::BasicBlock::Create(ctx_, "gemm.windows", fn_);
     b_.CreateCondBr(fits, bandBB, windowsBB);
     b_.SetInsertPoint(bandBB);
@@ -329,54 +336,82 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
     band->setAlignment(llvm::Align(64));
     llvm::AllocaInst *offsets = entryAlloca(llvm::ArrayType::get(i64, kDepthBlock), "band.offsets");
     llvm::Value *plane = b_.CreateMul(imHeight, imWidth), *zero = llvm::Constant::getNullValue(vec);
-    auto splat = [&](llvm::Value *v) { return b_.CreateVectorSplat(vw, v); };
-    forLoop("bc", b_.getInt64(0), channels, 1, [&](llvm::Value *ci) {
-      forLoop("br", b_.getInt64(0), bandRows, 1, [&](llvm::Value *r) {
-        llvm::Value *ih = b_.CreateAdd(b_.CreateSub(outRow0, pad), r);
-        llvm::Value *rowIn = splat(b_.CreateICmpULT(ih, imHeight));
-        // Column c of the band's row is the image's column c - pad (masked-off lanes are
-        // not read, so the address may lie before the image).
-        llvm::Value *src = b_.CreateGEP(f32, B, b_.CreateAdd(bBase, b_.CreateSub(b_.CreateAdd(b_.CreateMul(ci, plane), b_.CreateMul(ih, imWidth)), pad)));
-        llvm::Value *dst = b_.CreateInBoundsGEP(f32, band, b_.CreateMul(b_.CreateAdd(b_.CreateMul(ci, bandRows), r), paddedWidth));
-        forLoop("bw", b_.getInt64(0), paddedWidth, vw, [&](llvm::Value *c) {
-          llvm::Value *cols = b_.CreateAdd(splat(b_.CreateSub(c, pad)), iota);
-          llvm::Value *inside = b_.CreateAnd(rowIn, b_.CreateICmpULT(cols, splat(imWidth)));
-          llvm::Value *v = b_.CreateMaskedLoad(vec, b_.CreateGEP(f32, src, c), align, inside, zero);
-          b_.CreateMaskedStore(v, b_.CreateInBoundsGEP(f32, dst, c), align, b_.CreateICmpSLT(b_.CreateAdd(splat(c), iota), splat(paddedWidth)));
+    forLoop("bk", i(0), depth, 1, [&](llvm::Value *k) {
+      llvm::Value *ci = b_.CreateSDiv(k, i(taps)), *tap = b_.CreateSRem(k, i(taps));
+      llvm::Value *ki = b_.CreateSDiv(tap, i(im.kw)), *kj = b_.CreateSRem(tap, i(im.kw));
+      llvm::Value *phase = b_.CreateAdd(b_.CreateMul(b_.CreateSRem(ki, i(st)), i(st)), b_.CreateSRem(kj, i(st)));
+      llvm::Value *block = b_.CreateAdd(b_.CreateMul(phase, channels), ci);
+      llvm::Value *row = b_.CreateAdd(b_.CreateMul(block, bandRows), b_.CreateSDiv(ki, i(st)));
+      b_.CreateStore(b_.CreateAdd(b_.CreateMul(row, bandWidth), b_.CreateSDiv(kj, i(st))), b_.CreateInBoundsGEP(i64, offsets, k));
+    });
+    forLoop("bt", i(0), outRows, chunkRows, [&](llvm::Value *t0) {
+      llvm::Value *rows = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, chunkRows, b_.CreateSub(outRows, t0));
+      // The band: phase (pr, pc) of channel ci, row r, column c is the image's (ih, iw) =
+      // ((outRow0 + t0 + r) * s + pr - padding, c * s + pc - padding), 0 outside it.
+      forLoop("bp", i(0), i(phases), 1, [&](llvm::Value *phase) {
+        llvm::Value *pr = b_.CreateSDiv(phase, i(st)), *pc = b_.CreateSRem(phase, i(st));
+        forLoop("bc", i(0), channels, 1, [&](llvm::Value *ci) {
+          forLoop("br", i(0), b_.CreateAdd(rows, i(rowHalo)), 1, [&](llvm::Value *r) {
+            llvm::Value *ih = b_.CreateSub(b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateAdd(outRow0, t0), r), i(st)), pr), i(im.padding));
+            llvm::Value *rowIn = splat(b_.CreateICmpULT(ih, imHeight));
+            // Masked-off lanes are not read, so these addresses may lie outside the image.
+            llvm::Value *src = b_.CreateGEP(f32, B, b_.CreateAdd(bBase, b_.CreateAdd(b_.CreateMul(ci, plane), b_.CreateMul(ih, imWidth))));
+            llvm::Value *block = b_.CreateAdd(b_.CreateMul(phase, channels), ci);
+            llvm::Value *dst = b_.CreateInBoundsGEP(f32, band, b_.CreateMul(b_.CreateAdd(b_.CreateMul(block, bandRows), r), bandWidth));
+            forLoop("bw", i(0), bandWidth, vw, [&](llvm::Value *c) {
+              llvm::Value *iw0 = b_.CreateSub(b_.CreateAdd(b_.CreateMul(c, i(st)), pc), i(im.padding));
+              auto lanesFrom = [&](llvm::Value *first, int64_t step) { // columns first + step * lane
+                return b_.CreateAdd(splat(first), b_.CreateMul(iota, splat(i(step))));
+              };
+              llvm::Value *v;
+              if (st == 1 || st == 2) { // st loads of vw columns from iw0, every st-th lane kept
+                llvm::Value *parts[2];
+                for (int64_t h = 0; h < st; ++h) {
+                  llvm::Value *first = b_.CreateAdd(iw0, i(h * vw));
+                  llvm::Value *inside = b_.CreateAnd(rowIn, b_.CreateICmpULT(lanesFrom(first, 1), splat(imWidth)));
+                  parts[h] = b_.CreateMaskedLoad(vec, b_.CreateGEP(f32, src, first), align, inside, zero);
+                }
+                std::vector<int> every;
+                for (unsigned l = 0; l < vw; ++l)
+                  every.push_back(int(st * l));
+                v = st == 1 ? parts[0] : b_.CreateShuffleVector(parts[0], parts[1], every);
+              } else {
+                llvm::Value *cols = lanesFrom(iw0, st);
+                llvm::Value *inside = b_.CreateAnd(rowIn, b_.CreateICmpULT(cols, splat(imWidth)));
+                v = b_.CreateMaskedGather(vec, b_.CreateGEP(f32, src, cols), align, inside, zero);
+              }
+              b_.CreateMaskedStore(v, b_.CreateInBoundsGEP(f32, dst, c), align, b_.CreateICmpSLT(lanesFrom(c, 1), splat(bandWidth)));
+            });
+          });
         });
       });
-    });
-    forLoop("bk", b_.getInt64(0), depth, 1, [&](llvm::Value *k) {
-      llvm::Value *ci = b_.CreateSDiv(k, b_.getInt64(taps)), *tap = b_.CreateSRem(k, b_.getInt64(taps));
-      llvm::Value *ki = b_.CreateSDiv(tap, b_.getInt64(im.kw)), *kj = b_.CreateSRem(tap, b_.getInt64(im.kw));
-      llvm::Value *at = b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateMul(ci, bandRows), ki), paddedWidth), kj);
-      b_.CreateStore(at, b_.CreateInBoundsGEP(i64, offsets, k));
-    });
-    columns = b_.CreateAdd(b_.CreateMul(b_.CreateSub(outRows, b_.getInt64(1)), paddedWidth), imOutWidth);
-    columnTiles(2, [&](llvm::Value *j0, unsigned V, bool masked) {
-      std::vector<llvm::Value *> tail = masked ? masksOf(j0, V) : std::vector<llvm::Value *>(V, splat(b_.getTrue()));
-      // Per vector: where its lanes of output row t and of row t + 1 go, and which.
-      std::vector<llvm::Value *> here(V), next(V), hereLanes(V), nextLanes(V);
-      for (unsigned h = 0; h < V; ++h) {
-        llvm::Value *q = b_.CreateAdd(j0, b_.getInt64(h * vw)), *t = b_.CreateUDiv(q, paddedWidth);
-        llvm::Value *ow = b_.CreateSub(q, b_.CreateMul(t, paddedWidth)), *owLanes = b_.CreateAdd(splat(ow), iota);
-        hereLanes[h] = b_.CreateAnd(tail[h], b_.CreateICmpSLT(owLanes, splat(imOutWidth)));
-        nextLanes[h] = b_.CreateAnd(tail[h], b_.CreateAnd(b_.CreateICmpSGE(owLanes, splat(paddedWidth)),
-                                                          b_.CreateICmpSLT(owLanes, splat(b_.CreateAdd(paddedWidth, imOutWidth)))));
-        here[h] = b_.CreateAdd(b_.CreateMul(t, imOutWidth), ow);
-        next[h] = b_.CreateSub(b_.CreateAdd(here[h], imOutWidth), paddedWidth);
-      }
-      StoreC store = [&](llvm::Value *row, unsigned v, llvm::Value *sum) {
-        llvm::Value *cRow = b_.CreateAdd(cBase, b_.CreateMul(row, ldc));
-        b_.CreateMaskedStore(sum, b_.CreateGEP(f32, C, b_.CreateAdd(cRow, here[v])), align, hereLanes[v]);
-        b_.CreateMaskedStore(sum, b_.CreateGEP(f32, C, b_.CreateAdd(cRow, next[v])), align, nextLanes[v]);
-      };
-      llvm::Value *bandRowsAt = b_.CreateInBoundsGEP(f32, band, j0);
-      rowTiles(kRows, [&](llvm::Value *i0, unsigned R) {
-        microKernel(i0, R, V, j0, b_.getInt64(0), depth, b_.getTrue(), bandRowsAt, nullptr, masked, false, offsets, store);
+      columns = b_.CreateAdd(b_.CreateMul(b_.CreateSub(rows, i(1)), bandWidth), imOutWidth);
+      llvm::Value *chunkAt = b_.CreateMul(t0, imOutWidth); // the chunk's first output position in the task
+      columnTiles(2, [&](llvm::Value *j0, unsigned V, bool masked) {
+        std::vector<llvm::Value *> tail = masked ? masksOf(j0, V) : std::vector<llvm::Value *>(V, splat(b_.getTrue()));
+        // Per vector: where its lanes of output row t and of row t + 1 go, and which.
+        std::vector<llvm::Value *> here(V), next(V), hereLanes(V), nextLanes(V);
+        for (unsigned h = 0; h < V; ++h) {
+          llvm::Value *q = b_.CreateAdd(j0, i(h * vw)), *t = b_.CreateUDiv(q, bandWidth);
+          llvm::Value *ow = b_.CreateSub(q, b_.CreateMul(t, bandWidth)), *owLanes = b_.CreateAdd(splat(ow), iota);
+          hereLanes[h] = b_.CreateAnd(tail[h], b_.CreateICmpSLT(owLanes, splat(imOutWidth)));
+          nextLanes[h] = b_.CreateAnd(tail[h], b_.CreateAnd(b_.CreateICmpSGE(owLanes, splat(bandWidth)),
+                                                            b_.CreateICmpSLT(owLanes, splat(b_.CreateAdd(bandWidth, imOutWidth)))));
+          here[h] = b_.CreateAdd(chunkAt, b_.CreateAdd(b_.CreateMul(t, imOutWidth), ow));
+          next[h] = b_.CreateSub(b_.CreateAdd(here[h], imOutWidth), bandWidth);
+        }
+        StoreC store = [&](llvm::Value *row, unsigned v, llvm::Value *sum) {
+          llvm::Value *cRow = b_.CreateAdd(cBase, b_.CreateMul(row, ldc));
+          b_.CreateMaskedStore(sum, b_.CreateGEP(f32, C, b_.CreateAdd(cRow, here[v])), align, hereLanes[v]);
+          b_.CreateMaskedStore(sum, b_.CreateGEP(f32, C, b_.CreateAdd(cRow, next[v])), align, nextLanes[v]);
+        };
+        llvm::Value *bandRowsAt = b_.CreateInBoundsGEP(f32, band, j0);
+        rowTiles(kRows, [&](llvm::Value *i0, unsigned R) {
+          microKernel(i0, R, V, j0, i(0), depth, b_.getTrue(), bandRowsAt, nullptr, masked, false, offsets, store);
+        });
       });
+      columns = n;
     });
-    columns = n;
     b_.CreateBr(doneBB);
     b_.SetInsertPoint(windowsBB);
   }

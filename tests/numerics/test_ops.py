@@ -239,8 +239,9 @@ GEMM_CONVS = [(3, 16, 3, 1, 1, 1, 1), (16, 32, 3, 2, 1, 1, 1), (5, 9, 1, 1, 0, 1
 # Their images: an empty batch; 1x1; positions that end a 16-lane vector (16 wide: each
 # vector one output row, the stride-1 load path) and cross one (35 wide: rows split across
 # vectors, the gather path); 17x19 = 323 positions and 23x29 = 667, past one 512-position
-# task; rows 1100 wide, whose band of input rows is too large to copy (the windows path).
-GEMM_IMAGES = [(0, 5, 5), (1, 1, 1), (1, 16, 16), (2, 5, 35), (1, 17, 19), (1, 23, 29), (1, 2, 1100)]
+# task; 40x100, whose tasks' bands of input rows are copied a few output rows at a time;
+# rows 1100 wide, whose band is too large for 16 channels (the windows path).
+GEMM_IMAGES = [(0, 5, 5), (1, 1, 1), (1, 16, 16), (2, 5, 35), (1, 17, 19), (1, 23, 29), (1, 40, 100), (1, 2, 1100)]
 
 
 def pool_ref(x, k, kind):
