@@ -415,6 +415,23 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
     b_.CreateBr(doneBB);
     b_.SetInsertPoint(windowsBB);
   }
+  // tile(i0, R, V) over the rows of a two-vector panel from column j0: V = 2, or in a
+  // masked tail of at most one vector (a classifier's 10 columns) V = 1, where two-vector
+  // tiles spent half their FMAs on masked-off lanes.
+  auto panelTiles = [&](llvm::Value *j0, bool masked, const std::function<void(llvm::Value *, unsigned, unsigned)> &tile) {
+    auto tiles = [&](unsigned V) { rowTiles(kRows, [&](llvm::Value *i0, unsigned R) { tile(i0, R, V); }); };
+    if (!masked)
+      return tiles(2);
+    auto *oneBB = llvm::BasicBlock::Create(ctx_, "tail.one", fn_), *twoBB = llvm::BasicBlock::Create(ctx_, "tail.two", fn_),
+         *doneTailBB = llvm::BasicBlock::Create(ctx_, "tail.done", fn_);
+    b_.CreateCondBr(b_.CreateICmpSLE(b_.CreateSub(n, j0), b_.getInt64(vw)), oneBB, twoBB);
+    for (unsigned V : {1u, 2u}) {
+      b_.SetInsertPoint(V == 1 ? oneBB : twoBB);
+      tiles(V);
+      b_.CreateBr(doneTailBB);
+    }
+    b_.SetInsertPoint(doneTailBB);
+  };
   // At least one depth block, so that an empty sum still stores its zeros.
   llvm::Value *depthBlocksEnd = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, depth, b_.getInt64(1));
   auto packedPath = [&](bool packedA) {
@@ -450,7 +467,9 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
             llvm::Value *start = b_.CreateAdd(b_.CreateMul(panel, b_.CreateMul(depth, full)), b_.CreateSRem(col, full));
             llvm::Value *width = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, full, b_.CreateSub(panelColumns, b_.CreateMul(panel, full)));
             llvm::Value *panelRows = b_.CreateInBoundsGEP(f32, B, start);
-            rowTiles(kRows, [&](llvm::Value *i0, unsigned R) { microKernel(i0, R, 2, j0, k0, kEnd, first, panelRows, width, masked, packedA); });
+            panelTiles(j0, masked, [&](llvm::Value *i0, unsigned R, unsigned V) {
+              microKernel(i0, R, V, j0, k0, kEnd, first, panelRows, width, masked, packedA);
+            });
             return;
           }
           if (g.im2col) {
@@ -485,8 +504,8 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
           });
           // The panel's row k lies at (k - k0) * 2 vectors.
           llvm::Value *panelRows = b_.CreateGEP(f32, panel, b_.CreateMul(k0, b_.getInt64(-2 * int64_t(vw))));
-          rowTiles(kRows, [&](llvm::Value *i0, unsigned R) {
-            microKernel(i0, R, 2, j0, k0, kEnd, first, panelRows, b_.getInt64(2 * vw), masked, packedA);
+          panelTiles(j0, masked, [&](llvm::Value *i0, unsigned R, unsigned V) {
+            microKernel(i0, R, V, j0, k0, kEnd, first, panelRows, b_.getInt64(2 * vw), masked, packedA);
           });
         });
       });
