@@ -329,6 +329,7 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
     fits = b_.CreateAnd(fits, b_.CreateICmpSLE(depth, i(kDepthBlock)));
     fits = b_.CreateAnd(fits, b_.CreateICmpSGE(bandWidth, i(vw)));
     fits = b_.CreateAnd(fits, b_.CreateICmpSGE(chunkRows, i(1)));
+    fits = b_.CreateAnd(fits, b_.CreateICmpEQ(n, b_.CreateMul(outRows, outWidth))); // whole output rows (conv2dGemm's bands)
     auto *bandBB = llvm::BasicBlock::Create(ctx_, "gemm.band", fn_), *windowsBB = llvm::BasicBlock::Create(ctx_, "gemm.windows", fn_);
     b_.CreateCondBr(fits, bandBB, windowsBB);
     b_.SetInsertPoint(bandBB);

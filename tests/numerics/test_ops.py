@@ -232,15 +232,19 @@ IMAGES = [(1, 9, 9), (2, 7, 13), (1, 16, 11)]
 # that leave a row tail past the micro-kernel's 8 rows and past a 64-row task (70), groups,
 # dilation, stride 3, padding wider than the kernel's reach (taps wholly outside); a 5x5
 # kernel without padding (a vector of the padded band ends in the next row's dropped
-# positions) and 30 input channels (depth 270: two depth blocks, no band).
+# positions), 30 input channels (depth 270: two depth blocks, no band), 28 (a stride-1
+# band in chunks), strides 3 and 4 with kernels wider than the stride (a gathered band
+# with a halo) and a 1x1 kernel at stride 2 (phases no tap reads).
 GEMM_CONVS = [(3, 16, 3, 1, 1, 1, 1), (16, 32, 3, 2, 1, 1, 1), (5, 9, 1, 1, 0, 1, 1), (6, 24, 5, 1, 2, 1, 2),
               (4, 70, 3, 1, 1, 2, 1), (7, 11, 3, 3, 4, 1, 1), (2, 8, 5, 2, 2, 1, 1), (3, 8, 5, 1, 0, 1, 1),
-              (30, 8, 3, 1, 1, 1, 1)]
+              (30, 8, 3, 1, 1, 1, 1), (28, 8, 3, 1, 1, 1, 1), (3, 8, 5, 3, 2, 1, 1), (2, 8, 7, 4, 3, 1, 1),
+              (4, 8, 1, 2, 0, 1, 1)]
 # Their images: an empty batch; 1x1; positions that end a 16-lane vector (16 wide: each
-# vector one output row, the stride-1 load path) and cross one (35 wide: rows split across
-# vectors, the gather path); 17x19 = 323 positions and 23x29 = 667, past one 512-position
-# task; 40x100, whose tasks' bands of input rows are copied a few output rows at a time;
-# rows 1100 wide, whose band is too large for 16 channels (the windows path).
+# vector one output row) and cross one (35 wide: rows split across vectors; both read the
+# padded band at stride 1, and pack windows where the band is narrower than a vector);
+# 17x19 = 323 positions and 23x29 = 667, past one 512-position task; 40x100, whose tasks'
+# bands of input rows are copied a few output rows at a time; rows 1100 wide, whose band
+# is too large for 16 channels (the windows path).
 GEMM_IMAGES = [(0, 5, 5), (1, 1, 1), (1, 16, 16), (2, 5, 35), (1, 17, 19), (1, 23, 29), (1, 40, 100), (1, 2, 1100)]
 
 
