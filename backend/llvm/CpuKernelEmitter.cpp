@@ -54,6 +54,11 @@ protected:
   void packWindows(const kir::Gemm::Im2col &x, llvm::Value *X, llvm::Value *base, llvm::Value *height, llvm::Value *width,
                    llvm::Value *outWidth, llvm::Value *p0, const std::vector<llvm::Value *> &columnMasks, llvm::Value *k0,
                    llvm::Value *kEnd, llvm::Value *panel);
+  // Copies an implicit-GEMM convolution's input rows for a band of output rows, padded
+  // and split into the stride's phases (gemmStmt's band path).
+  void copyBand(const kir::Gemm::Im2col &x, llvm::Value *X, llvm::Value *base, llvm::Value *height, llvm::Value *imageWidth,
+                llvm::Value *outRow, llvm::Value *rows, llvm::Value *channels, llvm::Value *bandRows, llvm::Value *width,
+                llvm::Value *band);
   void attentionStmt(const kir::Attention &a) override;
 
 private:
@@ -336,7 +341,6 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
     llvm::AllocaInst *band = entryAlloca(llvm::ArrayType::get(f32, kBandFloats), "band");
     band->setAlignment(llvm::Align(64));
     llvm::AllocaInst *offsets = entryAlloca(llvm::ArrayType::get(i64, kDepthBlock), "band.offsets");
-    llvm::Value *plane = b_.CreateMul(imHeight, imWidth), *zero = llvm::Constant::getNullValue(vec);
     forLoop("bk", i(0), depth, 1, [&](llvm::Value *k) {
       llvm::Value *ci = b_.CreateSDiv(k, i(taps)), *tap = b_.CreateSRem(k, i(taps));
       llvm::Value *ki = b_.CreateSDiv(tap, i(im.kw)), *kj = b_.CreateSRem(tap, i(im.kw));
@@ -347,45 +351,8 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
     });
     forLoop("bt", i(0), outRows, chunkRows, [&](llvm::Value *t0) {
       llvm::Value *rows = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, chunkRows, b_.CreateSub(outRows, t0));
-      // The band: phase (pr, pc) of channel ci, row r, column c is the image's (ih, iw) =
-      // ((outRow0 + t0 + r) * s + pr - padding, c * s + pc - padding), 0 outside it.
-      forLoop("bp", i(0), i(phases), 1, [&](llvm::Value *phase) {
-        llvm::Value *pr = b_.CreateSDiv(phase, i(st)), *pc = b_.CreateSRem(phase, i(st));
-        forLoop("bc", i(0), channels, 1, [&](llvm::Value *ci) {
-          forLoop("br", i(0), b_.CreateAdd(rows, i(rowHalo)), 1, [&](llvm::Value *r) {
-            llvm::Value *ih = b_.CreateSub(b_.CreateAdd(b_.CreateMul(b_.CreateAdd(b_.CreateAdd(outRow0, t0), r), i(st)), pr), i(im.padding));
-            llvm::Value *rowIn = splat(b_.CreateICmpULT(ih, imHeight));
-            // Masked-off lanes are not read, so these addresses may lie outside the image.
-            llvm::Value *src = b_.CreateGEP(f32, B, b_.CreateAdd(bBase, b_.CreateAdd(b_.CreateMul(ci, plane), b_.CreateMul(ih, imWidth))));
-            llvm::Value *block = b_.CreateAdd(b_.CreateMul(phase, channels), ci);
-            llvm::Value *dst = b_.CreateInBoundsGEP(f32, band, b_.CreateMul(b_.CreateAdd(b_.CreateMul(block, bandRows), r), bandWidth));
-            forLoop("bw", i(0), bandWidth, vw, [&](llvm::Value *c) {
-              llvm::Value *iw0 = b_.CreateSub(b_.CreateAdd(b_.CreateMul(c, i(st)), pc), i(im.padding));
-              auto lanesFrom = [&](llvm::Value *first, int64_t step) { // columns first + step * lane
-                return b_.CreateAdd(splat(first), b_.CreateMul(iota, splat(i(step))));
-              };
-              llvm::Value *v;
-              if (st == 1 || st == 2) { // st loads of vw columns from iw0, every st-th lane kept
-                llvm::Value *parts[2];
-                for (int64_t h = 0; h < st; ++h) {
-                  llvm::Value *first = b_.CreateAdd(iw0, i(h * vw));
-                  llvm::Value *inside = b_.CreateAnd(rowIn, b_.CreateICmpULT(lanesFrom(first, 1), splat(imWidth)));
-                  parts[h] = b_.CreateMaskedLoad(vec, b_.CreateGEP(f32, src, first), align, inside, zero);
-                }
-                std::vector<int> every;
-                for (unsigned l = 0; l < vw; ++l)
-                  every.push_back(int(st * l));
-                v = st == 1 ? parts[0] : b_.CreateShuffleVector(parts[0], parts[1], every);
-              } else {
-                llvm::Value *cols = lanesFrom(iw0, st);
-                llvm::Value *inside = b_.CreateAnd(rowIn, b_.CreateICmpULT(cols, splat(imWidth)));
-                v = b_.CreateMaskedGather(vec, b_.CreateGEP(f32, src, cols), align, inside, zero);
-              }
-              b_.CreateMaskedStore(v, b_.CreateInBoundsGEP(f32, dst, c), align, b_.CreateICmpSLT(lanesFrom(c, 1), splat(bandWidth)));
-            });
-          });
-        });
-      });
+      copyBand(im, B, bBase, imHeight, imWidth, b_.CreateAdd(outRow0, t0), b_.CreateAdd(rows, i(rowHalo)), channels, bandRows,
+               bandWidth, band);
       columns = b_.CreateAdd(b_.CreateMul(b_.CreateSub(rows, i(1)), bandWidth), imOutWidth);
       llvm::Value *chunkAt = b_.CreateMul(t0, imOutWidth); // the chunk's first output position in the task
       columnTiles(2, [&](llvm::Value *j0, unsigned V, bool masked) {
@@ -425,7 +392,7 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
       return tiles(2);
     auto *oneBB = llvm::BasicBlock::Create(ctx_, "tail.one", fn_), *twoBB = llvm::BasicBlock::Create(ctx_, "tail.two", fn_),
          *doneTailBB = llvm::BasicBlock::Create(ctx_, "tail.done", fn_);
-    b_.CreateCondBr(b_.CreateICmpSLE(b_.CreateSub(n, j0), b_.getInt64(vw)), oneBB, twoBB);
+    b_.CreateCondBr(b_.CreateICmpSLE(b_.CreateSub(columns, j0), b_.getInt64(vw)), oneBB, twoBB);
     for (unsigned V : {1u, 2u}) {
       b_.SetInsertPoint(V == 1 ? oneBB : twoBB);
       tiles(V);
@@ -626,6 +593,65 @@ void CpuKernelEmitter::packWindows(const kir::Gemm::Im2col &x, llvm::Value *X, l
       }
       b_.CreateAlignedStore(v, b_.CreateInBoundsGEP(f32, panel, b_.CreateAdd(packedRow, b_.getInt64(h * vw))), llvm::Align(64));
     }
+  });
+}
+
+// Fills `band` for the output rows from `outRow` (see gemmStmt's band path): phase (pr, pc)
+// of channel ci, row r < `rows`, column c < `width` at ((phase * channels + ci) * bandRows
+// + r) * width + c is the image's (ih, iw) = ((outRow + r) * s + pr - padding, c * s + pc
+// - padding), 0 outside it. Stride 1 loads a row's vectors, stride 2 two vectors whose
+// even lanes are kept, larger strides gather.
+void CpuKernelEmitter::copyBand(const kir::Gemm::Im2col &x, llvm::Value *X, llvm::Value *base, llvm::Value *height,
+                                llvm::Value *imageWidth, llvm::Value *outRow, llvm::Value *rows, llvm::Value *channels,
+                                llvm::Value *bandRows, llvm::Value *width, llvm::Value *band) {
+  const unsigned vw = vectorWidth_;
+  const int64_t st = x.stride;
+  llvm::Type *f32 = b_.getFloatTy();
+  auto *vec = llvm::FixedVectorType::get(f32, vw);
+  auto i = [&](int64_t v) { return b_.getInt64(v); };
+  auto splat = [&](llvm::Value *v) { return b_.CreateVectorSplat(vw, v); };
+  std::vector<llvm::Constant *> lanes;
+  for (unsigned l = 0; l < vw; ++l)
+    lanes.push_back(b_.getInt64(l));
+  llvm::Value *iota = llvm::ConstantVector::get(lanes);
+  auto lanesFrom = [&](llvm::Value *first, int64_t step) { // first + step * lane
+    return b_.CreateAdd(splat(first), b_.CreateMul(iota, splat(i(step))));
+  };
+  auto align = llvm::Align(4);
+  llvm::Value *plane = b_.CreateMul(height, imageWidth), *zero = llvm::Constant::getNullValue(vec);
+  forLoop("bp", i(0), i(st * st), 1, [&](llvm::Value *phase) {
+    llvm::Value *pr = b_.CreateSDiv(phase, i(st)), *pc = b_.CreateSRem(phase, i(st));
+    forLoop("bc", i(0), channels, 1, [&](llvm::Value *ci) {
+      forLoop("br", i(0), rows, 1, [&](llvm::Value *r) {
+        llvm::Value *ih = b_.CreateSub(b_.CreateAdd(b_.CreateMul(b_.CreateAdd(outRow, r), i(st)), pr), i(x.padding));
+        llvm::Value *rowIn = splat(b_.CreateICmpULT(ih, height));
+        // Masked-off lanes are not read, so these addresses may lie outside the image.
+        llvm::Value *src = b_.CreateGEP(f32, X, b_.CreateAdd(base, b_.CreateAdd(b_.CreateMul(ci, plane), b_.CreateMul(ih, imageWidth))));
+        llvm::Value *block = b_.CreateAdd(b_.CreateMul(phase, channels), ci);
+        llvm::Value *dst = b_.CreateInBoundsGEP(f32, band, b_.CreateMul(b_.CreateAdd(b_.CreateMul(block, bandRows), r), width));
+        forLoop("bw", i(0), width, vw, [&](llvm::Value *c) {
+          llvm::Value *iw0 = b_.CreateSub(b_.CreateAdd(b_.CreateMul(c, i(st)), pc), i(x.padding));
+          llvm::Value *v;
+          if (st <= 2) { // st loads of vw columns from iw0, every st-th lane kept
+            llvm::Value *parts[2];
+            for (int64_t h = 0; h < st; ++h) {
+              llvm::Value *first = b_.CreateAdd(iw0, i(h * vw));
+              llvm::Value *inside = b_.CreateAnd(rowIn, b_.CreateICmpULT(lanesFrom(first, 1), splat(imageWidth)));
+              parts[h] = b_.CreateMaskedLoad(vec, b_.CreateGEP(f32, src, first), align, inside, zero);
+            }
+            std::vector<int> every;
+            for (unsigned l = 0; l < vw; ++l)
+              every.push_back(int(st * l));
+            v = st == 1 ? parts[0] : b_.CreateShuffleVector(parts[0], parts[1], every);
+          } else {
+            llvm::Value *cols = lanesFrom(iw0, st);
+            llvm::Value *inside = b_.CreateAnd(rowIn, b_.CreateICmpULT(cols, splat(imageWidth)));
+            v = b_.CreateMaskedGather(vec, b_.CreateGEP(f32, src, cols), align, inside, zero);
+          }
+          b_.CreateMaskedStore(v, b_.CreateInBoundsGEP(f32, dst, c), align, b_.CreateICmpSLT(lanesFrom(c, 1), splat(width)));
+        });
+      });
+    });
   });
 }
 

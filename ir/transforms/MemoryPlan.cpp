@@ -55,12 +55,35 @@ sym::Analyzer analyzerFor(const Graph &g) {
   return a;
 }
 
-namespace {
+OpSpans::OpSpans(const Region &body) { number(body, nullptr); }
 
-struct Span {
-  int begin = 0, end = 0; // positions of an op, or of a loop and everything in it
-  const Op *loop = nullptr;
-};
+void OpSpans::number(const Region &r, const Op *loop) {
+  for (const Op *op : r.ops) {
+    Span s;
+    s.begin = static_cast<int>(order_.size());
+    order_.push_back(op);
+    s.loop = loop;
+    bool isLoop = op->kind == OpKind::For || op->kind == OpKind::While;
+    if (op->kind != OpKind::Fused) // a fused op is one kernel: one step
+      for (const auto &sub : op->regions)
+        number(*sub, isLoop ? op : loop);
+    s.end = static_cast<int>(order_.size()) - 1;
+    spans_[op] = s;
+  }
+}
+
+int OpSpans::loopUseEnd(const Op *def, const Op *user) const {
+  std::set<const Op *> defLoops;
+  for (const Op *l = def ? spans_.at(def).loop : nullptr; l; l = spans_.at(l).loop)
+    defLoops.insert(l);
+  int end = -1;
+  for (const Op *l = spans_.at(user).loop; l; l = spans_.at(l).loop)
+    if (!defLoops.count(l))
+      end = std::max(end, spans_.at(l).end);
+  return end;
+}
+
+namespace {
 
 class Planner {
 public:
@@ -73,7 +96,7 @@ public:
   }
 
   MemoryPlan run() {
-    linearize(g_.body, nullptr);
+    plan_.order = spans_.order();
     for (const Value *y : g_.body.yields)
       outputs_.insert(y);
     collect(g_.body);
@@ -84,42 +107,9 @@ public:
   }
 
 private:
-  // Numbers every op; nested regions' ops fall inside their op's span, and `loop` is the
-  // innermost enclosing for/while (whose body runs again and again).
-  void linearize(const Region &r, const Op *loop) {
-    for (const Op *op : r.ops) {
-      Span s;
-      s.begin = static_cast<int>(plan_.order.size());
-      plan_.order.push_back(op);
-      s.loop = loop;
-      bool isLoop = op->kind == OpKind::For || op->kind == OpKind::While;
-      if (op->kind != OpKind::Fused) // a fused op is one kernel: one step
-        for (const auto &sub : op->regions)
-          linearize(*sub, isLoop ? op : loop);
-      s.end = static_cast<int>(plan_.order.size()) - 1;
-      span_[op] = s;
-    }
-  }
-
-  // The loops enclosing `op`, innermost first.
-  std::vector<const Op *> loopsOf(const Op *op) const {
-    std::vector<const Op *> out;
-    for (const Op *l = span_.at(op).loop; l; l = span_.at(l).loop)
-      out.push_back(l);
-    return out;
-  }
-
-  // Where a use by `user` keeps a value defined by `def` alive until: the end of the
-  // outermost loop that holds the user but not the definition.
-  int useEnd(const Op *def, const Op *user) const {
-    auto defLoops = loopsOf(def);
-    int end = span_.at(user).end;
-    for (const Op *l : loopsOf(user))
-      if (std::find(defLoops.begin(), defLoops.end(), l) == defLoops.end())
-        end = std::max(end, span_.at(l).end);
-    return end;
-  }
-
+  // Where a use by `user` keeps a value defined by `def` alive until: the user's span,
+  // or the end of the outermost loop that holds the user but not the definition.
+  int useEnd(const Op *def, const Op *user) const { return std::max(spans_.end(user), spans_.loopUseEnd(def, user)); }
 
   bool knownAtStart(sym::ExprRef e) const {
     for (const std::string &n : sym::freeVars(e))
@@ -154,7 +144,7 @@ private:
         b.value = v;
         b.bytes = bytes;
         b.late = late;
-        b.first = b.last = span_.at(op).begin;
+        b.first = b.last = spans_.begin(op);
         if (yields.count(v)) // a loop body's yield feeds the next iteration
           b.last = lastOfRegion(r);
         b.kept = op->kind == OpKind::Prepack && &r == &g_.body && !late;
@@ -186,7 +176,7 @@ private:
   int lastOfRegion(const Region &r) const {
     int last = 0;
     for (const Op *op : r.ops)
-      last = std::max(last, span_.at(op).end);
+      last = std::max(last, spans_.end(op));
     return last;
   }
 
@@ -330,7 +320,7 @@ private:
   std::set<std::string> inputDims_;
   std::map<std::string, int64_t> reference_;
   std::set<const Value *> outputs_;
-  std::map<const Op *, Span> span_;
+  OpSpans spans_{g_.body};
   std::map<const Value *, size_t> index_;
   MemoryPlan plan_;
 };

@@ -68,6 +68,31 @@ struct MemoryPlan {
   int64_t liveLowerBound(const std::map<std::string, int64_t> &binding) const;
 };
 
+// The planner's linear order of a graph's ops (MemoryPlan::order): nested regions' ops
+// inside their op's span, a fused op one position. Each op's first and last position (its
+// regions' included) and its innermost enclosing for/while loop, whose body runs again
+// and again; the memory profile (tools/dnnc/MemoryProfile.cpp) numbers ops the same way.
+class OpSpans {
+public:
+  explicit OpSpans(const Region &body);
+  const std::vector<const Op *> &order() const { return order_; }
+  int begin(const Op *op) const { return spans_.at(op).begin; }
+  int end(const Op *op) const { return spans_.at(op).end; }
+  // How long a use by `user` keeps a value made by `def` (null: a model argument) alive
+  // because of loops: to the end of the outermost loop around `user` but not around
+  // `def` (its body reads the value again); -1 when there is none.
+  int loopUseEnd(const Op *def, const Op *user) const;
+
+private:
+  struct Span {
+    int begin = 0, end = 0;
+    const Op *loop = nullptr;
+  };
+  void number(const Region &r, const Op *loop);
+  std::vector<const Op *> order_;
+  std::map<const Op *, Span> spans_;
+};
+
 // The size a dim without an upper bound takes when the planner compares sizes.
 constexpr int64_t kUnboundedDim = 64;
 // The binding the planners compare sizes at: each dim at its range's upper bound, or

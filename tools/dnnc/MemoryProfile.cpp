@@ -289,42 +289,13 @@ Profiled profileOnce(const ir::Graph &source, const ProfileOptions &o, ir::Recom
     } else {
       add(b.value, b.inPlace ? b.first + 1 : b.first, b.last);
     }
-  // Each op's span (its last position, nested regions' included) and innermost enclosing
-  // loop, as the planner numbers them (MemoryPlan.cpp, linearize).
-  auto isLoop = [](const ir::Op &op) { return op.kind == ir::OpKind::For || op.kind == ir::OpKind::While; };
-  std::unordered_map<const ir::Op *, int> spanEnd;
-  std::unordered_map<const ir::Op *, const ir::Op *> loopOf;
-  std::function<int(const ir::Region &, const ir::Op *)> nest = [&](const ir::Region &r, const ir::Op *loop) {
-    int last = -1;
-    for (const ir::Op *op : r.ops) {
-      if (!position.count(op))
-        continue;
-      loopOf[op] = loop;
-      int e = position.at(op);
-      if (op->kind != ir::OpKind::Fused) // a fused op is one position
-        for (const auto &sub : op->regions)
-          e = std::max(e, nest(*sub, isLoop(*op) ? op : loop));
-      spanEnd[op] = e;
-      last = std::max(last, e);
-    }
-    return last;
-  };
-  nest(g.body, nullptr);
   // Where a read keeps a value: the reader's position, a loop op's whole span (its entry
   // copies the value and it is held through the loop), and the end of every loop around
   // the reader but not around the value's definition (its body reads it again).
-  auto enclosing = [&](const ir::Op *op) { return op && loopOf.count(op) ? loopOf.at(op) : nullptr; };
-  auto span = [&](const ir::Op *op) { return spanEnd.count(op) ? spanEnd.at(op) : position.at(op); };
-  auto useEnd = [&](const ir::Value *v, const ir::Op *user) {
-    std::unordered_set<const ir::Op *> defLoops;
-    for (const ir::Op *l = enclosing(v->def); l; l = enclosing(l))
-      defLoops.insert(l);
-    int e = isLoop(*user) ? span(user) : position.at(user);
-    for (const ir::Op *l = enclosing(user); l; l = enclosing(l))
-      if (!defLoops.count(l))
-        e = std::max(e, span(l));
-    return e;
-  };
+  auto isLoop = [](const ir::Op &op) { return op.kind == ir::OpKind::For || op.kind == ir::OpKind::While; };
+  const ir::OpSpans spans(g.body); // the plan's order, with each op's span and loop
+  auto span = [&](const ir::Op *op) { return isLoop(*op) ? spans.end(op) : position.at(op); };
+  auto useEnd = [&](const ir::Value *v, const ir::Op *user) { return std::max(span(user), spans.loopUseEnd(v->def, user)); };
   std::unordered_map<const ir::Value *, int> lastRead;
   for (int i = 0; i <= end; ++i)
     forEachRead(*p.order[i], [&](const ir::Value *v) { lastRead[v] = std::max(lastRead[v], useEnd(v, p.order[i])); });
@@ -335,8 +306,7 @@ Profiled profileOnce(const ir::Graph &source, const ProfileOptions &o, ir::Recom
   for (const ir::Op *op : p.order)
     if (op->kind != ir::OpKind::Param && !rt::isParamView(*op) && op->kind != ir::OpKind::If)
       for (const ir::Value *r : op->results)
-        add(r, position.at(op),
-            yields.count(r) ? end : std::max(isLoop(*op) ? span(op) : position.at(op), lastRead.count(r) ? lastRead.at(r) : 0));
+        add(r, position.at(op), yields.count(r) ? end : std::max(span(op), lastRead.count(r) ? lastRead.at(r) : 0));
 
   p.planned.assign(p.order.size(), {});
   for (const Row &r : p.rows)
