@@ -5,6 +5,7 @@
 #include "runtime/GemmSelect.h"
 
 #include <algorithm>
+#include <array>
 #include <functional>
 
 namespace dnnc::backend {
@@ -60,12 +61,78 @@ protected:
                 llvm::Value *outRow, llvm::Value *rows, llvm::Value *channels, llvm::Value *bandRows, llvm::Value *width,
                 llvm::Value *band);
   void attentionStmt(const kir::Attention &a) override;
+  // Where one vector of a conv band's sums lands (gemmStmt's band path): GEMM row `row`
+  // (relative to its first), lanes masks[0] in output row rows[0] from column columns[0]
+  // on, lanes masks[1] in rows[1] from columns[1] on (rows relative to the task's band).
+  struct SumLanes {
+    llvm::Value *sums, *row;
+    std::array<llvm::Value *, 2> rows, columns, masks;
+  };
+  // The value that `epilogue` (one laneEpilogue accepted) stores for those lanes.
+  llvm::Value *epilogueLanes(const kir::Gemm &g, const kir::Stmt &epilogue, const kir::Value &v, const SumLanes &at);
 
 private:
   void collapsedChunk(const std::vector<const kir::Stmt *> &nest);
 
   unsigned vectorWidth_; // f32 lanes of the widest vector the host has
 };
+
+// How far a load's index moves from one output column to the next: 0 (the same element
+// for a whole output row), 1 (contiguous) or something else.
+sym::ExprRef columnStep(sym::ExprRef index, const std::string &column) {
+  return sym::sub(sym::substitute(index, {{column, sym::add(sym::var(column), sym::constant(1))}}), index);
+}
+
+// The Store of a conv GEMM's epilogue (for row { for band row { for column { Store } } })
+// when the band path can apply it to its vectors of sums before they are stored, saving
+// the pass that reads the task's output back: f32 throughout; C read only at the stored
+// element; other buffers read at an element the same along an output row (a channel's
+// scale) or one column apart per column (a residual); arithmetic that needs no vector math
+// (exp, tanh, ... stay scalar functions the loop vectorizer widens). Null otherwise.
+const kir::Stmt *laneEpilogue(const kir::Gemm &g, const kir::Kernel &k) {
+  if (!g.epilogue || g.epilogue->kind != kir::Stmt::Kind::For)
+    return nullptr;
+  const kir::Stmt *nest = g.epilogue.get();
+  for (int depth = 0; depth < 3; ++depth) {
+    if (nest->body.size() != 1)
+      return nullptr;
+    nest = nest->body[0].get();
+  }
+  const std::string &column = g.epilogue->body[0]->body[0]->var;
+  if (nest->kind != kir::Stmt::Kind::Store || nest->buffer != g.c)
+    return nullptr;
+  const kir::Stmt &store = *nest;
+  std::function<bool(const kir::Value &)> fits = [&](const kir::Value &v) {
+    if (v.dtype != DType::F32)
+      return false;
+    switch (v.kind) {
+    case kir::Value::Kind::Const: return true;
+    case kir::Value::Kind::Load: {
+      if (!v.args.empty() || k.buffers.at(size_t(v.buffer)).dtype != DType::F32)
+        return false;
+      if (v.buffer == g.c)
+        return v.index == store.index;
+      sym::ExprRef step = columnStep(v.index, column);
+      return step == sym::constant(0) || step == sym::constant(1);
+    }
+    case kir::Value::Kind::Unary: {
+      std::optional<ir::UnaryOp> op = ir::asUnaryOp(v.op);
+      using U = ir::UnaryOp;
+      return op && (*op == U::Neg || *op == U::Abs || *op == U::Relu || *op == U::Sqrt || *op == U::Rsqrt || *op == U::Floor ||
+                    *op == U::Ceil || *op == U::Round || *op == U::Sign) &&
+             fits(*v.args[0]);
+    }
+    case kir::Value::Kind::Binary: {
+      std::optional<ir::BinaryOp> op = ir::asBinaryOp(v.op);
+      using B = ir::BinaryOp;
+      return op && (*op == B::Add || *op == B::Sub || *op == B::Mul || *op == B::Div || *op == B::Maximum || *op == B::Minimum) &&
+             fits(*v.args[0]) && fits(*v.args[1]);
+    }
+    default: return false;
+    }
+  };
+  return fits(*store.value) ? &store : nullptr;
+}
 
 // The chunk [begin, end) of the collapsed range of `nest` (outermost first; the innermost
 // index varies fastest): begin is split into the loops' indices once, then each iteration
@@ -281,6 +348,9 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
   auto *streamBB = llvm::BasicBlock::Create(ctx_, "gemm.stream", fn_), *packBB = llvm::BasicBlock::Create(ctx_, "gemm.packed", fn_),
        *doneBB = llvm::BasicBlock::Create(ctx_, "gemm.done", fn_);
   b_.CreateCondBr(stream, streamBB, packBB);
+  // The band path's epilogue in registers (laneEpilogue), if any, and where it goes on.
+  const kir::Stmt *epilogue = nullptr;
+  auto *epilogueDoneBB = llvm::BasicBlock::Create(ctx_, "gemm.epilogue.done", fn_);
 
   // tile(j0, W, masked) over [0, columns): full tiles of `top` vectors, then tiles of
   // one vector, then one masked vector for the rest. (A single masked tile of `top`
@@ -315,7 +385,9 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
     // packing (which, at 16 output channels and 27 taps, cost as much as the FMAs). The
     // (kw - 1) / s positions past outWidth of each row are computed and dropped: a
     // vector's sums are stored as the lanes of its first output row and those of the next.
+    // The epilogue, where it allows, is applied to each vector of sums before its stores.
     const kir::Gemm::Im2col &im = *g.im2col;
+    epilogue = laneEpilogue(g, k_);
     const int64_t kBandFloats = 16384, taps = im.kh * im.kw, st = im.stride, phases = st * st;
     const int64_t rowHalo = (im.kh - 1) / st, colHalo = (im.kw - 1) / st;
     llvm::Type *i64 = b_.getInt64Ty();
@@ -358,7 +430,7 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
       columnTiles(2, [&](llvm::Value *j0, unsigned V, bool masked) {
         std::vector<llvm::Value *> tail = masked ? masksOf(j0, V) : std::vector<llvm::Value *>(V, splat(b_.getTrue()));
         // Per vector: where its lanes of output row t and of row t + 1 go, and which.
-        std::vector<llvm::Value *> here(V), next(V), hereLanes(V), nextLanes(V);
+        std::vector<llvm::Value *> here(V), next(V), hereLanes(V), nextLanes(V), bandRow(V), column(V);
         for (unsigned h = 0; h < V; ++h) {
           llvm::Value *q = b_.CreateAdd(j0, i(h * vw)), *t = b_.CreateUDiv(q, bandWidth);
           llvm::Value *ow = b_.CreateSub(q, b_.CreateMul(t, bandWidth)), *owLanes = b_.CreateAdd(splat(ow), iota);
@@ -367,8 +439,13 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
                                                             b_.CreateICmpSLT(owLanes, splat(b_.CreateAdd(bandWidth, imOutWidth)))));
           here[h] = b_.CreateAdd(chunkAt, b_.CreateAdd(b_.CreateMul(t, imOutWidth), ow));
           next[h] = b_.CreateSub(b_.CreateAdd(here[h], imOutWidth), bandWidth);
+          bandRow[h] = b_.CreateAdd(t0, t), column[h] = ow;
         }
         StoreC store = [&](llvm::Value *row, unsigned v, llvm::Value *sum) {
+          if (epilogue)
+            sum = epilogueLanes(g, *epilogue, *epilogue->value,
+                                {sum, b_.CreateSub(row, row0), {bandRow[v], b_.CreateAdd(bandRow[v], i(1))},
+                                 {column[v], b_.CreateSub(column[v], bandWidth)}, {hereLanes[v], nextLanes[v]}});
           llvm::Value *cRow = b_.CreateAdd(cBase, b_.CreateMul(row, ldc));
           b_.CreateMaskedStore(sum, b_.CreateGEP(f32, C, b_.CreateAdd(cRow, here[v])), align, hereLanes[v]);
           b_.CreateMaskedStore(sum, b_.CreateGEP(f32, C, b_.CreateAdd(cRow, next[v])), align, nextLanes[v]);
@@ -380,7 +457,7 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
       });
       columns = n;
     });
-    b_.CreateBr(doneBB);
+    b_.CreateBr(epilogue ? epilogueDoneBB : doneBB);
     b_.SetInsertPoint(windowsBB);
   }
   // tile(i0, R, V) over the rows of a two-vector panel from column j0: V = 2, or in a
@@ -493,6 +570,45 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
   b_.SetInsertPoint(doneBB);
   if (g.epilogue)
     stmt(*g.epilogue);
+  b_.CreateBr(epilogueDoneBB);
+  b_.SetInsertPoint(epilogueDoneBB);
+}
+
+llvm::Value *CpuKernelEmitter::epilogueLanes(const kir::Gemm &g, const kir::Stmt &epilogue, const kir::Value &v, const SumLanes &at) {
+  auto splat = [&](llvm::Value *x) { return b_.CreateVectorSplat(vectorWidth_, x); };
+  switch (v.kind) {
+  case kir::Value::Kind::Const: return splat(value(v));
+  case kir::Value::Kind::Unary: return floatUnary(*ir::asUnaryOp(v.op), epilogueLanes(g, epilogue, *v.args[0], at));
+  case kir::Value::Kind::Binary:
+    return floatBinary(*ir::asBinaryOp(v.op), epilogueLanes(g, epilogue, *v.args[0], at), epilogueLanes(g, epilogue, *v.args[1], at));
+  case kir::Value::Kind::Load: break;
+  default: throw InternalError("a conv epilogue's value the band path does not apply");
+  }
+  if (v.buffer == g.c) // the stored element itself: the sums
+    return at.sums;
+  const std::string &row = g.epilogue->var, &bandRow = g.epilogue->body[0]->var, &column = g.epilogue->body[0]->body[0]->var;
+  vars_[row] = at.row;
+  std::vector<std::string> dims = sym::freeVars(v.index);
+  llvm::Value *lanes;
+  if (std::find(dims.begin(), dims.end(), bandRow) == dims.end() && std::find(dims.begin(), dims.end(), column) == dims.end()) {
+    lanes = splat(loadValue(v)); // one element for every lane (a channel's scale or shift)
+  } else {
+    // Lanes of each output row from the element of its first lane (which, for the second
+    // row, lies at a column before 0, maybe outside the buffer: only masked lanes are read).
+    bool contiguous = columnStep(v.index, column) == sym::constant(1);
+    auto *vec = llvm::FixedVectorType::get(b_.getFloatTy(), vectorWidth_);
+    llvm::Value *zeros = llvm::Constant::getNullValue(vec), *parts[2];
+    for (int r = 0; r < 2; ++r) {
+      vars_[bandRow] = at.rows[r], vars_[column] = at.columns[r];
+      llvm::Value *first = b_.CreateGEP(b_.getFloatTy(), bufs_[v.buffer], index(v.index));
+      parts[r] = contiguous ? b_.CreateMaskedLoad(vec, first, llvm::Align(4), at.masks[r], zeros)
+                            : b_.CreateMaskedGather(vec, splat(first), llvm::Align(4), at.masks[r], zeros);
+    }
+    vars_.erase(bandRow), vars_.erase(column);
+    lanes = b_.CreateSelect(at.masks[0], parts[0], parts[1]);
+  }
+  vars_.erase(row);
+  return lanes;
 }
 
 // The windows of an implicit-GEMM convolution, gathered into the GEMM's panel. Per panel

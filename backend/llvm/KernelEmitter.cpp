@@ -205,7 +205,7 @@ void KernelEmitter::storeValue(int buffer, sym::ExprRef idx, llvm::Value *v, DTy
 }
 
 llvm::Value *KernelEmitter::floatUnary(UnaryOp k, llvm::Value *x) {
-  llvm::Type *f = b_.getFloatTy();
+  llvm::Type *f = x->getType(); // f32, or a vector of f32 (a CPU conv's epilogue on its sums)
   auto one = llvm::ConstantFP::get(f, 1.0), zero = llvm::ConstantFP::get(f, 0.0);
   // 1/(1 + e^-x) for x >= 0, e^x/(1 + e^x) below: e^-x would overflow for x < -88 where
   // the result is still representable.

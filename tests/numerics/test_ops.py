@@ -271,6 +271,47 @@ class Windows(unittest.TestCase):
     def test_conv2d_gemm(self):
         self.check_convs(GEMM_CONVS, GEMM_IMAGES, np.random.default_rng(13))
 
+    def test_conv2d_gemm_epilogues(self):
+        # Elementwise ops after an implicit-GEMM conv join its kernel as an epilogue, which
+        # the padded band applies to the sums in registers where it can: a channel's scale
+        # and shift (one element per lane), a residual and a per-column tensor (contiguous
+        # lanes), a per-row tensor (gathered per output row), division and minimum; and
+        # otherwise (exp under sigmoid) as a pass over the stored output. Images: band,
+        # windows (35 wide at stride 2, 1100 wide), chunks (40x100), empty, NaN and inf.
+        rng = np.random.default_rng(14)
+        epilogues = [("relu(y * reshape(g, [O, 1, 1]) + reshape(b, [O, 1, 1]))",
+                      lambda y, a: np.maximum(y * a["g"][:, None, None] + a["b"][:, None, None], 0)),
+                     ("relu(y + r) * 0.5", lambda y, a: np.maximum(y + a["r"], 0) * 0.5),
+                     ("minimum(y * col, reshape(row, [P, 1])) - 1.0", lambda y, a: np.minimum(y * a["col"], a["row"][:, None]) - 1),
+                     ("abs(y) / (y * y + 1.0)", lambda y, a: np.abs(y) / (y * y + 1)),
+                     ("sigmoid(y) + reshape(b, [O, 1, 1])", lambda y, a: 1 / (1 + np.exp(-y)) + a["b"][:, None, None])]
+        with tempfile.TemporaryDirectory() as d:
+            # (C, O, K, stride, padding) and which epilogues: the convnet's first layer all of
+            # them; its strided layer and a 5x5 kernel without padding (a band with a halo)
+            # the residual and the per-row and per-column tensors.
+            for c, o, k, s, p, which in [(3, 16, 3, 1, 1, range(5)), (16, 32, 3, 2, 1, (1, 2)), (5, 9, 5, 1, 0, (2,))]:
+                size = lambda v: f"({v} + {2 * p - k}) / {s} + 1"
+                for expr, ref in (epilogues[e] for e in which):
+                    text = (f"dim N in 0..64; dim H; dim W;\n"
+                            f"model main(x: f32[N, {c}, H, W], w: f32[O, {c}, {k}, {k}], g: f32[O], b: f32[O], "
+                            f"r: f32[N, O, P, Q], col: f32[Q], row: f32[P]) -> f32[N, O, P, Q] {{\n"
+                            f"  let y = conv2d(x, w, stride = {s}, padding = {p});\n  return {expr};\n}}\n")
+                    text = text.replace("O", str(o)).replace("P", size("H")).replace("Q", size("W"))
+                    for n, h, wd in [(1, 16, 16), (2, 5, 35), (1, 40, 100), (1, 3, 1100), (0, 5, 5), (1, 9, 21)]:
+                        if min(h, wd) + 2 * p < k:
+                            continue
+                        ph, pw = (h + 2 * p - k) // s + 1, (wd + 2 * p - k) // s + 1
+                        x = rng.standard_normal((n, c, h, wd)).astype(np.float32)
+                        if (h, wd) == (9, 21):
+                            x[0, 0, 2, 3], x[0, c - 1, 6, 17] = np.nan, np.inf
+                        a = {"w": rng.standard_normal((o, c, k, k)), "g": rng.standard_normal(o), "b": rng.standard_normal(o),
+                             "r": rng.standard_normal((n, o, ph, pw)), "col": rng.standard_normal(pw), "row": rng.standard_normal(ph)}
+                        a = {name: v.astype(np.float32) for name, v in a.items()}
+                        got = self.run_model(d, "conv_epilogue", text, {"x": x, **a})
+                        with np.errstate(invalid="ignore", over="ignore"):
+                            want = ref(conv2d_ref(x.astype(np.float64), a["w"], s, p, 1, 1), {n: v.astype(np.float64) for n, v in a.items()})
+                        assert_matches(got.astype(np.float64), want, 1e-4, 1e-4, f"{expr} after conv C={c} O={o} K={k} s={s} p={p} on {n}x{h}x{wd}")
+
     def check_convs(self, convs, images, rng):
         with tempfile.TemporaryDirectory() as d:
             for c, o, k, s, p, dl, g in convs:
