@@ -388,7 +388,7 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
     // The epilogue, where it allows, is applied to each vector of sums before its stores.
     const kir::Gemm::Im2col &im = *g.im2col;
     epilogue = laneEpilogue(g, k_);
-    const int64_t kBandFloats = 16384, taps = im.kh * im.kw, st = im.stride, phases = st * st;
+    const int64_t kBandFloats = 24576, taps = im.kh * im.kw, st = im.stride, phases = st * st;
     const int64_t rowHalo = (im.kh - 1) / st, colHalo = (im.kw - 1) / st;
     llvm::Type *i64 = b_.getInt64Ty();
     auto splat = [&](llvm::Value *v) { return b_.CreateVectorSplat(vw, v); };
