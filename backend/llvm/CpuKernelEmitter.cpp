@@ -68,8 +68,8 @@ protected:
     llvm::Value *sums, *row;
     std::array<llvm::Value *, 2> rows, columns, masks;
   };
-  // The value that `epilogue` (one laneEpilogue accepted) stores for those lanes.
-  llvm::Value *epilogueLanes(const kir::Gemm &g, const kir::Stmt &epilogue, const kir::Value &v, const SumLanes &at);
+  // The value v of g's epilogue (one laneEpilogue accepted) for those lanes.
+  llvm::Value *epilogueLanes(const kir::Gemm &g, const kir::Value &v, const SumLanes &at);
 
 private:
   void collapsedChunk(const std::vector<const kir::Stmt *> &nest);
@@ -443,7 +443,7 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
         }
         StoreC store = [&](llvm::Value *row, unsigned v, llvm::Value *sum) {
           if (epilogue)
-            sum = epilogueLanes(g, *epilogue, *epilogue->value,
+            sum = epilogueLanes(g, *epilogue->value,
                                 {sum, b_.CreateSub(row, row0), {bandRow[v], b_.CreateAdd(bandRow[v], i(1))},
                                  {column[v], b_.CreateSub(column[v], bandWidth)}, {hereLanes[v], nextLanes[v]}});
           llvm::Value *cRow = b_.CreateAdd(cBase, b_.CreateMul(row, ldc));
@@ -574,13 +574,13 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
   b_.SetInsertPoint(epilogueDoneBB);
 }
 
-llvm::Value *CpuKernelEmitter::epilogueLanes(const kir::Gemm &g, const kir::Stmt &epilogue, const kir::Value &v, const SumLanes &at) {
+llvm::Value *CpuKernelEmitter::epilogueLanes(const kir::Gemm &g, const kir::Value &v, const SumLanes &at) {
   auto splat = [&](llvm::Value *x) { return b_.CreateVectorSplat(vectorWidth_, x); };
   switch (v.kind) {
   case kir::Value::Kind::Const: return splat(value(v));
-  case kir::Value::Kind::Unary: return floatUnary(*ir::asUnaryOp(v.op), epilogueLanes(g, epilogue, *v.args[0], at));
+  case kir::Value::Kind::Unary: return floatUnary(*ir::asUnaryOp(v.op), epilogueLanes(g, *v.args[0], at));
   case kir::Value::Kind::Binary:
-    return floatBinary(*ir::asBinaryOp(v.op), epilogueLanes(g, epilogue, *v.args[0], at), epilogueLanes(g, epilogue, *v.args[1], at));
+    return floatBinary(*ir::asBinaryOp(v.op), epilogueLanes(g, *v.args[0], at), epilogueLanes(g, *v.args[1], at));
   case kir::Value::Kind::Load: break;
   default: throw InternalError("a conv epilogue's value the band path does not apply");
   }
