@@ -243,9 +243,11 @@ GEMM_CONVS = [(3, 16, 3, 1, 1, 1, 1), (16, 32, 3, 2, 1, 1, 1), (5, 9, 1, 1, 0, 1
 # vector one output row) and cross one (35 wide: rows split across vectors; both read the
 # padded band at stride 1, and pack windows where the band is narrower than a vector);
 # 17x19 = 323 positions and 23x29 = 667, past one 512-position task; 40x100, whose tasks'
-# bands of input rows are copied a few output rows at a time; rows 1100 wide, whose band
-# is too large for 16 channels (the windows path).
-GEMM_IMAGES = [(0, 5, 5), (1, 1, 1), (1, 16, 16), (2, 5, 35), (1, 17, 19), (1, 23, 29), (1, 40, 100), (1, 2, 1100)]
+# bands of input rows are copied a few output rows at a time (the strided layer); 4x250,
+# where 28 channels' band at stride 1 is copied one output row at a time; rows 1100 wide,
+# whose band is too large for 16 channels (the windows path).
+GEMM_IMAGES = [(0, 5, 5), (1, 1, 1), (1, 16, 16), (2, 5, 35), (1, 17, 19), (1, 23, 29), (1, 40, 100), (1, 4, 250),
+               (1, 2, 1100)]
 
 
 def pool_ref(x, k, kind):
