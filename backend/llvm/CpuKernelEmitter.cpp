@@ -7,9 +7,23 @@
 #include <algorithm>
 #include <array>
 #include <functional>
+#include <optional>
 
 namespace dnnc::backend {
 namespace {
+
+// A conv GEMM's epilogue that the band path applies to its vectors of sums (laneEpilogue):
+// its Store, and how each load of it reads a vector's lanes.
+struct LaneEpilogue {
+  enum class Read {
+    Sums,       // C at the stored element: the sums themselves
+    Uniform,    // the same element for every lane (a channel's scale or shift)
+    Contiguous, // one column apart per column (a residual): a masked load per output row
+    PerRow,     // the same along an output row but not from one row to the next: a gather
+  };
+  const kir::Stmt *store = nullptr;
+  std::map<const kir::Value *, Read> loads;
+};
 
 class CpuKernelEmitter : public KernelEmitter {
 public:
@@ -68,40 +82,44 @@ protected:
     llvm::Value *sums, *row;
     std::array<llvm::Value *, 2> rows, columns, masks;
   };
-  // The value v of g's epilogue (one laneEpilogue accepted) for those lanes.
-  llvm::Value *epilogueLanes(const kir::Gemm &g, const kir::Value &v, const SumLanes &at);
+  // The value v of g's epilogue (laneEpilogue's `e`) for those lanes.
+  llvm::Value *epilogueLanes(const kir::Gemm &g, const LaneEpilogue &e, const kir::Value &v, const SumLanes &at);
 
 private:
   void collapsedChunk(const std::vector<const kir::Stmt *> &nest);
+  // v in every lane of a host vector; the lane numbers 0, 1, ... (i64).
+  llvm::Value *splat(llvm::Value *v) { return b_.CreateVectorSplat(vectorWidth_, v); }
+  llvm::Value *laneNumbers() {
+    std::vector<llvm::Constant *> lanes;
+    for (unsigned l = 0; l < vectorWidth_; ++l)
+      lanes.push_back(b_.getInt64(l));
+    return llvm::ConstantVector::get(lanes);
+  }
 
   unsigned vectorWidth_; // f32 lanes of the widest vector the host has
 };
-
-// How far a load's index moves from one output column to the next: 0 (the same element
-// for a whole output row), 1 (contiguous) or something else.
-sym::ExprRef columnStep(sym::ExprRef index, const std::string &column) {
-  return sym::sub(sym::substitute(index, {{column, sym::add(sym::var(column), sym::constant(1))}}), index);
-}
 
 // The Store of a conv GEMM's epilogue (for row { for band row { for column { Store } } })
 // when the band path can apply it to its vectors of sums before they are stored, saving
 // the pass that reads the task's output back: f32 throughout; C read only at the stored
 // element; other buffers read at an element the same along an output row (a channel's
 // scale) or one column apart per column (a residual); arithmetic that needs no vector math
-// (exp, tanh, ... stay scalar functions the loop vectorizer widens). Null otherwise.
-const kir::Stmt *laneEpilogue(const kir::Gemm &g, const kir::Kernel &k) {
+// (exp, tanh, ... stay scalar functions the loop vectorizer widens). Nothing otherwise.
+std::optional<LaneEpilogue> laneEpilogue(const kir::Gemm &g, const kir::Kernel &k) {
   if (!g.epilogue || g.epilogue->kind != kir::Stmt::Kind::For)
-    return nullptr;
+    return std::nullopt;
   const kir::Stmt *nest = g.epilogue.get();
   for (int depth = 0; depth < 3; ++depth) {
     if (nest->body.size() != 1)
-      return nullptr;
+      return std::nullopt;
     nest = nest->body[0].get();
   }
-  const std::string &column = g.epilogue->body[0]->body[0]->var;
+  const std::string &bandRow = g.epilogue->body[0]->var, &column = g.epilogue->body[0]->body[0]->var;
   if (nest->kind != kir::Stmt::Kind::Store || nest->buffer != g.c)
-    return nullptr;
-  const kir::Stmt &store = *nest;
+    return std::nullopt;
+  LaneEpilogue e;
+  e.store = nest;
+  using Read = LaneEpilogue::Read;
   std::function<bool(const kir::Value &)> fits = [&](const kir::Value &v) {
     if (v.dtype != DType::F32)
       return false;
@@ -110,10 +128,21 @@ const kir::Stmt *laneEpilogue(const kir::Gemm &g, const kir::Kernel &k) {
     case kir::Value::Kind::Load: {
       if (!v.args.empty() || k.buffers.at(size_t(v.buffer)).dtype != DType::F32)
         return false;
-      if (v.buffer == g.c)
-        return v.index == store.index;
-      sym::ExprRef step = columnStep(v.index, column);
-      return step == sym::constant(0) || step == sym::constant(1);
+      if (v.buffer == g.c) {
+        e.loads[&v] = Read::Sums;
+        return v.index == e.store->index;
+      }
+      // How far the index moves from one output column to the next.
+      sym::ExprRef step = sym::sub(sym::substitute(v.index, {{column, sym::add(sym::var(column), sym::constant(1))}}), v.index);
+      std::vector<std::string> dims = sym::freeVars(v.index);
+      bool alongRows = std::find(dims.begin(), dims.end(), bandRow) != dims.end();
+      if (step == sym::constant(1))
+        e.loads[&v] = Read::Contiguous;
+      else if (step == sym::constant(0))
+        e.loads[&v] = alongRows ? Read::PerRow : Read::Uniform;
+      else
+        return false;
+      return true;
     }
     case kir::Value::Kind::Unary: {
       std::optional<ir::UnaryOp> op = ir::asUnaryOp(v.op);
@@ -131,7 +160,9 @@ const kir::Stmt *laneEpilogue(const kir::Gemm &g, const kir::Kernel &k) {
     default: return false;
     }
   };
-  return fits(*store.value) ? &store : nullptr;
+  if (!fits(*e.store->value))
+    return std::nullopt;
+  return e;
 }
 
 // The chunk [begin, end) of the collapsed range of `nest` (outermost first; the innermost
@@ -226,10 +257,7 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
   std::vector<llvm::AllocaInst *> acc;
   for (unsigned k = 0; k < std::max(kAccumulators, kMaxVectors); ++k)
     acc.push_back(entryAlloca(vec, "acc"));
-  std::vector<llvm::Constant *> lanes;
-  for (unsigned l = 0; l < vw; ++l)
-    lanes.push_back(b_.getInt64(l));
-  llvm::Value *iota = llvm::ConstantVector::get(lanes);
+  llvm::Value *iota = laneNumbers();
   auto align = llvm::Align(4);
   // The columns that masks and tails are against: n, or a padded band's positions.
   llvm::Value *columns = n;
@@ -349,7 +377,7 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
        *doneBB = llvm::BasicBlock::Create(ctx_, "gemm.done", fn_);
   b_.CreateCondBr(stream, streamBB, packBB);
   // The band path's epilogue in registers (laneEpilogue), if any, and where it goes on.
-  const kir::Stmt *epilogue = nullptr;
+  std::optional<LaneEpilogue> epilogue;
   auto *epilogueDoneBB = llvm::BasicBlock::Create(ctx_, "gemm.epilogue.done", fn_);
 
   // tile(j0, W, masked) over [0, columns): full tiles of `top` vectors, then tiles of
@@ -391,7 +419,6 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
     const int64_t kBandFloats = 24576, taps = im.kh * im.kw, st = im.stride, phases = st * st;
     const int64_t rowHalo = (im.kh - 1) / st, colHalo = (im.kw - 1) / st;
     llvm::Type *i64 = b_.getInt64Ty();
-    auto splat = [&](llvm::Value *v) { return b_.CreateVectorSplat(vw, v); };
     auto i = [&](int64_t v) { return b_.getInt64(v); };
     llvm::Value *outWidth = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, imOutWidth, i(1));
     llvm::Value *outRow0 = b_.CreateSDiv(imColumn0, outWidth), *outRows = b_.CreateSDiv(n, outWidth);
@@ -443,7 +470,7 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
         }
         StoreC store = [&](llvm::Value *row, unsigned v, llvm::Value *sum) {
           if (epilogue)
-            sum = epilogueLanes(g, *epilogue->value,
+            sum = epilogueLanes(g, *epilogue, *epilogue->store->value,
                                 {sum, b_.CreateSub(row, row0), {bandRow[v], b_.CreateAdd(bandRow[v], i(1))},
                                  {column[v], b_.CreateSub(column[v], bandWidth)}, {hereLanes[v], nextLanes[v]}});
           llvm::Value *cRow = b_.CreateAdd(cBase, b_.CreateMul(row, ldc));
@@ -574,35 +601,33 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
   b_.SetInsertPoint(epilogueDoneBB);
 }
 
-llvm::Value *CpuKernelEmitter::epilogueLanes(const kir::Gemm &g, const kir::Value &v, const SumLanes &at) {
-  auto splat = [&](llvm::Value *x) { return b_.CreateVectorSplat(vectorWidth_, x); };
+llvm::Value *CpuKernelEmitter::epilogueLanes(const kir::Gemm &g, const LaneEpilogue &e, const kir::Value &v, const SumLanes &at) {
   switch (v.kind) {
   case kir::Value::Kind::Const: return splat(value(v));
-  case kir::Value::Kind::Unary: return floatUnary(*ir::asUnaryOp(v.op), epilogueLanes(g, *v.args[0], at));
+  case kir::Value::Kind::Unary: return floatUnary(*ir::asUnaryOp(v.op), epilogueLanes(g, e, *v.args[0], at));
   case kir::Value::Kind::Binary:
-    return floatBinary(*ir::asBinaryOp(v.op), epilogueLanes(g, *v.args[0], at), epilogueLanes(g, *v.args[1], at));
+    return floatBinary(*ir::asBinaryOp(v.op), epilogueLanes(g, e, *v.args[0], at), epilogueLanes(g, e, *v.args[1], at));
   case kir::Value::Kind::Load: break;
   default: throw InternalError("a conv epilogue's value the band path does not apply");
   }
-  if (v.buffer == g.c) // the stored element itself: the sums
+  LaneEpilogue::Read read = e.loads.at(&v);
+  if (read == LaneEpilogue::Read::Sums)
     return at.sums;
   const std::string &row = g.epilogue->var, &bandRow = g.epilogue->body[0]->var, &column = g.epilogue->body[0]->body[0]->var;
   vars_[row] = at.row;
-  std::vector<std::string> dims = sym::freeVars(v.index);
   llvm::Value *lanes;
-  if (std::find(dims.begin(), dims.end(), bandRow) == dims.end() && std::find(dims.begin(), dims.end(), column) == dims.end()) {
-    lanes = splat(loadValue(v)); // one element for every lane (a channel's scale or shift)
+  if (read == LaneEpilogue::Read::Uniform) {
+    lanes = splat(loadValue(v));
   } else {
     // Lanes of each output row from the element of its first lane (which, for the second
     // row, lies at a column before 0, maybe outside the buffer: only masked lanes are read).
-    bool contiguous = columnStep(v.index, column) == sym::constant(1);
     auto *vec = llvm::FixedVectorType::get(b_.getFloatTy(), vectorWidth_);
     llvm::Value *zeros = llvm::Constant::getNullValue(vec), *parts[2];
     for (int r = 0; r < 2; ++r) {
       vars_[bandRow] = at.rows[r], vars_[column] = at.columns[r];
       llvm::Value *first = b_.CreateGEP(b_.getFloatTy(), bufs_[v.buffer], index(v.index));
-      parts[r] = contiguous ? b_.CreateMaskedLoad(vec, first, llvm::Align(4), at.masks[r], zeros)
-                            : b_.CreateMaskedGather(vec, splat(first), llvm::Align(4), at.masks[r], zeros);
+      parts[r] = read == LaneEpilogue::Read::Contiguous ? b_.CreateMaskedLoad(vec, first, llvm::Align(4), at.masks[r], zeros)
+                                                        : b_.CreateMaskedGather(vec, splat(first), llvm::Align(4), at.masks[r], zeros);
     }
     vars_.erase(bandRow), vars_.erase(column);
     lanes = b_.CreateSelect(at.masks[0], parts[0], parts[1]);
@@ -629,12 +654,8 @@ void CpuKernelEmitter::packWindows(const kir::Gemm::Im2col &x, llvm::Value *X, l
   auto *vec = llvm::FixedVectorType::get(f32, vw);
   auto *ivec = llvm::FixedVectorType::get(i64, vw);
   auto *dvec = llvm::FixedVectorType::get(b_.getDoubleTy(), vw);
-  auto splat = [&](llvm::Value *v) { return b_.CreateVectorSplat(vw, v); };
   auto splatInt = [&](int64_t v) { return splat(b_.getInt64(v)); };
-  std::vector<llvm::Constant *> lanes;
-  for (unsigned l = 0; l < vw; ++l)
-    lanes.push_back(b_.getInt64(l));
-  llvm::Value *iota = llvm::ConstantVector::get(lanes);
+  llvm::Value *iota = laneNumbers();
   llvm::Value *outWidths = splat(outWidth);
   llvm::Value *inverse = splat(b_.CreateFDiv(llvm::ConstantFP::get(b_.getDoubleTy(), 1.0), b_.CreateSIToFP(outWidth, b_.getDoubleTy())));
   // Per vector h: the input row and column of tap (0, 0) in each lane, and the lanes to load.
@@ -725,11 +746,7 @@ void CpuKernelEmitter::copyBand(const kir::Gemm::Im2col &x, llvm::Value *X, llvm
   llvm::Type *f32 = b_.getFloatTy();
   auto *vec = llvm::FixedVectorType::get(f32, vw);
   auto i = [&](int64_t v) { return b_.getInt64(v); };
-  auto splat = [&](llvm::Value *v) { return b_.CreateVectorSplat(vw, v); };
-  std::vector<llvm::Constant *> lanes;
-  for (unsigned l = 0; l < vw; ++l)
-    lanes.push_back(b_.getInt64(l));
-  llvm::Value *iota = llvm::ConstantVector::get(lanes);
+  llvm::Value *iota = laneNumbers();
   auto lanesFrom = [&](llvm::Value *first, int64_t step) { // first + step * lane
     return b_.CreateAdd(splat(first), b_.CreateMul(iota, splat(i(step))));
   };
@@ -801,10 +818,7 @@ void CpuKernelEmitter::attentionStmt(const kir::Attention &a) {
   std::vector<llvm::AllocaInst *> acc;
   for (unsigned u = 0; u < std::max<unsigned>(kKeyGroup, kPvVectors); ++u)
     acc.push_back(entryAlloca(vec, "acc"));
-  std::vector<llvm::Constant *> lanes;
-  for (unsigned l = 0; l < vw; ++l)
-    lanes.push_back(b_.getInt64(l));
-  llvm::Value *iota = llvm::ConstantVector::get(lanes);
+  llvm::Value *iota = laneNumbers();
   auto loadVec = [&](llvm::Value *ptr, llvm::Value *mask) -> llvm::Value * {
     if (mask)
       return b_.CreateMaskedLoad(vec, ptr, align, mask, zeroVec);
