@@ -144,7 +144,8 @@ MODELS = {
                      [(f"N={n},H=W={s}", lambda r, n=n, s=s: f32(r, n, 3, s, s)) for n, s in ((1, 32), (4, 64), (8, 96))]),
 }
 
-# Single ops the issue measured (GEMM efficiency, matrix-vector, GELU, layer norm, softmax).
+# Single ops the issue measured (GEMM efficiency, matrix-vector, GELU, layer norm, softmax)
+# and a column sum.
 MICRO = {
     "gemm": Model("dim M;\nparam w: f32[1024, 1024];\nmodel main(x: f32[M, 1024]) -> f32[M, 1024] {\n  return x @ w;\n}\n",
                   lambda r: {"w": f32(r, 1024, 1024, scale=0.03)}, lambda w, x: x @ w["w"], "x",
@@ -161,6 +162,10 @@ MICRO = {
                        [("512x384", lambda r: f32(r, 512, 384))]),
     "softmax": Model("dim M;\ndim N;\nmodel main(x: f32[M, N]) -> f32[M, N] {\n  return softmax(x, -1);\n}\n",
                      lambda r: {}, lambda w, x: torch.softmax(x, -1), "x", [("512x512", lambda r: f32(r, 512, 512))]),
+    # A sum over the batch (a bias's gradient): each output element's terms a row apart.
+    "colsum": Model("dim M;\ndim N;\nmodel main(x: f32[M, N]) -> f32[N] {\n  return sum(x, axis = 0);\n}\n",
+                    lambda r: {}, lambda w, x: x.sum(0), "x",
+                    [(f"{m}x{n}", lambda r, m=m, n=n: f32(r, m, n)) for m, n in ((4096, 768), (1000, 4000), (100000, 16))]),
 }
 
 

@@ -488,16 +488,17 @@ public:
 protected:
   void createFunction() override {
     auto names = k_.dims();
-    std::vector<llvm::Type *> params(k_.buffers.size(), llvm::PointerType::get(ctx_, 0));
+    size_t arguments = k_.argumentBuffers();
+    std::vector<llvm::Type *> params(arguments, llvm::PointerType::get(ctx_, 0));
     params.insert(params.end(), names.size(), b_.getInt64Ty());
     beginFunction(params);
     fn_->setCallingConv(llvm::CallingConv::PTX_Kernel);
-    for (size_t i = 0; i < k_.buffers.size(); ++i) {
+    for (size_t i = 0; i < arguments; ++i) {
       fn_->getArg(static_cast<unsigned>(i))->setName(k_.buffers[i].name);
       bufs_.push_back(fn_->getArg(static_cast<unsigned>(i)));
     }
     for (size_t i = 0; i < names.size(); ++i)
-      vars_[names[i]] = fn_->getArg(static_cast<unsigned>(k_.buffers.size() + i));
+      vars_[names[i]] = fn_->getArg(static_cast<unsigned>(arguments + i));
   }
   // libdevice's __nv_ form: NVPTX has no lowering for exp, log, sin, ... GELU is
   // x/2 erfc(-x/sqrt 2): 1 + erf(x/sqrt 2) cancels to 0 for x below about -6.

@@ -37,6 +37,14 @@ template <class ScalarOp> ScalarOp scalar(std::optional<ScalarOp> op, OpKind k) 
 
 void KernelEmitter::emit() {
   createFunction();
+  // Local arrays live in the frame of each running instance (a CPU task, a GPU thread).
+  for (size_t i = k_.argumentBuffers(); i < k_.buffers.size(); ++i) {
+    const kir::Buffer &b = k_.buffers[i];
+    int64_t elements = 1;
+    for (sym::ExprRef d : b.dims)
+      elements *= d->asConst().value();
+    bufs_.push_back(entryAlloca(llvm::ArrayType::get(storageType(b.dtype), static_cast<uint64_t>(elements)), b.name));
+  }
   emitBody();
   b_.CreateRetVoid();
   std::string err;
@@ -59,7 +67,7 @@ void KernelEmitter::createHostFunction() {
   auto names = k_.dims();
   beginFunction({ptr, ptr, i64, i64});
   llvm::Value *buffers = fn_->getArg(0), *dims = fn_->getArg(1);
-  for (size_t i = 0; i < k_.buffers.size(); ++i)
+  for (size_t i = 0; i < k_.argumentBuffers(); ++i)
     bufs_.push_back(b_.CreateLoad(ptr, b_.CreateConstGEP1_64(ptr, buffers, i), k_.buffers[i].name));
   for (size_t i = 0; i < names.size(); ++i)
     vars_[names[i]] = b_.CreateLoad(i64, b_.CreateConstGEP1_64(i64, dims, i), names[i]);

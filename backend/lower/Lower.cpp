@@ -29,6 +29,11 @@ using Dims = std::vector<ExprRef>;
 
 ExprRef c(int64_t v) { return sym::constant(v); }
 
+// Terms per block of a blocked f32 sum (Lowering::blockedSum).
+constexpr int64_t kSumBlock = 4096;
+// Rows a column reduction's vector loop takes per pass (Lowering::columnReduction).
+constexpr int64_t kRowsPerPass = 4;
+
 // Lowers one op, or a fused op's group: then the kernel's buffers are the fused op's
 // operands and results, `op_` is the group's root (the op whose result the group yields),
 // and the root's operands made inside the group are computed where they are read
@@ -158,6 +163,9 @@ private:
   StmtPtr elementwise();
   StmtPtr rows();
   StmtPtr reduction();
+  // A sum, mean, max or min over a run of axes that kept axes follow (see its comment);
+  // null where it does not apply.
+  StmtPtr columnReduction(const std::set<size_t> &reduced);
   // Appends to `body` the statements that leave in local `total` the blocked f32 sum (see
   // reduction()) over the `reduced` axes of a tensor of dims `in` of term(at), where `at`
   // is `idx` with the reduced axes' loop variables in place.
@@ -303,7 +311,6 @@ ValuePtr Lowering::readValue(const ir::Value *v, const Dims &idx) {
 // added at input index idx; the outermost loop over elements is the GPU lanes' Reduce loop.
 void Lowering::blockedSum(const Dims &in, const Dims &idx, const std::set<size_t> &reduced, const std::string &total,
                           const std::function<ValuePtr(const Dims &)> &term, std::vector<StmtPtr> &body) {
-  constexpr int64_t kSumBlock = 4096;
   Dims at = idx;
   std::vector<size_t> redAxes;
   for (size_t a = 0; a < in.size(); ++a)
@@ -356,6 +363,8 @@ StmtPtr Lowering::reduction() {
       axes.push_back(static_cast<size_t>(a));
   }
   std::set<size_t> reduced(axes.begin(), axes.end());
+  if (StmtPtr columns = columnReduction(reduced))
+    return columns;
   Dims keptShape, keptIdx, redShape, redIdx, inIdx(in.size());
   for (size_t a = 0; a < in.size(); ++a) {
     ExprRef v = sym::var(kir::loopVar(next_++));
@@ -447,6 +456,197 @@ StmtPtr Lowering::reduction() {
   default: return nullptr;
   }
   return loopNest(keptShape, keptIdx, std::move(body));
+}
+
+// A reduction over a run of axes R followed by kept ones I, [K..., R..., I...] (a sum over
+// the batch of [B, D], over B and T of [B, T, D]): reduction() would give each task one
+// output element, and its loop over R would read one element per cache line. Instead a
+// task streams the reduced rows through vector loops, accumulating in its output elements
+// (a max or min, a sum of at most kSumBlock rows per axis) or in local arrays: sums stay
+// blocked as blockedSum's, element by element, with the same error bound. Each task takes
+// up to kColumnChunk consecutive elements of I's last axis; where the elements of I are a
+// constant at most half a chunk (sum(x, 0) of [M, 4]), a task (one per K index) takes whole
+// groups of rows at a time instead, their elements contiguous, in the lanes of one local
+// array, and folds the groups' lanes into each output element at the end of each block.
+// Only where the output is f32 (the accumulator) and, for max and min, the input too; not
+// on a target without the schedule (a GPU's lanes split R instead).
+StmtPtr Lowering::columnReduction(const std::set<size_t> &reduced) {
+  const Dims &in = this->in(0);
+  OpKind kind = op_.kind;
+  bool sum = kind == OpKind::Sum || kind == OpKind::Mean;
+  if (!schedule_.columnReductions || reduced.empty() || dtype(out()) != DType::F32 ||
+      !(sum ? isFloat(inType(0)) : (kind == OpKind::Max || kind == OpKind::Min) && inType(0) == DType::F32))
+    return nullptr;
+  size_t first = *reduced.begin(), last = *reduced.rbegin(), inner = in.size() - 1;
+  if (last - first + 1 != reduced.size() || last == inner)
+    return nullptr;
+  int64_t rowElements = 1; // of I, when a constant (else 0)
+  for (size_t a = last + 1; a < in.size(); ++a)
+    rowElements = in[a]->asConst() ? rowElements * *in[a]->asConst() : 0;
+  bool groups = outer_.kind != OpKind::Fused && rowElements > 0 && rowElements <= kColumnChunk / 2;
+  double init = sum ? 0 : kind == OpKind::Max ? -INFINITY : INFINITY;
+  OpKind combine = sum ? OpKind::Add : kind == OpKind::Max ? OpKind::Maximum : OpKind::Minimum;
+  auto fold = [&](ValuePtr a, ValuePtr b) { return kir::binary(combine, a, b, DType::F32); };
+
+  // Rows of elements: the output's, or a local array's; `each` stores f(element) into
+  // elements [0, extent) of a row in a vector loop over j.
+  struct Row {
+    int buffer;
+    ExprRef base;
+  };
+  ExprRef j = sym::var(kir::loopVar(next_++));
+  auto element = [&](Row r, ExprRef at) { return kir::load(r.buffer, sym::add(r.base, at), DType::F32); };
+  auto each = [&](Row r, ExprRef extent, const std::function<ValuePtr(ValuePtr)> &f) {
+    return kir::loop(j->asVar()->name, extent, one(kir::store(r.buffer, sym::add(r.base, j), f(element(r, j)))),
+                     Stmt::Schedule::Vectorize);
+  };
+  auto set = [&](Row r, ExprRef extent, double v) { return each(r, extent, [&](ValuePtr) { return kir::constant(v, DType::F32); }); };
+  auto add = [&](Row target, Row from, ExprRef extent) {
+    return each(target, extent, [&](ValuePtr acc) { return kir::binary(OpKind::Add, acc, element(from, j), DType::F32); });
+  };
+  auto newRow = [&](const std::string &name) {
+    k_.buffers.push_back({name, DType::F32, {c(kColumnChunk)}, false, true});
+    return Row{static_cast<int>(k_.buffers.size()) - 1, c(0)};
+  };
+  auto blockCount = [&](ExprRef extent) { return sym::floorDiv(sym::add(extent, c(kSumBlock - 1)), c(kSumBlock)); };
+  auto blockLength = [&](ExprRef extent, ExprRef block) { return sym::min(c(kSumBlock), sym::sub(extent, sym::mul(block, c(kSumBlock)))); };
+  auto isBlocked = [&](ExprRef extent) { return sum && !(extent->asConst() && *extent->asConst() <= kSumBlock); };
+
+  ExprRef rows = c(1), count = c(1); // rows of I's elements per K index; terms per output element
+  for (size_t a = first; a <= last; ++a)
+    rows = sym::mul(rows, in[a]);
+  count = rows;
+  auto divideByCount = [&](Row total, ExprRef extent) { // an empty mean is 0 / 0: NaN
+    return each(total, extent, [&](ValuePtr acc) { return kir::binary(OpKind::Div, acc, kir::cast(kir::indexValue(count), DType::F32), DType::F32); });
+  };
+  // The task of K index `keptIdx` as row groups of `width` (I's elements) each: G rows per
+  // step, lane g*width + n of a local array holding column n of the rows g mod G.
+  Dims kept(in.begin(), in.begin() + static_cast<long>(first));
+  auto grouped = [&](const Dims &keptIdx, ExprRef width) {
+    std::vector<StmtPtr> body;
+    ExprRef perStep = sym::floorDiv(c(kColumnChunk), sym::max(width, c(1))); // no division by an empty I
+    ExprRef slab = sym::mul(kir::flatIndex(kept, keptIdx), sym::mul(rows, width));
+    Row total{out(), sym::mul(kir::flatIndex(kept, keptIdx), width)}, lanes = newRow("lanes");
+    bool blocked = isBlocked(rows);
+    ExprRef block = blocked ? sym::var(kir::loopVar(next_++)) : c(0), step = sym::var(kir::loopVar(next_++));
+    ExprRef blockRows = blocked ? blockLength(rows, block) : rows;
+    ExprRef row0 = sym::add(sym::mul(block, c(kSumBlock)), sym::mul(step, perStep));
+    std::vector<StmtPtr> perBlock;
+    perBlock.push_back(set(lanes, c(kColumnChunk), init));
+    ExprRef stepLanes = sym::min(sym::mul(perStep, width), sym::mul(sym::sub(blockRows, sym::mul(step, perStep)), width));
+    ValuePtr x = kir::cast(kir::load(0, sym::add(slab, sym::add(sym::mul(row0, width), j)), dtype(0)), DType::F32);
+    perBlock.push_back(kir::loop(step->asVar()->name, sym::floorDiv(sym::add(blockRows, sym::sub(perStep, c(1))), perStep),
+                                 one(each(lanes, stepLanes, [&](ValuePtr acc) { return fold(acc, x); }))));
+    // Column n's value in this block: its G lanes folded in order, then into the total.
+    ExprRef n = sym::var(kir::loopVar(next_++)), g = sym::var(kir::loopVar(next_++));
+    std::vector<StmtPtr> column;
+    column.push_back(kir::let("lane", kir::constant(init, DType::F32)));
+    column.push_back(kir::loop(g->asVar()->name, perStep,
+                               one(kir::assign("lane", fold(kir::local("lane", DType::F32), element(lanes, sym::add(sym::mul(g, width), n)))))));
+    ValuePtr folded = sum ? kir::binary(OpKind::Add, element(total, n), kir::local("lane", DType::F32), DType::F32) : kir::local("lane", DType::F32);
+    column.push_back(kir::store(total.buffer, sym::add(total.base, n), folded));
+    perBlock.push_back(kir::loop(n->asVar()->name, width, std::move(column)));
+    if (sum)
+      body.push_back(set(total, width, 0));
+    if (blocked)
+      body.push_back(kir::loop(block->asVar()->name, blockCount(rows), std::move(perBlock)));
+    else
+      std::move(perBlock.begin(), perBlock.end(), std::back_inserter(body));
+    if (kind == OpKind::Mean)
+      body.push_back(divideByCount(total, width));
+    return body;
+  };
+
+  Dims parallel, extents;
+  std::vector<StmtPtr> body;
+  if (groups) {
+    parallel = vars(first), extents = kept;
+    body = grouped(parallel, c(rowElements));
+  } else {
+    // Chunks of kColumnChunk elements of I's last axis, a task each.
+    ExprRef chunk = sym::var(kir::loopVar(next_++)), column0 = sym::mul(chunk, c(kColumnChunk));
+    ExprRef columns = sym::min(c(kColumnChunk), sym::sub(in[inner], column0));
+    Dims inIdx(in.size()), keptShape, keptIdx;
+    for (size_t a = 0; a < in.size(); ++a) {
+      ExprRef v = sym::var(kir::loopVar(next_++));
+      inIdx[a] = a == inner ? sym::add(column0, j) : v;
+      if (reduced.count(a))
+        continue;
+      keptShape.push_back(in[a]);
+      keptIdx.push_back(a == inner ? column0 : v);
+      parallel.push_back(a == inner ? chunk : v);
+      extents.push_back(a == inner ? sym::floorDiv(sym::add(in[a], c(kColumnChunk - 1)), c(kColumnChunk)) : in[a]);
+    }
+    Row total{out(), kir::flatIndex(keptShape, keptIdx)};
+    auto term = [&] { return kir::cast(read(0, inIdx), DType::F32); }; // at inIdx as it is then
+    // blockedSum's levels, each local a row: folds reduced axes a.. into `target`.
+    std::function<StmtPtr(size_t, Row)> level = [&](size_t a, Row target) -> StmtPtr {
+      bool blocked = isBlocked(in[a]);
+      ExprRef block = blocked ? sym::var(kir::loopVar(next_++)) : nullptr, e = sym::var(kir::loopVar(next_++));
+      ExprRef start = blocked ? sym::mul(block, c(kSumBlock)) : c(0), elements = blocked ? blockLength(in[a], block) : in[a];
+      Row into = blocked ? newRow(fmt::format("sum.p{}", a - first)) : target;
+      StmtPtr elementLoop;
+      if (a == last) {
+        // Rows kRowsPerPass at a time, combined pairwise before they join the
+        // accumulator: a quarter of its loads and stores, and of the loop overhead.
+        auto rowsAt = [&](ExprRef row0, int64_t count) {
+          std::vector<ValuePtr> terms;
+          for (int64_t u = 0; u < count; ++u) {
+            inIdx[a] = sym::add(row0, c(u));
+            terms.push_back(term());
+          }
+          for (size_t width = 1; width < terms.size(); width *= 2)
+            for (size_t k = 0; k + width < terms.size(); k += 2 * width)
+              terms[k] = fold(terms[k], terms[k + width]);
+          return each(into, columns, [&](ValuePtr acc) { return fold(acc, terms[0]); });
+        };
+        ExprRef passes = sym::floorDiv(elements, c(kRowsPerPass)), tail = sym::var(kir::loopVar(next_++));
+        std::vector<StmtPtr> loops;
+        loops.push_back(kir::loop(e->asVar()->name, passes, one(rowsAt(sym::add(start, sym::mul(e, c(kRowsPerPass))), kRowsPerPass))));
+        loops.push_back(kir::loop(tail->asVar()->name, sym::mod(elements, c(kRowsPerPass)),
+                                  one(rowsAt(sym::add(sym::add(start, sym::mul(passes, c(kRowsPerPass))), tail), 1))));
+        elementLoop = kir::block(std::move(loops));
+      } else {
+        inIdx[a] = sym::add(start, e);
+        std::vector<StmtPtr> iteration;
+        if (!sum) {
+          iteration.push_back(level(a + 1, into));
+        } else {
+          Row fresh = newRow(fmt::format("sum.q{}", a - first));
+          iteration.push_back(set(fresh, columns, 0));
+          iteration.push_back(level(a + 1, fresh));
+          iteration.push_back(add(into, fresh, columns));
+        }
+        elementLoop = kir::loop(e->asVar()->name, elements, std::move(iteration));
+      }
+      if (!blocked)
+        return elementLoop;
+      std::vector<StmtPtr> perBlock;
+      perBlock.push_back(set(into, columns, 0));
+      perBlock.push_back(std::move(elementLoop));
+      perBlock.push_back(add(target, into, columns));
+      return kir::loop(block->asVar()->name, blockCount(in[a]), std::move(perBlock));
+    };
+    std::vector<StmtPtr> chunked;
+    chunked.push_back(set(total, columns, init));
+    chunked.push_back(level(first, total));
+    if (kind == OpKind::Mean)
+      chunked.push_back(divideByCount(total, columns));
+    if (outer_.kind != OpKind::Fused && last + 1 == inner) {
+      // I is one axis of a size known only at run time: rows of at most half a chunk take
+      // the row groups (their one chunk is the whole row), longer ones the chunks.
+      auto atMost = [&](ExprRef a, ExprRef b) { return kir::binary(OpKind::Le, kir::indexValue(a), kir::indexValue(b), DType::Bool); };
+      Dims keptK(inIdx.begin(), inIdx.begin() + static_cast<long>(first));
+      body.push_back(kir::when(atMost(in[inner], c(kColumnChunk / 2)), grouped(keptK, in[inner])));
+      body.push_back(kir::when(atMost(c(kColumnChunk / 2 + 1), in[inner]), std::move(chunked)));
+    } else {
+      body = std::move(chunked);
+    }
+  }
+  StmtPtr s = kir::block(std::move(body));
+  for (size_t k = parallel.size(); k-- > 0;)
+    s = kir::loop(parallel[k]->asVar()->name, extents[k], one(std::move(s)), Stmt::Schedule::Parallel);
+  return s;
 }
 
 StmtPtr Lowering::softmax() {

@@ -38,9 +38,18 @@ struct ScheduleOptions {
   // the same kernel); gemmColumnBlock and kGemmRowBlock then give way to them. The GPU
   // keeps its one schedule.
   bool gemmVariants = false;
+  // A reduction over leading axes (a sum over the batch) streams rows of its input over
+  // chunks of the innermost kept axis, with vector loops (Lowering::columnReduction);
+  // off, each output element reduces its own strided column (a GPU lane per element,
+  // or a warp's lanes splitting the column).
+  bool columnReductions = false;
 };
-inline constexpr ScheduleOptions kCpuSchedule{true, 256, true, true, true, true};
-inline constexpr ScheduleOptions kGpuSchedule{false, 0, false, true, false, false};
+inline constexpr ScheduleOptions kCpuSchedule{true, 256, true, true, true, true, true};
+inline constexpr ScheduleOptions kGpuSchedule{false, 0, false, true, false, false, false};
+
+// Elements of the innermost kept axis per task of a column reduction (a local array of
+// that many floats per blocked level).
+constexpr int64_t kColumnChunk = 256;
 
 // Rows of A per GEMM task: an f32 matmul is one parallel task per (batch, row block,
 // column block).

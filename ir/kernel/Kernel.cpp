@@ -353,6 +353,10 @@ std::vector<std::string> Kernel::dims() const {
   return {out.begin(), out.end()};
 }
 
+size_t Kernel::argumentBuffers() const {
+  return static_cast<size_t>(std::count_if(buffers.begin(), buffers.end(), [](const Buffer &b) { return !b.local; }));
+}
+
 std::string print(const Value &v) {
   auto arg = [&](size_t i) { return print(*v.args[i]); };
   switch (v.kind) {
@@ -374,7 +378,7 @@ std::string print(const Kernel &k) {
   for (size_t i = 0; i < k.buffers.size(); ++i) {
     const Buffer &b = k.buffers[i];
     ir::TensorType t{b.dtype, b.dims};
-    out += fmt::format("{}{}b{} {}: {}", i ? ", " : "", b.output ? "out " : "", i, b.name, t.str());
+    out += fmt::format("{}{}b{} {}: {}", i ? ", " : "", b.output ? "out " : b.local ? "local " : "", i, b.name, t.str());
   }
   out += ") {\n";
   printStmt(k, *k.body, 1, out);

@@ -145,16 +145,21 @@ struct Buffer {
   DType dtype;
   std::vector<sym::ExprRef> dims;
   bool output = false;
+  // A scratch array of constant dims that each running instance of the kernel (a CPU
+  // task, a GPU thread) has for itself, uninitialized: not an argument, after the
+  // operands and results (a column reduction's block partials, lower::reduction).
+  bool local = false;
 };
 
 struct Kernel {
   std::string name;
-  std::vector<Buffer> buffers; // the op's operands, then its results
+  std::vector<Buffer> buffers; // the op's operands, then its results, then local arrays
   StmtPtr body;
   // The body is a block of loops that read none of the memory any of them writes (concat,
   // split): a GPU runs each across the whole grid, one after another, without a barrier.
   bool independentLoops = false;
   std::vector<std::string> dims() const; // every dim the kernel reads at run time, sorted
+  size_t argumentBuffers() const; // the buffers a launch passes: all but the local arrays
   // The outermost loop when it is parallel: the runtime splits its range across threads
   // (CPU) or maps it onto the grid (GPU). Null when the kernel runs as one piece.
   const Stmt *parallelLoop() const;

@@ -41,6 +41,15 @@ std::string operandText(ExprRef e) { return needsParens(e) ? "(" + e->str() + ")
 
 bool isCompoundAtom(const Atom *a) { return a->kind == Atom::Kind::Div || a->kind == Atom::Kind::Mod; }
 
+// The right operand of / or %, which bind left to right: a quotient or remainder there
+// keeps its parentheses. Atoms are interned by this text, so B/(T/D) must not read as
+// (B/T)/D, a different atom.
+std::string divisorText(ExprRef e) {
+  bool compound = e->constant() == 0 && e->terms().size() == 1 && e->terms()[0].factors.size() == 1 &&
+                  isCompoundAtom(e->terms()[0].factors[0]);
+  return compound ? "(" + e->str() + ")" : operandText(e);
+}
+
 } // namespace
 
 class Context {
@@ -54,8 +63,8 @@ public:
     std::string key;
     switch (kind) {
     case Atom::Kind::Var: key = name; break;
-    case Atom::Kind::Div: key = operandText(lhs) + "/" + operandText(rhs); break;
-    case Atom::Kind::Mod: key = operandText(lhs) + " % " + operandText(rhs); break;
+    case Atom::Kind::Div: key = operandText(lhs) + "/" + divisorText(rhs); break;
+    case Atom::Kind::Mod: key = operandText(lhs) + " % " + divisorText(rhs); break;
     case Atom::Kind::Min: key = "min(" + lhs->str() + ", " + rhs->str() + ")"; break;
     case Atom::Kind::Max: key = "max(" + lhs->str() + ", " + rhs->str() + ")"; break;
     }

@@ -419,6 +419,70 @@ ROWS = {
 }
 
 
+# Reductions over leading axes, kept axes after them (the CPU streams rows over chunks of
+# 256 elements of the innermost kept axis, or over groups of whole rows of at most 128
+# elements: Lowering::columnReduction). Shapes around the chunk (256), the groups' width
+# limit (128), the 4096-row sum block (4097, 8193: a second and third block), empty
+# reductions and empty outputs; x holds multiples of 1/2 (sums exact in any order) and,
+# from 2 rows and 4 elements on, a NaN, +inf and -inf.
+COLUMN_SHAPES = [(1, 1), (5, 3), (0, 7), (7, 0), (4097, 1), (8193, 4), (300, 128), (300, 129), (4097, 257), (3, 600),
+                 (2, 256), (64, 97)]  # (R, L)
+COLUMNS = {  # name: (args, result, expression, NumPy reference, shape of x from (R, L))
+    "sum_leading": ("x: f32[R, L]", "f32[L]", "sum(x, axis = 0)", lambda x: x.sum(0), lambda r, l: (r, l)),
+    "mean_batch_time": ("x: f32[K, R, L]", "f32[L]", "mean(x, axis = [0, 1])", lambda x: x.mean((0, 1)), lambda r, l: (2, r, l)),
+    "sum_middle": ("x: f32[K, R, L]", "f32[K, L]", "sum(x, axis = 1)", lambda x: x.sum(1), lambda r, l: (3, r, l)),
+    "max_middle": ("x: f32[K, R, L]", "f32[K, L]", "max(x, axis = 1)", lambda x: x.max(1), lambda r, l: (3, r, l)),
+    "min_keepdims": ("x: f32[R, L]", "f32[1, L]", "min(x, axis = 0, keepdims = true)", lambda x: x.min(0, keepdims=True),
+                     lambda r, l: (r, l)),
+    "sum_two_kept": ("x: f32[R, K, L]", "f32[K, L]", "sum(x, axis = 0)", lambda x: x.sum(0), lambda r, l: (r, 2, l)),
+    "sum_constant_width": ("x: f32[R, 4]", "f32[4]", "sum(x, axis = 0)", lambda x: x.sum(0), lambda r, l: (r, 4)),
+    "max_constant_width": ("x: f32[R, 3, 5]", "f32[3, 5]", "max(x, axis = 0)", lambda x: x.max(0), lambda r, l: (r, 3, 5)),
+    "mean_constant_width": ("x: f32[K, R, 130]", "f32[K, 130]", "mean(x, axis = 1)", lambda x: x.mean(1), lambda r, l: (2, r, 130)),
+    "fused_sum_squares": ("x: f32[R, L]", "f32[L]", "sum(x * x - 1.0, axis = 0)", lambda x: (x * x - 1).sum(0), lambda r, l: (r, l)),
+}
+
+
+def make_column_test(name, args, result, expr, ref, shape):
+    def test(self):
+        rng = np.random.default_rng(17)
+        with tempfile.TemporaryDirectory() as d:
+            model = write_model(d, f"columns_{name}", "dim K in 0..65536; dim R in 0..65536; dim L in 0..65536;", args, result, expr)
+            done = set()
+            for r, l in COLUMN_SHAPES:
+                sx = shape(r, l)
+                if sx in done or (r == 0 and ("max" in name or "min" in name)):
+                    continue  # the max of nothing is no number (NumPy raises)
+                done.add(sx)
+                x = (np.round(rng.standard_normal(sx) * 2) / 2).astype(np.float32)
+                if r >= 2 and x.size >= 4:
+                    x.reshape(-1)[[x.size // 3, x.size - 1, x.size // 2]] = [np.nan, np.inf, -np.inf]
+                outs, p = self.dnnc.run(model, None, {"x": x})
+                self.assertEqual(p.returncode, 0, p.stderr)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)  # inf - inf, 0 / 0
+                    want = np.asarray(ref(x.astype(np.float64)))
+                self.assertEqual(outs[0].shape, want.shape, f"x {sx}")
+                assert_matches(outs[0], want, 1e-6 if "mean" in name else 0, 0, f"x {sx}")
+    return test
+
+
+def test_column_schedule(self):
+    # The CPU's kernels stream rows through vector loops (a local array for a sum's blocks
+    # or for row groups, which a width known only at run time may take); the GPU's keep a
+    # lane per column.
+    with tempfile.TemporaryDirectory() as d:
+        for name, local in (("sum_leading", True), ("max_middle", True), ("sum_two_kept", True), ("max_constant_width", True),
+                            ("min_keepdims", True)):
+            args, result, expr, _, _ = COLUMNS[name]
+            model = write_model(d, f"columns_{name}", "dim K; dim R; dim L;", args, result, expr)
+            for target, local in (("cpu", local), ("cuda", False)):
+                p = subprocess.run([self.dnnc.exe, "emit", model, "--emit=kernels", "--target", target], capture_output=True,
+                                   text=True, timeout=600)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertEqual("local b" in p.stdout, local, f"{name} on {target}:\n{p.stdout}")
+                if target == "cpu":
+                    self.assertRegex(p.stdout, r"vectorize \{\n\s+b\d+\[[^]]*\] = (add|maximum|minimum)\(b\d+\[", p.stdout)
+
 # Normalizations whose whole row computation is one fused op (a row group, Fusion.h): the
 # sums and means over the last axis with everything around them, x - mean read twice.
 ROW_GROUPS = {
@@ -593,6 +657,10 @@ for _name, _model in ATTENTION_MODELS.items():
 
 for _name, (_expr, _result, _ref) in REDUCTIONS.items():
     setattr(Ops, f"test_reduce_{_name}", make_reduction_test(_name, _expr, _result, _ref))
+
+Ops.test_column_schedule = test_column_schedule
+for _name, _model in COLUMNS.items():
+    setattr(Ops, f"test_columns_{_name}", make_column_test(_name, *_model))
 
 Ops.test_row_groups_fuse = test_row_groups_fuse
 for _name, (_expr, _ref) in ROWS.items():

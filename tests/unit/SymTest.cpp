@@ -34,6 +34,22 @@ TEST_CASE("canonical forms are interned and printed readably", "[sym]") {
   CHECK(neg(T)->str() == "-T");
 }
 
+TEST_CASE("a divisor that is itself a quotient or remainder keeps its parentheses", "[sym]") {
+  // Atoms are interned by their text: (B/T)/D and B/(T/D) once both read "B/T/D" and
+  // became one atom, whichever was made first.
+  ExprRef left = floorDiv(floorDiv(B, T), D), right = floorDiv(B, floorDiv(T, D));
+  CHECK(left != right);
+  CHECK(left->str() == "B/T/D");
+  CHECK(right->str() == "B/(T/D)");
+  CHECK(evaluate(right, {{"B", 100}, {"T", 6}, {"D", 3}}) == 50);
+  CHECK(evaluate(left, {{"B", 100}, {"T", 6}, {"D", 3}}) == 5);
+  ExprRef remainderFirst = floorDiv(mod(B, T), D), remainderDivisor = mod(B, floorDiv(T, D));
+  CHECK(remainderFirst != remainderDivisor);
+  CHECK(remainderDivisor->str() == "B % (T/D)");
+  CHECK(evaluate(remainderDivisor, {{"B", 7}, {"T", 8}, {"D", 2}}) == 3);
+  CHECK(mod(B, mod(T, D))->str() == "B % (T % D)");
+}
+
 TEST_CASE("substitution and evaluation", "[sym]") {
   ExprRef e = add(mul(B, T), floorDiv(T, c(2)));
   CHECK(evaluate(e, {{"B", 2}, {"T", 7}}) == 17);
