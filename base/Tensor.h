@@ -9,15 +9,31 @@
 #include <algorithm>
 #include <cstdint>
 #include <stdexcept>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dnnc::rt {
 
+// Bytes that a resize leaves uninitialized: a kernel's result is written whole by its
+// kernel (planned ones in the arena already are), so zeroing it first would be a second
+// pass over memory. Tensor::zeros zeroes explicitly.
+template <class T> struct DefaultInitAllocator : std::allocator<T> {
+  template <class U> struct rebind { using other = DefaultInitAllocator<U>; };
+  DefaultInitAllocator() = default;
+  template <class U> DefaultInitAllocator(const DefaultInitAllocator<U> &) noexcept {}
+  template <class U> void construct(U *p) noexcept { ::new (static_cast<void *>(p)) U; }
+  template <class U, class... Args> void construct(U *p, Args &&...args) {
+    ::new (static_cast<void *>(p)) U(std::forward<Args>(args)...);
+  }
+};
+using Bytes = std::vector<uint8_t, DefaultInitAllocator<uint8_t>>;
+
 struct Tensor {
   DType dtype = DType::F32;
   std::vector<int64_t> shape;
-  std::vector<uint8_t> bytes; // the values, when the tensor owns them (empty for a view)
+  Bytes bytes; // the values, when the tensor owns them (empty for a view)
 
   Tensor() = default;
   // A copy always owns its values, even a copy of a view: a view's memory (an arena
@@ -28,6 +44,9 @@ struct Tensor {
   Tensor &operator=(Tensor &&) = default;
 
   static Tensor zeros(DType dtype, std::vector<int64_t> shape);
+  // Values left unset, for a result its kernel writes whole (DNNC_POISON_RESULTS=1 fills
+  // them with 0xff bytes, a NaN in every float type, to catch a kernel that does not).
+  static Tensor uninitialized(DType dtype, std::vector<int64_t> shape);
   // A tensor over memory owned elsewhere (a slot of the runtime's arena).
   static Tensor view(DType dtype, std::vector<int64_t> shape, uint8_t *data);
   size_t numel() const;

@@ -399,7 +399,7 @@ bool Executable::runOp(size_t index, OpPlan &p, const std::vector<const Tensor *
       // late values made before that (other sync points still ahead) get memory of their
       // own, which cannot overlap the arena.
       if (!namesOnly(arenaPlan_.lateBytes, b)) {
-        out.push_back(Tensor::zeros(r->type.dtype, shape));
+        out.push_back(Tensor::uninitialized(r->type.dtype, shape));
         continue;
       }
       lateArenaBytes_ = static_cast<int64_t>(arenaSize(arenaPlan_.lateBytes, b));
@@ -435,14 +435,14 @@ Tensor Executable::unplanned(const ir::Value *r, std::vector<int64_t> shape) {
     if (!fits(dest, r->type.dtype, shape)) {
       if (it->second.update) // an update has its target's type, so this cannot be
         throw InternalError(fmt::format("an update of type {} does not fit its target {}", r->type.str(), dest.typeText()));
-      dest = Tensor::zeros(r->type.dtype, shape); // an output slot of another shape: made anew
+      dest = Tensor::uninitialized(r->type.dtype, shape); // an output slot of another shape: made anew
       ++outputAllocations_;
     }
     return Tensor::view(dest.dtype, dest.shape, dest.data());
   }
   if (yields_.count(r))
     ++outputAllocations_;
-  return Tensor::zeros(r->type.dtype, std::move(shape));
+  return Tensor::uninitialized(r->type.dtype, std::move(shape));
 }
 
 // Params are constants once the model loads: a prepacked weight kept in the arena since an
@@ -826,7 +826,7 @@ void Executable::runInPlace(std::vector<Tensor> &inputs, std::map<std::string, T
       if (!fits(*dest[k], v.dtype, v.shape)) {
         if (updated[k])
           throw InternalError(fmt::format("an update of type {} does not fit its target {}", v.typeText(), dest[k]->typeText()));
-        *dest[k] = Tensor::zeros(v.dtype, v.shape);
+        *dest[k] = Tensor::uninitialized(v.dtype, v.shape);
         ++outputAllocations_;
       }
       std::copy(v.data(), v.data() + v.byteSize(), dest[k]->data());
