@@ -485,8 +485,16 @@ StmtPtr Lowering::columnReduction(const std::set<size_t> &reduced) {
     rowElements = in[a]->asConst() ? rowElements * *in[a]->asConst() : 0;
   bool groups = outer_.kind != OpKind::Fused && rowElements > 0 && rowElements <= kColumnChunk / 2;
   double init = sum ? 0 : kind == OpKind::Max ? -INFINITY : INFINITY;
-  OpKind combine = sum ? OpKind::Add : kind == OpKind::Max ? OpKind::Maximum : OpKind::Minimum;
-  auto fold = [&](ValuePtr a, ValuePtr b) { return kir::binary(combine, a, b, DType::F32); };
+  // The earlier value `a` and a later `b` combined: for max and min, as reduction()'s scan
+  // does, b only where it is better or the first NaN (equal values keep the earlier: -0
+  // and +0 as the reference interpreter gives them).
+  auto fold = [&](ValuePtr a, ValuePtr b) {
+    if (sum)
+      return kir::binary(OpKind::Add, a, b, DType::F32);
+    ValuePtr better = kir::binary(kind == OpKind::Max ? OpKind::Gt : OpKind::Lt, b, a, DType::Bool);
+    ValuePtr firstNaN = kir::binary(OpKind::And, kir::binary(OpKind::Ne, b, b, DType::Bool), kir::binary(OpKind::Eq, a, a, DType::Bool), DType::Bool);
+    return kir::select(kir::binary(OpKind::Or, better, firstNaN, DType::Bool), b, a);
+  };
 
   // Rows of elements: the output's, or a local array's; `each` stores f(element) into
   // elements [0, extent) of a row in a vector loop over j.
@@ -522,9 +530,10 @@ StmtPtr Lowering::columnReduction(const std::set<size_t> &reduced) {
   // The task of K index `keptIdx` as row groups of `width` (I's elements) each: G rows per
   // step, lane g*width + n of a local array holding column n of the rows g mod G.
   Dims kept(in.begin(), in.begin() + static_cast<long>(first));
-  auto grouped = [&](const Dims &keptIdx, ExprRef width) {
+  // (`divisor`: the width as it divides, clamped where the width is not a constant.)
+  auto grouped = [&](const Dims &keptIdx, ExprRef width, ExprRef divisor) {
     std::vector<StmtPtr> body;
-    ExprRef perStep = sym::floorDiv(c(kColumnChunk), sym::max(width, c(1))); // no division by an empty I
+    ExprRef perStep = sym::floorDiv(c(kColumnChunk), divisor);
     ExprRef slab = sym::mul(kir::flatIndex(kept, keptIdx), sym::mul(rows, width));
     Row total{out(), sym::mul(kir::flatIndex(kept, keptIdx), width)}, lanes = newRow("lanes");
     bool blocked = isBlocked(rows);
@@ -534,6 +543,8 @@ StmtPtr Lowering::columnReduction(const std::set<size_t> &reduced) {
     std::vector<StmtPtr> perBlock;
     perBlock.push_back(set(lanes, c(kColumnChunk), init));
     ExprRef stepLanes = sym::min(sym::mul(perStep, width), sym::mul(sym::sub(blockRows, sym::mul(step, perStep)), width));
+    // The input as it lies (never a fused group's: a producer computed in the group would
+    // need its per-axis index, and the row groups' lanes are flat positions).
     ValuePtr x = kir::cast(kir::load(0, sym::add(slab, sym::add(sym::mul(row0, width), j)), dtype(0)), DType::F32);
     perBlock.push_back(kir::loop(step->asVar()->name, sym::floorDiv(sym::add(blockRows, sym::sub(perStep, c(1))), perStep),
                                  one(each(lanes, stepLanes, [&](ValuePtr acc) { return fold(acc, x); }))));
@@ -561,7 +572,7 @@ StmtPtr Lowering::columnReduction(const std::set<size_t> &reduced) {
   std::vector<StmtPtr> body;
   if (groups) {
     parallel = vars(first), extents = kept;
-    body = grouped(parallel, c(rowElements));
+    body = grouped(parallel, c(rowElements), c(rowElements));
   } else {
     // Chunks of kColumnChunk elements of I's last axis, a task each.
     ExprRef chunk = sym::var(kir::loopVar(next_++)), column0 = sym::mul(chunk, c(kColumnChunk));
@@ -589,16 +600,21 @@ StmtPtr Lowering::columnReduction(const std::set<size_t> &reduced) {
       if (a == last) {
         // Rows kRowsPerPass at a time, combined pairwise before they join the
         // accumulator: a quarter of its loads and stores, and of the loop overhead.
+        // (Each row's element in a local: a max's fold reads its operands three times.)
         auto rowsAt = [&](ExprRef row0, int64_t count) {
-          std::vector<ValuePtr> terms;
+          std::vector<StmtPtr> body;
+          std::vector<ValuePtr> rows;
           for (int64_t u = 0; u < count; ++u) {
             inIdx[a] = sym::add(row0, c(u));
-            terms.push_back(term());
+            std::string name = fmt::format("row{}", u);
+            body.push_back(kir::let(name, term()));
+            rows.push_back(kir::local(name, DType::F32));
           }
-          for (size_t width = 1; width < terms.size(); width *= 2)
-            for (size_t k = 0; k + width < terms.size(); k += 2 * width)
-              terms[k] = fold(terms[k], terms[k + width]);
-          return each(into, columns, [&](ValuePtr acc) { return fold(acc, terms[0]); });
+          for (size_t width = 1; width < rows.size(); width *= 2)
+            for (size_t k = 0; k + width < rows.size(); k += 2 * width)
+              body.push_back(kir::assign(rows[k]->local, fold(rows[k], rows[k + width])));
+          body.push_back(kir::store(into.buffer, sym::add(into.base, j), fold(element(into, j), rows[0])));
+          return kir::loop(j->asVar()->name, columns, std::move(body), Stmt::Schedule::Vectorize);
         };
         ExprRef passes = sym::floorDiv(elements, c(kRowsPerPass)), tail = sym::var(kir::loopVar(next_++));
         std::vector<StmtPtr> loops;
@@ -632,12 +648,15 @@ StmtPtr Lowering::columnReduction(const std::set<size_t> &reduced) {
     chunked.push_back(level(first, total));
     if (kind == OpKind::Mean)
       chunked.push_back(divideByCount(total, columns));
-    if (outer_.kind != OpKind::Fused && last + 1 == inner) {
+    if (outer_.kind != OpKind::Fused && last + 1 == inner && rowElements == 0) {
       // I is one axis of a size known only at run time: rows of at most half a chunk take
-      // the row groups (their one chunk is the whole row), longer ones the chunks.
+      // the row groups (their one chunk is the whole row), longer ones the chunks. The
+      // group's step divides by the width clamped into [1, kColumnChunk / 2], so that the
+      // branch not taken (whose terms the runtime's work estimate sums) stays finite.
       auto atMost = [&](ExprRef a, ExprRef b) { return kir::binary(OpKind::Le, kir::indexValue(a), kir::indexValue(b), DType::Bool); };
       Dims keptK(inIdx.begin(), inIdx.begin() + static_cast<long>(first));
-      body.push_back(kir::when(atMost(in[inner], c(kColumnChunk / 2)), grouped(keptK, in[inner])));
+      ExprRef clamped = sym::min(sym::max(in[inner], c(1)), c(kColumnChunk / 2));
+      body.push_back(kir::when(atMost(in[inner], c(kColumnChunk / 2)), grouped(keptK, in[inner], clamped)));
       body.push_back(kir::when(atMost(c(kColumnChunk / 2 + 1), in[inner]), std::move(chunked)));
     } else {
       body = std::move(chunked);
