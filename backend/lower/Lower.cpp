@@ -34,6 +34,21 @@ constexpr int64_t kSumBlock = 4096;
 // Rows a column reduction's vector loop takes per pass (Lowering::columnReduction).
 constexpr int64_t kRowsPerPass = 4;
 
+// A reduced axis of this extent is summed in blocks; their count, and block b's terms.
+bool sumBlocked(ExprRef extent) { return !(extent->asConst() && *extent->asConst() <= kSumBlock); }
+ExprRef sumBlocks(ExprRef extent) { return sym::floorDiv(sym::add(extent, c(kSumBlock - 1)), c(kSumBlock)); }
+ExprRef sumBlockLength(ExprRef extent, ExprRef b) { return sym::min(c(kSumBlock), sym::sub(extent, sym::mul(b, c(kSumBlock)))); }
+
+// Whether a later f32 value x replaces the best so far of a max (else min) scan: where it
+// is better, or the first NaN (NaN beats any number and the first NaN stays, as in NumPy);
+// equal values keep the earlier.
+ValuePtr replacesBest(bool wantMax, ValuePtr x, ValuePtr best) {
+  ValuePtr better = kir::binary(wantMax ? OpKind::Gt : OpKind::Lt, x, best, DType::Bool);
+  ValuePtr firstNaN = kir::binary(OpKind::And, kir::binary(OpKind::Ne, x, x, DType::Bool), kir::binary(OpKind::Eq, best, best, DType::Bool),
+                                  DType::Bool);
+  return kir::binary(OpKind::Or, better, firstNaN, DType::Bool);
+}
+
 // Lowers one op, or a fused op's group: then the kernel's buffers are the fused op's
 // operands and results, `op_` is the group's root (the op whose result the group yields),
 // and the root's operands made inside the group are computed where they are read
@@ -320,7 +335,7 @@ void Lowering::blockedSum(const Dims &in, const Dims &idx, const std::set<size_t
   std::function<StmtPtr(size_t, const std::string &)> level = [&](size_t k, const std::string &target) -> StmtPtr {
     size_t a = redAxes[k];
     ExprRef extent = in[a];
-    bool blocked = !(extent->asConst() && *extent->asConst() <= kSumBlock);
+    bool blocked = sumBlocked(extent);
     std::string partial = fmt::format("sum.p{}", k), inner = fmt::format("sum.q{}", k);
     ExprRef block = blocked ? sym::var(kir::loopVar(next_++)) : nullptr, j = sym::var(kir::loopVar(next_++));
     at[a] = blocked ? sym::add(sym::mul(block, c(kSumBlock)), j) : j;
@@ -334,7 +349,7 @@ void Lowering::blockedSum(const Dims &in, const Dims &idx, const std::set<size_t
       iteration.push_back(level(k + 1, inner));
       iteration.push_back(kir::assign(into, kir::binary(OpKind::Add, kir::local(into, DType::F32), kir::local(inner, DType::F32), DType::F32)));
     }
-    ExprRef elements = blocked ? sym::min(c(kSumBlock), sym::sub(extent, sym::mul(block, c(kSumBlock)))) : extent;
+    ExprRef elements = blocked ? sumBlockLength(extent, block) : extent;
     StmtPtr elementLoop = k == 0 ? kir::reduceLoop(j->asVar()->name, elements, std::move(iteration), {{into, OpKind::Add, ""}})
                                  : kir::loop(j->asVar()->name, elements, std::move(iteration));
     if (!blocked)
@@ -343,7 +358,7 @@ void Lowering::blockedSum(const Dims &in, const Dims &idx, const std::set<size_t
     perBlock.push_back(kir::let(partial, kir::constant(0, DType::F32)));
     perBlock.push_back(std::move(elementLoop));
     perBlock.push_back(kir::assign(target, kir::binary(OpKind::Add, kir::local(target, DType::F32), kir::local(partial, DType::F32), DType::F32)));
-    return kir::loop(block->asVar()->name, sym::floorDiv(sym::add(extent, c(kSumBlock - 1)), c(kSumBlock)), std::move(perBlock));
+    return kir::loop(block->asVar()->name, sumBlocks(extent), std::move(perBlock));
   };
   body.push_back(kir::let(total, kir::constant(0, DType::F32)));
   if (!redAxes.empty())
@@ -424,12 +439,8 @@ StmtPtr Lowering::reduction() {
     body.push_back(kir::let("best", kir::constant(init, acc)));
     body.push_back(kir::let("at", kir::constant(0, DType::I64)));
     ExprRef along = redIdx.empty() ? c(0) : kir::flatIndex(redShape, redIdx);
-    ValuePtr better = kir::binary(wantMax ? OpKind::Gt : OpKind::Lt, kir::cast(x, acc), kir::local("best", acc), DType::Bool);
-    if (acc == DType::F32) { // NaN beats any number and the first NaN stays, as in NumPy
-      ValuePtr xNan = kir::binary(OpKind::Ne, kir::cast(x, acc), kir::cast(x, acc), DType::Bool);
-      ValuePtr bestNumber = kir::binary(OpKind::Eq, kir::local("best", acc), kir::local("best", acc), DType::Bool);
-      better = kir::binary(OpKind::Or, better, kir::binary(OpKind::And, xNan, bestNumber, DType::Bool), DType::Bool);
-    }
+    ValuePtr better = acc == DType::F32 ? replacesBest(wantMax, kir::cast(x, acc), kir::local("best", acc))
+                                        : kir::binary(wantMax ? OpKind::Gt : OpKind::Lt, kir::cast(x, acc), kir::local("best", acc), DType::Bool);
     std::vector<StmtPtr> update;
     update.push_back(kir::assign("best", kir::cast(x, acc)));
     update.push_back(kir::assign("at", kir::indexValue(along)));
@@ -485,15 +496,10 @@ StmtPtr Lowering::columnReduction(const std::set<size_t> &reduced) {
     rowElements = in[a]->asConst() ? rowElements * *in[a]->asConst() : 0;
   bool groups = outer_.kind != OpKind::Fused && rowElements > 0 && rowElements <= kColumnChunk / 2;
   double init = sum ? 0 : kind == OpKind::Max ? -INFINITY : INFINITY;
-  // The earlier value `a` and a later `b` combined: for max and min, as reduction()'s scan
-  // does, b only where it is better or the first NaN (equal values keep the earlier: -0
-  // and +0 as the reference interpreter gives them).
+  // The earlier value `a` and a later `b` combined: for max and min as reduction()'s scan
+  // does (equal values keep the earlier: -0 and +0 as the reference interpreter gives them).
   auto fold = [&](ValuePtr a, ValuePtr b) {
-    if (sum)
-      return kir::binary(OpKind::Add, a, b, DType::F32);
-    ValuePtr better = kir::binary(kind == OpKind::Max ? OpKind::Gt : OpKind::Lt, b, a, DType::Bool);
-    ValuePtr firstNaN = kir::binary(OpKind::And, kir::binary(OpKind::Ne, b, b, DType::Bool), kir::binary(OpKind::Eq, a, a, DType::Bool), DType::Bool);
-    return kir::select(kir::binary(OpKind::Or, better, firstNaN, DType::Bool), b, a);
+    return sum ? kir::binary(OpKind::Add, a, b, DType::F32) : kir::select(replacesBest(kind == OpKind::Max, b, a), b, a);
   };
 
   // Rows of elements: the output's, or a local array's; `each` stores f(element) into
@@ -516,16 +522,13 @@ StmtPtr Lowering::columnReduction(const std::set<size_t> &reduced) {
     k_.buffers.push_back({name, DType::F32, {c(kColumnChunk)}, false, true});
     return Row{static_cast<int>(k_.buffers.size()) - 1, c(0)};
   };
-  auto blockCount = [&](ExprRef extent) { return sym::floorDiv(sym::add(extent, c(kSumBlock - 1)), c(kSumBlock)); };
-  auto blockLength = [&](ExprRef extent, ExprRef block) { return sym::min(c(kSumBlock), sym::sub(extent, sym::mul(block, c(kSumBlock)))); };
-  auto isBlocked = [&](ExprRef extent) { return sum && !(extent->asConst() && *extent->asConst() <= kSumBlock); };
+  auto isBlocked = [&](ExprRef extent) { return sum && sumBlocked(extent); };
 
-  ExprRef rows = c(1), count = c(1); // rows of I's elements per K index; terms per output element
+  ExprRef rows = c(1); // rows of I's elements per K index: the terms of each output element
   for (size_t a = first; a <= last; ++a)
     rows = sym::mul(rows, in[a]);
-  count = rows;
   auto divideByCount = [&](Row total, ExprRef extent) { // an empty mean is 0 / 0: NaN
-    return each(total, extent, [&](ValuePtr acc) { return kir::binary(OpKind::Div, acc, kir::cast(kir::indexValue(count), DType::F32), DType::F32); });
+    return each(total, extent, [&](ValuePtr acc) { return kir::binary(OpKind::Div, acc, kir::cast(kir::indexValue(rows), DType::F32), DType::F32); });
   };
   // The task of K index `keptIdx` as row groups of `width` (I's elements) each: G rows per
   // step, lane g*width + n of a local array holding column n of the rows g mod G.
@@ -538,7 +541,7 @@ StmtPtr Lowering::columnReduction(const std::set<size_t> &reduced) {
     Row total{out(), sym::mul(kir::flatIndex(kept, keptIdx), width)}, lanes = newRow("lanes");
     bool blocked = isBlocked(rows);
     ExprRef block = blocked ? sym::var(kir::loopVar(next_++)) : c(0), step = sym::var(kir::loopVar(next_++));
-    ExprRef blockRows = blocked ? blockLength(rows, block) : rows;
+    ExprRef blockRows = blocked ? sumBlockLength(rows, block) : rows;
     ExprRef row0 = sym::add(sym::mul(block, c(kSumBlock)), sym::mul(step, perStep));
     std::vector<StmtPtr> perBlock;
     perBlock.push_back(set(lanes, c(kColumnChunk), init));
@@ -560,7 +563,7 @@ StmtPtr Lowering::columnReduction(const std::set<size_t> &reduced) {
     if (sum)
       body.push_back(set(total, width, 0));
     if (blocked)
-      body.push_back(kir::loop(block->asVar()->name, blockCount(rows), std::move(perBlock)));
+      body.push_back(kir::loop(block->asVar()->name, sumBlocks(rows), std::move(perBlock)));
     else
       std::move(perBlock.begin(), perBlock.end(), std::back_inserter(body));
     if (kind == OpKind::Mean)
@@ -594,7 +597,7 @@ StmtPtr Lowering::columnReduction(const std::set<size_t> &reduced) {
     std::function<StmtPtr(size_t, Row)> level = [&](size_t a, Row target) -> StmtPtr {
       bool blocked = isBlocked(in[a]);
       ExprRef block = blocked ? sym::var(kir::loopVar(next_++)) : nullptr, e = sym::var(kir::loopVar(next_++));
-      ExprRef start = blocked ? sym::mul(block, c(kSumBlock)) : c(0), elements = blocked ? blockLength(in[a], block) : in[a];
+      ExprRef start = blocked ? sym::mul(block, c(kSumBlock)) : c(0), elements = blocked ? sumBlockLength(in[a], block) : in[a];
       Row into = blocked ? newRow(fmt::format("sum.p{}", a - first)) : target;
       StmtPtr elementLoop;
       if (a == last) {
@@ -641,7 +644,7 @@ StmtPtr Lowering::columnReduction(const std::set<size_t> &reduced) {
       perBlock.push_back(set(into, columns, 0));
       perBlock.push_back(std::move(elementLoop));
       perBlock.push_back(add(target, into, columns));
-      return kir::loop(block->asVar()->name, blockCount(in[a]), std::move(perBlock));
+      return kir::loop(block->asVar()->name, sumBlocks(in[a]), std::move(perBlock));
     };
     std::vector<StmtPtr> chunked;
     chunked.push_back(set(total, columns, init));
