@@ -788,37 +788,49 @@ void CpuKernelEmitter::copyBand(const kir::Gemm::Im2col &x, llvm::Value *X, llvm
   });
 }
 
-// The attention schedule, one query row at a time: the keys in tiles of kKeyTile, whose
-// scores (vector dot products over d) live in a stack array, never in memory the model
-// plans. Online softmax: a running max m and sum l; a tile with a larger max rescales l
-// and the output row (the accumulator, in cache) by exp(m_old - m_new) once per tile, not
-// per key. Causal: the key loop ends at the query's own index, so tiles past the diagonal
-// are never visited and the diagonal tile is cut short; the keys past it (the fill) count
-// after the loop, only on a row where their weight is not 0. The output row accumulates p v
-// one vector of dv at a time, held in a register across the tile's keys. A row whose
+// The attention schedule: the task's block of query rows (at most a.rowBlock) goes through
+// each tile of kKeyTile keys together, the rows as vector lanes. Scores come transposed,
+// sT[key][row], from a micro-kernel over the head dim (q's block held transposed in qT,
+// kDepthChunk of d at a time: one vector load of q and one broadcast of k per key and
+// depth step, kScoreKeys keys' FMA chains at once; no horizontal sums); the scale, mask,
+// causal predicate, the tile's max, the online softmax's rescale and p = exp(s - max) are
+// then vector operations across the rows (VectorMath's vector exp). o += p v runs as a GEMM
+// micro-kernel, kPvRows rows by kPvVectors vectors of dv in registers across the tile's
+// keys, the output rows in the result buffer (rescaled as they load). Online softmax: a
+// running max m and sum l per row; a tile with a larger max rescales l and the row by
+// exp(m_old - m_new) once per tile. Causal: the tiles end at the block's last row; the
+// keys past a row's diagonal in them score -inf (weight 0), and all the keys past it
+// (the fill) count after the loop, only on a row where their weight is not 0. A row whose
 // scores are all -inf keeps l = 0 and divides to NaN, as the unfused softmax does; with no
 // keys at all the row is 0, as the unfused matmul over an empty dim gives.
 void CpuKernelEmitter::attentionStmt(const kir::Attention &a) {
-  const int64_t kKeyTile = 64, kKeyGroup = 4;
-  const unsigned vw = vectorWidth_, kPvVectors = std::max(1u, 64 / vw);
+  const int64_t kKeyTile = 64, kDepthChunk = 128;
+  const unsigned vw = vectorWidth_, rowVectors = static_cast<unsigned>((a.rowBlock + vw - 1) / vw), lanes = rowVectors * vw;
+  const unsigned kScoreKeys = std::max(1u, 8 / rowVectors), kPvRows = 4, kPvVectors = std::max(1u, 64 / vw);
   llvm::Type *f32 = b_.getFloatTy();
   auto *vec = llvm::FixedVectorType::get(f32, vw);
   auto align = llvm::Align(4);
   llvm::Value *Q = bufs_[a.q], *K = bufs_[a.k], *V = bufs_[a.v], *O = bufs_[a.o], *M = a.mask >= 0 ? bufs_[a.mask] : nullptr;
   llvm::Value *qBase = index(a.qBase), *kBase = index(a.kBase), *vBase = index(a.vBase), *oBase = index(a.oBase);
-  llvm::Value *d = index(a.d), *dv = index(a.dv), *keys = index(a.keys), *row0 = index(a.row0);
-  llvm::Value *rowEnd = b_.CreateAdd(row0, index(a.rows));
-  llvm::Value *maskBase = M ? index(a.maskBase) : nullptr, *maskRow = M ? index(a.maskRow) : nullptr,
-              *maskCol = M ? index(a.maskCol) : nullptr;
-  llvm::Value *scale = llvm::ConstantFP::get(f32, a.scale), *zero = llvm::ConstantFP::get(f32, 0.0);
-  llvm::Value *minusInf = llvm::ConstantFP::getInfinity(f32, true), *zeroVec = llvm::Constant::getNullValue(vec);
-  llvm::AllocaInst *scores = entryAlloca(llvm::ArrayType::get(f32, kKeyTile), "scores");
-  scores->setAlignment(llvm::Align(64));
-  llvm::AllocaInst *runMax = entryAlloca(f32, "run.max"), *runSum = entryAlloca(f32, "run.sum"), *tileMax = entryAlloca(f32, "tile.max");
-  std::vector<llvm::AllocaInst *> acc;
-  for (unsigned u = 0; u < std::max<unsigned>(kKeyGroup, kPvVectors); ++u)
+  llvm::Value *d = index(a.d), *dv = index(a.dv), *keys = index(a.keys), *row0 = index(a.row0), *rows = index(a.rows);
+  llvm::Value *rowEnd = b_.CreateAdd(row0, rows);
+  llvm::Value *zero = llvm::ConstantFP::get(f32, 0.0), *minusInf = llvm::ConstantFP::getInfinity(f32, true);
+  llvm::Value *zeroVec = llvm::Constant::getNullValue(vec), *minusInfVec = b_.CreateVectorSplat(vw, minusInf);
+  auto local = [&](int64_t floats, const char *name) {
+    llvm::AllocaInst *a = entryAlloca(llvm::ArrayType::get(f32, floats), name);
+    a->setAlignment(llvm::Align(64));
+    return a;
+  };
+  llvm::AllocaInst *qT = local(kDepthChunk * lanes, "att.qt"), *sT = local(kKeyTile * lanes, "att.st");
+  llvm::AllocaInst *corrs = local(lanes, "att.corr"), *maxes = local(lanes, "att.max"), *sums = local(lanes, "att.sum");
+  std::vector<llvm::AllocaInst *> acc, runMax, runSum;
+  for (unsigned u = 0; u < std::max(kScoreKeys * rowVectors, kPvRows * kPvVectors); ++u)
     acc.push_back(entryAlloca(vec, "acc"));
+  for (unsigned v = 0; v < rowVectors; ++v)
+    runMax.push_back(entryAlloca(vec, "run.max")), runSum.push_back(entryAlloca(vec, "run.sum"));
   llvm::Value *iota = laneNumbers();
+  auto at = [&](llvm::Value *base, llvm::Value *i) { return b_.CreateInBoundsGEP(f32, base, i); };
+  auto i = [&](int64_t v) { return b_.getInt64(v); };
   auto loadVec = [&](llvm::Value *ptr, llvm::Value *mask) -> llvm::Value * {
     if (mask)
       return b_.CreateMaskedLoad(vec, ptr, align, mask, zeroVec);
@@ -830,109 +842,162 @@ void CpuKernelEmitter::attentionStmt(const kir::Attention &a) {
     else
       b_.CreateAlignedStore(v, ptr, align);
   };
-  // body(x0, mask) over [0, n) in whole vectors, then one masked vector for the tail.
-  auto vectors = [&](const std::string &name, llvm::Value *n, const std::function<void(llvm::Value *, llvm::Value *)> &body) {
-    llvm::Value *whole = b_.CreateSub(n, b_.CreateURem(n, b_.getInt64(vw)));
-    forLoop(name, b_.getInt64(0), whole, vw, [&](llvm::Value *x0) { body(x0, nullptr); });
-    onlyIf(b_.CreateICmpSLT(whole, n), [&] {
-      body(whole, b_.CreateICmpSLT(b_.CreateAdd(b_.CreateVectorSplat(vw, whole), iota), b_.CreateVectorSplat(vw, n)));
+  // The row (query index) of each lane of vector v of a key's scores.
+  std::vector<llvm::Value *> laneRows;
+  for (unsigned v = 0; v < rowVectors; ++v)
+    laneRows.push_back(b_.CreateAdd(b_.CreateVectorSplat(vw, b_.CreateAdd(row0, i(v * vw))), iota));
+  // sT's vector v of key jj, and qT's of depth x.
+  auto sAt = [&](llvm::Value *jj, unsigned v) { return at(sT, b_.CreateAdd(b_.CreateMul(jj, i(lanes)), i(v * vw))); };
+  auto qAt = [&](llvm::Value *x, unsigned v) { return at(qT, b_.CreateAdd(b_.CreateMul(x, i(lanes)), i(v * vw))); };
+  // body(y0, mask) over [0, dv) in whole vectors, then one masked vector for the tail.
+  auto rowVectorsOf = [&](const std::string &name, const std::function<void(llvm::Value *, llvm::Value *)> &body) {
+    llvm::Value *whole = b_.CreateSub(dv, b_.CreateURem(dv, i(vw)));
+    forLoop(name, i(0), whole, vw, [&](llvm::Value *y0) { body(y0, nullptr); });
+    onlyIf(b_.CreateICmpSLT(whole, dv), [&] {
+      body(whole, b_.CreateICmpSLT(b_.CreateAdd(b_.CreateVectorSplat(vw, whole), iota), b_.CreateVectorSplat(vw, dv)));
     });
   };
-  auto at = [&](llvm::Value *base, llvm::Value *i) { return b_.CreateInBoundsGEP(f32, base, i); };
-  forLoop("att.i", row0, rowEnd, 1, [&](llvm::Value *i) {
-    llvm::Value *qRow = at(Q, b_.CreateAdd(qBase, b_.CreateMul(i, d))), *oRow = at(O, b_.CreateAdd(oBase, b_.CreateMul(i, dv)));
-    vectors("att.zero", dv, [&](llvm::Value *y0, llvm::Value *mask) { storeVec(zeroVec, at(oRow, y0), mask); });
-    b_.CreateStore(minusInf, runMax);
-    b_.CreateStore(zero, runSum);
-    llvm::Value *end = a.causal ? b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, keys, b_.CreateAdd(i, b_.getInt64(1))) : keys;
-    forLoop("att.j0", b_.getInt64(0), end, kKeyTile, [&](llvm::Value *j0) {
-      llvm::Value *n = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.getInt64(kKeyTile), b_.CreateSub(end, j0));
-      // Scores kKeyGroup keys at a time: as many independent FMA chains over d, sharing
-      // the loads of q's row; the group's remainder one key at a time.
+  auto oRow = [&](llvm::Value *row) { return at(O, b_.CreateAdd(oBase, b_.CreateMul(row, dv))); };
+
+  // q's rows [row0, rowEnd), depths [x0, x0 + kDepthChunk) of them, into qT[x][row]; the
+  // lanes past the block's rows hold 0.
+  llvm::Value *depthChunks = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, i(1), b_.CreateSDiv(b_.CreateAdd(d, i(kDepthChunk - 1)), i(kDepthChunk)));
+  auto chunkDepth = [&](llvm::Value *x0) { return b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, i(kDepthChunk), b_.CreateSub(d, x0)); };
+  auto packQ = [&](llvm::Value *x0) {
+    llvm::Value *xn = chunkDepth(x0);
+    forLoop("att.qr", i(0), i(lanes), 1, [&](llvm::Value *r) {
+      llvm::Value *row = b_.CreateAdd(row0, r), *inside = b_.CreateICmpSLT(row, rowEnd);
+      llvm::Value *qRow = at(Q, b_.CreateAdd(qBase, b_.CreateAdd(b_.CreateMul(b_.CreateSelect(inside, row, row0), d), x0)));
+      forLoop("att.qx", i(0), xn, 1, [&](llvm::Value *x) {
+        llvm::Value *q = b_.CreateSelect(inside, b_.CreateLoad(f32, at(qRow, x)), zero);
+        b_.CreateStore(q, at(qT, b_.CreateAdd(b_.CreateMul(x, i(lanes)), r)));
+      });
+    });
+  };
+  llvm::Value *oneChunk = b_.CreateICmpSLE(d, i(kDepthChunk));
+  onlyIf(oneChunk, [&] { packQ(i(0)); });
+  forLoop("att.zero", row0, rowEnd, 1, [&](llvm::Value *row) {
+    rowVectorsOf("att.zy", [&](llvm::Value *y0, llvm::Value *mask) { storeVec(zeroVec, at(oRow(row), y0), mask); });
+  });
+  for (unsigned v = 0; v < rowVectors; ++v)
+    b_.CreateStore(minusInfVec, runMax[v]), b_.CreateStore(zeroVec, runSum[v]);
+  llvm::Value *end = a.causal ? b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, keys, rowEnd) : keys;
+  forLoop("att.j0", i(0), end, kKeyTile, [&](llvm::Value *j0) {
+    llvm::Value *n = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, i(kKeyTile), b_.CreateSub(end, j0));
+    // sT[jj][row] = q[row] . k[j0 + jj] over the chunks of d.
+    forLoop("att.c", i(0), depthChunks, 1, [&](llvm::Value *c) {
+      llvm::Value *x0 = b_.CreateMul(c, i(kDepthChunk)), *xn = chunkDepth(x0), *firstChunk = b_.CreateICmpEQ(c, i(0));
+      onlyIf(b_.CreateNot(oneChunk), [&] { packQ(x0); });
       auto scoreKeys = [&](llvm::Value *jj0, unsigned G) {
         std::vector<llvm::Value *> kRows;
         for (unsigned g = 0; g < G; ++g) {
-          kRows.push_back(at(K, b_.CreateAdd(kBase, b_.CreateMul(b_.CreateAdd(j0, b_.CreateAdd(jj0, b_.getInt64(g))), d))));
-          b_.CreateStore(zeroVec, acc[g]);
+          llvm::Value *jj = b_.CreateAdd(jj0, i(g));
+          kRows.push_back(at(K, b_.CreateAdd(kBase, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(j0, jj), d), x0))));
+          for (unsigned v = 0; v < rowVectors; ++v)
+            b_.CreateStore(b_.CreateSelect(firstChunk, zeroVec, b_.CreateAlignedLoad(vec, sAt(jj, v), llvm::Align(64))), acc[g * rowVectors + v]);
         }
-        vectors("att.dot", d, [&](llvm::Value *x0, llvm::Value *mask) {
-          llvm::Value *qv = loadVec(at(qRow, x0), mask);
-          for (unsigned g = 0; g < G; ++g)
-            b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {qv, loadVec(at(kRows[g], x0), mask), b_.CreateLoad(vec, acc[g])}), acc[g]);
+        forLoop("att.x", i(0), xn, 1, [&](llvm::Value *x) {
+          std::vector<llvm::Value *> qv;
+          for (unsigned v = 0; v < rowVectors; ++v)
+            qv.push_back(b_.CreateAlignedLoad(vec, qAt(x, v), llvm::Align(64)));
+          for (unsigned g = 0; g < G; ++g) {
+            llvm::Value *kb = b_.CreateVectorSplat(vw, b_.CreateLoad(f32, at(kRows[g], x)));
+            for (unsigned v = 0; v < rowVectors; ++v) {
+              llvm::AllocaInst *slot = acc[g * rowVectors + v];
+              b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {kb, qv[v], b_.CreateLoad(vec, slot)}), slot);
+            }
+          }
         });
-        for (unsigned g = 0; g < G; ++g) {
-          llvm::Value *jj = b_.CreateAdd(jj0, b_.getInt64(g)), *j = b_.CreateAdd(j0, jj);
-          llvm::Value *dot;
-          {
-            llvm::IRBuilderBase::FastMathFlagGuard guard(b_);
-            llvm::FastMathFlags fm;
-            fm.setAllowReassoc();
-            b_.setFastMathFlags(fm);
-            dot = b_.CreateFAddReduce(zero, b_.CreateLoad(vec, acc[g]));
-          }
-          llvm::Value *s = b_.CreateFMul(dot, scale);
-          if (M)
-            s = b_.CreateFAdd(s, b_.CreateLoad(f32, at(M, b_.CreateAdd(maskBase, b_.CreateAdd(b_.CreateMul(i, maskRow), b_.CreateMul(j, maskCol))))));
-          b_.CreateStore(s, at(scores, jj));
-        }
+        for (unsigned g = 0; g < G; ++g)
+          for (unsigned v = 0; v < rowVectors; ++v)
+            b_.CreateAlignedStore(b_.CreateLoad(vec, acc[g * rowVectors + v]), sAt(b_.CreateAdd(jj0, i(g)), v), llvm::Align(64));
       };
-      llvm::Value *grouped = b_.CreateSub(n, b_.CreateSRem(n, b_.getInt64(kKeyGroup)));
-      forLoop("att.s", b_.getInt64(0), grouped, kKeyGroup, [&](llvm::Value *jj0) { scoreKeys(jj0, kKeyGroup); });
+      llvm::Value *grouped = b_.CreateSub(n, b_.CreateSRem(n, i(kScoreKeys)));
+      forLoop("att.s", i(0), grouped, kScoreKeys, [&](llvm::Value *jj0) { scoreKeys(jj0, kScoreKeys); });
       forLoop("att.s1", grouped, n, 1, [&](llvm::Value *jj) { scoreKeys(jj, 1); });
-      // The tile's max, a vector at a time (NaN propagates, as the unfused softmax's max;
-      // the lanes past n read -inf).
-      b_.CreateStore(llvm::ConstantVector::getSplat(llvm::ElementCount::getFixed(vw), llvm::cast<llvm::Constant>(minusInf)), acc[0]);
-      vectors("att.max", n, [&](llvm::Value *x0, llvm::Value *mask) {
-        llvm::Value *ptr = at(scores, x0), *infs = b_.CreateVectorSplat(vw, minusInf);
-        llvm::Value *x = mask ? static_cast<llvm::Value *>(b_.CreateMaskedLoad(vec, ptr, align, mask, infs)) : b_.CreateAlignedLoad(vec, ptr, align);
-        b_.CreateStore(b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, b_.CreateLoad(vec, acc[0]), x), acc[0]);
-      });
-      b_.CreateStore(b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, b_.CreateLoad(f32, runMax),
-                                              b_.CreateUnaryIntrinsic(llvm::Intrinsic::vector_reduce_fmaximum, b_.CreateLoad(vec, acc[0]))),
-                     tileMax);
-      // Rescale what the earlier tiles summed to the new max; an all -inf max shifts by 0
-      // (exp(-inf - -inf) would be NaN where the unfused softmax has no such term yet).
-      llvm::Value *newMax = b_.CreateLoad(f32, tileMax);
-      llvm::Value *shift = b_.CreateSelect(b_.CreateFCmpOEQ(newMax, minusInf), zero, newMax);
-      llvm::Value *corr = math(MathFn::Exp, {b_.CreateFSub(b_.CreateLoad(f32, runMax), shift)});
-      b_.CreateStore(b_.CreateFMul(b_.CreateLoad(f32, runSum), corr), runSum);
-      b_.CreateStore(newMax, runMax);
-      vectors("att.rescale", dv, [&](llvm::Value *y0, llvm::Value *mask) {
-        llvm::Value *ptr = at(oRow, y0);
-        storeVec(b_.CreateFMul(loadVec(ptr, mask), b_.CreateVectorSplat(vw, corr)), ptr, mask);
-      });
-      // p = exp(s - max) in place of the scores, summed (the vectorizer widens the exp).
-      markVectorize(forLoop("att.p", b_.getInt64(0), n, 1, [&](llvm::Value *jj) {
-        llvm::Value *p = math(MathFn::Exp, {b_.CreateFSub(b_.CreateLoad(f32, at(scores, jj)), shift)});
-        b_.CreateStore(p, at(scores, jj));
-        b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(f32, runSum), p), runSum);
-      }));
-      // o += p v over the tile's keys, a vector of the row at a time.
-      llvm::Value *vTile = at(V, b_.CreateAdd(vBase, b_.CreateMul(j0, dv)));
-      forLoop("att.pv", b_.getInt64(0), dv, kPvVectors * vw, [&](llvm::Value *y0) {
-        // kPvVectors vectors of the row stay in registers across the tile's keys, as many
-        // independent FMA chains; the block at the row's end is masked.
+    });
+    // Scale, mask and the causal predicate (a key past a row's diagonal: -inf, weight 0;
+    // counted after the loop), and the tile's max per row (NaN propagates, as the unfused
+    // softmax's max).
+    std::vector<llvm::Value *> rowInside;
+    for (unsigned v = 0; v < rowVectors; ++v)
+      b_.CreateStore(minusInfVec, acc[v]), rowInside.push_back(b_.CreateICmpSLT(laneRows[v], b_.CreateVectorSplat(vw, rowEnd)));
+    forLoop("att.m", i(0), n, 1, [&](llvm::Value *jj) {
+      llvm::Value *j = b_.CreateAdd(j0, jj);
+      for (unsigned v = 0; v < rowVectors; ++v) {
+        llvm::Value *ptr = sAt(jj, v);
+        llvm::Value *s = b_.CreateFMul(b_.CreateAlignedLoad(vec, ptr, llvm::Align(64)), b_.CreateVectorSplat(vw, llvm::ConstantFP::get(f32, a.scale)));
+        if (M) {
+          llvm::Value *maskAt = b_.CreateAdd(b_.CreateVectorSplat(vw, b_.CreateAdd(index(a.maskBase), b_.CreateMul(j, index(a.maskCol)))),
+                                             b_.CreateMul(laneRows[v], b_.CreateVectorSplat(vw, index(a.maskRow))));
+          s = b_.CreateFAdd(s, b_.CreateMaskedGather(vec, b_.CreateInBoundsGEP(f32, M, maskAt), align, rowInside[v], zeroVec));
+        }
+        if (a.causal)
+          s = b_.CreateSelect(b_.CreateICmpSGT(b_.CreateVectorSplat(vw, j), laneRows[v]), minusInfVec, s);
+        b_.CreateAlignedStore(s, ptr, llvm::Align(64));
+        b_.CreateStore(b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, b_.CreateLoad(vec, acc[v]), s), acc[v]);
+      }
+    });
+    // Rescale what the earlier tiles summed to the new max; an all -inf max shifts by 0
+    // (exp(-inf - -inf) would be NaN where the unfused softmax has no such term yet).
+    std::vector<llvm::Value *> shift;
+    for (unsigned v = 0; v < rowVectors; ++v) {
+      llvm::Value *oldMax = b_.CreateLoad(vec, runMax[v]);
+      llvm::Value *newMax = b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, oldMax, b_.CreateLoad(vec, acc[v]));
+      shift.push_back(b_.CreateSelect(b_.CreateFCmpOEQ(newMax, minusInfVec), zeroVec, newMax));
+      llvm::Value *corr = math(MathFn::Exp, {b_.CreateFSub(oldMax, shift[v])});
+      b_.CreateStore(b_.CreateFMul(b_.CreateLoad(vec, runSum[v]), corr), runSum[v]);
+      b_.CreateStore(newMax, runMax[v]);
+      b_.CreateAlignedStore(corr, at(corrs, i(v * vw)), llvm::Align(64));
+    }
+    // p = exp(s - max) in place of the scores, summed per row.
+    forLoop("att.p", i(0), n, 1, [&](llvm::Value *jj) {
+      for (unsigned v = 0; v < rowVectors; ++v) {
+        llvm::Value *ptr = sAt(jj, v);
+        llvm::Value *p = math(MathFn::Exp, {b_.CreateFSub(b_.CreateAlignedLoad(vec, ptr, llvm::Align(64)), shift[v])});
+        b_.CreateAlignedStore(p, ptr, llvm::Align(64));
+        b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(vec, runSum[v]), p), runSum[v]);
+      }
+    });
+    // o = o corr + p v: R rows by kPvVectors vectors of dv in registers across the keys.
+    llvm::Value *vTile = at(V, b_.CreateAdd(vBase, b_.CreateMul(j0, dv)));
+    auto pvTile = [&](llvm::Value *r0, unsigned R) {
+      forLoop("att.y0", i(0), dv, kPvVectors * vw, [&](llvm::Value *y0) {
         auto block = [&](bool masked) {
-          std::vector<llvm::Value *> masks(kPvVectors, nullptr), ptrs;
-          for (unsigned u = 0; u < kPvVectors; ++u) {
-            llvm::Value *y = b_.CreateAdd(y0, b_.getInt64(u * vw));
-            if (masked)
-              masks[u] = b_.CreateICmpSLT(b_.CreateAdd(b_.CreateVectorSplat(vw, y), iota), b_.CreateVectorSplat(vw, dv));
-            ptrs.push_back(at(oRow, y));
-            b_.CreateStore(loadVec(ptrs[u], masks[u]), acc[u]);
-          }
-          forLoop("att.pj", b_.getInt64(0), n, 1, [&](llvm::Value *jj) {
-            llvm::Value *p = b_.CreateVectorSplat(vw, b_.CreateLoad(f32, at(scores, jj)));
-            llvm::Value *vRow = at(vTile, b_.CreateAdd(b_.CreateMul(jj, dv), y0));
-            for (unsigned u = 0; u < kPvVectors; ++u)
-              b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {p, loadVec(at(vRow, b_.getInt64(u * vw)), masks[u]), b_.CreateLoad(vec, acc[u])}), acc[u]);
-          });
+          std::vector<llvm::Value *> masks(kPvVectors, nullptr), ptrs, pLanes;
           for (unsigned u = 0; u < kPvVectors; ++u)
-            storeVec(b_.CreateLoad(vec, acc[u]), ptrs[u], masks[u]);
+            if (masked)
+              masks[u] = b_.CreateICmpSLT(b_.CreateAdd(b_.CreateVectorSplat(vw, b_.CreateAdd(y0, i(u * vw))), iota), b_.CreateVectorSplat(vw, dv));
+          for (unsigned r = 0; r < R; ++r) {
+            llvm::Value *lane = b_.CreateSub(b_.CreateAdd(r0, i(r)), row0);
+            pLanes.push_back(lane);
+            llvm::Value *corr = b_.CreateVectorSplat(vw, b_.CreateLoad(f32, at(corrs, lane)));
+            for (unsigned u = 0; u < kPvVectors; ++u) {
+              ptrs.push_back(at(oRow(b_.CreateAdd(r0, i(r))), b_.CreateAdd(y0, i(u * vw))));
+              b_.CreateStore(b_.CreateFMul(loadVec(ptrs.back(), masks[u]), corr), acc[r * kPvVectors + u]);
+            }
+          }
+          forLoop("att.pj", i(0), n, 1, [&](llvm::Value *jj) {
+            llvm::Value *vRow = at(vTile, b_.CreateAdd(b_.CreateMul(jj, dv), y0));
+            std::vector<llvm::Value *> vv;
+            for (unsigned u = 0; u < kPvVectors; ++u)
+              vv.push_back(loadVec(at(vRow, i(u * vw)), masks[u]));
+            llvm::Value *pRow = b_.CreateMul(jj, i(lanes));
+            for (unsigned r = 0; r < R; ++r) {
+              llvm::Value *p = b_.CreateVectorSplat(vw, b_.CreateLoad(f32, at(sT, b_.CreateAdd(pRow, pLanes[r]))));
+              for (unsigned u = 0; u < kPvVectors; ++u) {
+                llvm::AllocaInst *slot = acc[r * kPvVectors + u];
+                b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {p, vv[u], b_.CreateLoad(vec, slot)}), slot);
+              }
+            }
+          });
+          for (unsigned r = 0; r < R; ++r)
+            for (unsigned u = 0; u < kPvVectors; ++u)
+              storeVec(b_.CreateLoad(vec, acc[r * kPvVectors + u]), ptrs[r * kPvVectors + u], masks[u]);
         };
         auto *fullBB = llvm::BasicBlock::Create(ctx_, "pv.full", fn_), *tailBB = llvm::BasicBlock::Create(ctx_, "pv.tail", fn_),
              *joinBB = llvm::BasicBlock::Create(ctx_, "pv.done", fn_);
-        b_.CreateCondBr(b_.CreateICmpSLE(b_.CreateAdd(y0, b_.getInt64(kPvVectors * vw)), dv), fullBB, tailBB);
+        b_.CreateCondBr(b_.CreateICmpSLE(b_.CreateAdd(y0, i(kPvVectors * vw)), dv), fullBB, tailBB);
         for (bool masked : {false, true}) {
           b_.SetInsertPoint(masked ? tailBB : fullBB);
           block(masked);
@@ -940,25 +1005,37 @@ void CpuKernelEmitter::attentionStmt(const kir::Attention &a) {
         }
         b_.SetInsertPoint(joinBB);
       });
-    });
+    };
+    llvm::Value *fullRows = b_.CreateSub(rowEnd, b_.CreateSRem(rows, i(kPvRows)));
+    forLoop("att.r4", row0, fullRows, kPvRows, [&](llvm::Value *r0) { pvTile(r0, kPvRows); });
+    forLoop("att.r1", fullRows, rowEnd, 1, [&](llvm::Value *r0) { pvTile(r0, 1); });
+  });
+  for (unsigned v = 0; v < rowVectors; ++v) {
+    b_.CreateAlignedStore(b_.CreateLoad(vec, runMax[v]), at(maxes, i(v * vw)), llvm::Align(64));
+    b_.CreateAlignedStore(b_.CreateLoad(vec, runSum[v]), at(sums, i(v * vw)), llvm::Align(64));
+  }
+  forLoop("att.fin", row0, rowEnd, 1, [&](llvm::Value *row) {
+    llvm::Value *lane = b_.CreateSub(row, row0), *sumAt = at(sums, lane);
     if (a.causal) {
       // The keys past the diagonal score the fill. Skipped above: their weight
       // w = exp(fill - m) is 0 unless every visible score lies within ~104 of the fill (or
       // below it, or is NaN), where the unfused softmax over all keys gives them weight
       // too. Then the max becomes max(m, fill) and l and the output row take w per hidden
       // key: a branch taken only on such rows.
-      llvm::Value *fill = llvm::ConstantFP::get(f32, a.fill), *m = b_.CreateLoad(f32, runMax);
+      llvm::Value *fill = llvm::ConstantFP::get(f32, a.fill), *m = b_.CreateLoad(f32, at(maxes, lane));
       llvm::Value *newMax = b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, m, fill);
       llvm::Value *shift = b_.CreateSelect(b_.CreateFCmpOEQ(newMax, minusInf), zero, newMax);
-      llvm::Value *w = math(MathFn::Exp, {b_.CreateFSub(fill, shift)}), *hidden = b_.CreateSub(keys, end);
-      onlyIf(b_.CreateAnd(b_.CreateICmpSGT(hidden, b_.getInt64(0)), b_.CreateFCmpUNE(w, zero)), [&] {
+      llvm::Value *w = math(MathFn::Exp, {b_.CreateFSub(fill, shift)});
+      llvm::Value *visibleEnd = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, keys, b_.CreateAdd(row, i(1)));
+      llvm::Value *hidden = b_.CreateSub(keys, visibleEnd);
+      onlyIf(b_.CreateAnd(b_.CreateICmpSGT(hidden, i(0)), b_.CreateFCmpUNE(w, zero)), [&] {
         llvm::Value *corr = math(MathFn::Exp, {b_.CreateFSub(m, shift)});
-        b_.CreateStore(b_.CreateFAdd(b_.CreateFMul(b_.CreateLoad(f32, runSum), corr), b_.CreateFMul(b_.CreateSIToFP(hidden, f32), w)), runSum);
+        b_.CreateStore(b_.CreateFAdd(b_.CreateFMul(b_.CreateLoad(f32, sumAt), corr), b_.CreateFMul(b_.CreateSIToFP(hidden, f32), w)), sumAt);
         llvm::Value *wv = b_.CreateVectorSplat(vw, w);
-        vectors("att.hidden", dv, [&](llvm::Value *y0, llvm::Value *mask) {
-          llvm::Value *ptr = at(oRow, y0);
+        rowVectorsOf("att.hidden", [&](llvm::Value *y0, llvm::Value *mask) {
+          llvm::Value *ptr = at(oRow(row), y0);
           b_.CreateStore(b_.CreateFMul(loadVec(ptr, mask), b_.CreateVectorSplat(vw, corr)), acc[0]);
-          forLoop("att.hj", end, keys, 1, [&](llvm::Value *j) {
+          forLoop("att.hj", visibleEnd, keys, 1, [&](llvm::Value *j) {
             llvm::Value *vRow = at(V, b_.CreateAdd(vBase, b_.CreateAdd(b_.CreateMul(j, dv), y0)));
             b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {wv, loadVec(vRow, mask), b_.CreateLoad(vec, acc[0])}), acc[0]);
           });
@@ -966,10 +1043,10 @@ void CpuKernelEmitter::attentionStmt(const kir::Attention &a) {
         });
       });
     }
-    onlyIf(b_.CreateICmpSGT(keys, b_.getInt64(0)), [&] {
-      llvm::Value *l = b_.CreateVectorSplat(vw, b_.CreateLoad(f32, runSum));
-      vectors("att.norm", dv, [&](llvm::Value *y0, llvm::Value *mask) {
-        llvm::Value *ptr = at(oRow, y0);
+    onlyIf(b_.CreateICmpSGT(keys, i(0)), [&] {
+      llvm::Value *l = b_.CreateVectorSplat(vw, b_.CreateLoad(f32, sumAt));
+      rowVectorsOf("att.norm", [&](llvm::Value *y0, llvm::Value *mask) {
+        llvm::Value *ptr = at(oRow(row), y0);
         storeVec(b_.CreateFDiv(loadVec(ptr, mask), l), ptr, mask);
       });
     });

@@ -95,7 +95,8 @@ llvm::Value *KernelEmitter::call(llvm::Intrinsic::ID id, std::vector<llvm::Value
 }
 
 llvm::Value *KernelEmitter::math(MathFn fn, std::vector<llvm::Value *> args) {
-  return b_.CreateCall(vectorMathFunction(m_, fn), args);
+  auto *vector = llvm::dyn_cast<llvm::FixedVectorType>(args[0]->getType());
+  return b_.CreateCall(vectorMathFunction(m_, fn, vector ? vector->getNumElements() : 0), args);
 }
 llvm::Value *KernelEmitter::callExternal(const std::string &name, std::vector<llvm::Value *> args) {
   std::vector<llvm::Type *> types(args.size(), args[0]->getType());

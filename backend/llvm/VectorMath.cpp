@@ -17,7 +17,8 @@ namespace {
 
 class MathBuilder {
 public:
-  explicit MathBuilder(llvm::IRBuilder<> &b) : b_(b) {}
+  // lanes: 0 for f32 (and i32, f64, ...) values, else vectors of that many of them.
+  MathBuilder(llvm::IRBuilder<> &b, unsigned lanes) : b_(b), lanes_(lanes) {}
 
   llvm::Value *exp(llvm::Value *x) { return ifNaN(x, x, expParts(x, f(0))); }
   llvm::Value *log(llvm::Value *x);
@@ -36,8 +37,14 @@ private:
   llvm::Value *exp2Double(llvm::Value *t);
 
   // ---- constants and small helpers ----
-  llvm::Type *f32() { return b_.getFloatTy(); }
-  llvm::Type *f64() { return b_.getDoubleTy(); }
+  llvm::Type *lanesOf(llvm::Type *t) { return lanes_ ? llvm::FixedVectorType::get(t, lanes_) : t; }
+  llvm::Type *f32() { return lanesOf(b_.getFloatTy()); }
+  llvm::Type *f64() { return lanesOf(b_.getDoubleTy()); }
+  llvm::Type *i32Ty() { return lanesOf(b_.getInt32Ty()); }
+  llvm::Type *i64Ty() { return lanesOf(b_.getInt64Ty()); }
+  llvm::Type *i1Ty() { return lanesOf(b_.getInt1Ty()); }
+  llvm::Constant *i32(int64_t v) { return llvm::ConstantInt::get(i32Ty(), v); }
+  llvm::Constant *i64(int64_t v) { return llvm::ConstantInt::get(i64Ty(), v); }
   llvm::Constant *f(double v) { return llvm::ConstantFP::get(f32(), v); }
   llvm::Constant *d(double v) { return llvm::ConstantFP::get(f64(), v); }
   llvm::Value *call(llvm::Intrinsic::ID id, std::initializer_list<llvm::Value *> args) {
@@ -58,12 +65,13 @@ private:
       p = fma(p, x, llvm::ConstantFP::get(t, *k));
     return p;
   }
-  llvm::Value *bits(llvm::Value *x) { return b_.CreateBitCast(x, b_.getInt32Ty()); }
+  llvm::Value *bits(llvm::Value *x) { return b_.CreateBitCast(x, i32Ty()); }
   llvm::Value *fromBits(llvm::Value *i) { return b_.CreateBitCast(i, f32()); }
   // x with its 12 low significand bits cleared: its square is exact in f32.
-  llvm::Value *highHalf(llvm::Value *x) { return fromBits(b_.CreateAnd(bits(x), b_.getInt32(0xfffff000u))); }
+  llvm::Value *highHalf(llvm::Value *x) { return fromBits(b_.CreateAnd(bits(x), i32(0xfffff000u))); }
 
   llvm::IRBuilder<> &b_;
+  unsigned lanes_;
 };
 
 // exp(hi + lo) for a small correction lo: the reduction subtracts n ln2 from hi exactly
@@ -83,9 +91,9 @@ llvm::Value *MathBuilder::expParts(llvm::Value *hi, llvm::Value *lo) {
                             0.0013931463464891877, 0.00019853861354332287});
   llvm::Value *er = b_.CreateFAdd(fma(p, b_.CreateFMul(r, r), r), f(1.0));
   // 2^n as 2^n1 2^n2, both normal for n in [-150, 129]
-  llvm::Value *ni = b_.CreateFPToSI(n, b_.getInt32Ty());
+  llvm::Value *ni = b_.CreateFPToSI(n, i32Ty());
   llvm::Value *n1 = b_.CreateAShr(ni, 1), *n2 = b_.CreateSub(ni, n1);
-  auto pow2 = [&](llvm::Value *k) { return fromBits(b_.CreateShl(b_.CreateAdd(k, b_.getInt32(127)), 23)); };
+  auto pow2 = [&](llvm::Value *k) { return fromBits(b_.CreateShl(b_.CreateAdd(k, i32(127)), 23)); };
   return b_.CreateSelect(zero, f(0.0), b_.CreateFMul(b_.CreateFMul(er, pow2(n1)), pow2(n2)));
 }
 
@@ -94,11 +102,11 @@ llvm::Value *MathBuilder::log(llvm::Value *x) {
   llvm::Value *tiny = b_.CreateFCmpOLT(x, f(0x1p-126));
   llvm::Value *xs = b_.CreateSelect(tiny, b_.CreateFMul(x, f(0x1p23)), x);
   llvm::Value *i = bits(xs);
-  llvm::Value *e = b_.CreateSub(b_.CreateLShr(i, 23), b_.getInt32(126));
-  e = b_.CreateSelect(tiny, b_.CreateSub(e, b_.getInt32(23)), e);
-  llvm::Value *m = fromBits(b_.CreateOr(b_.CreateAnd(i, b_.getInt32(0x007fffff)), b_.getInt32(0x3f000000))); // [0.5, 1)
+  llvm::Value *e = b_.CreateSub(b_.CreateLShr(i, 23), i32(126));
+  e = b_.CreateSelect(tiny, b_.CreateSub(e, i32(23)), e);
+  llvm::Value *m = fromBits(b_.CreateOr(b_.CreateAnd(i, i32(0x007fffff)), i32(0x3f000000))); // [0.5, 1)
   llvm::Value *low = b_.CreateFCmpOLT(m, f(0.707106781186547524));
-  e = b_.CreateSelect(low, b_.CreateSub(e, b_.getInt32(1)), e);
+  e = b_.CreateSelect(low, b_.CreateSub(e, i32(1)), e);
   llvm::Value *t = b_.CreateFSub(b_.CreateSelect(low, b_.CreateFAdd(m, m), m), f(1.0));
   llvm::Value *fe = b_.CreateSIToFP(e, f32());
   llvm::Value *z = b_.CreateFMul(t, t);
@@ -184,14 +192,15 @@ llvm::Value *MathBuilder::gelu(llvm::Value *x) {
 // 24-bit significand), the bits of 2/pi from b_(E-151) on are the only ones that matter
 // mod 4, and a 96-bit window W of them gives m W 2^-94 = |x| 2/pi mod 4 with an error
 // below 2^-62 (the closest an f32 comes to a multiple of pi/2 is about 2^-30 relative).
+// Scalar only (its table lookup has no vector form): vectorMathFunction applies it lane
+// by lane for vectors.
 llvm::Value *MathBuilder::sinCos(llvm::Value *x, bool cosine) {
-  llvm::Type *i64 = b_.getInt64Ty();
-  llvm::Value *ix = b_.CreateAnd(bits(x), b_.getInt32(0x7fffffff));
+    llvm::Value *ix = b_.CreateAnd(bits(x), i32(0x7fffffff));
   llvm::Value *biased = b_.CreateLShr(ix, 23);
   // Lanes on the direct path index the table too: keep E in [126, 254].
-  biased = b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, b_.CreateBinaryIntrinsic(llvm::Intrinsic::umax, biased, b_.getInt32(126)),
-                                    b_.getInt32(254));
-  llvm::Value *m = b_.CreateZExt(b_.CreateOr(b_.CreateAnd(ix, b_.getInt32(0x7fffff)), b_.getInt32(0x800000)), i64);
+  biased = b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, b_.CreateBinaryIntrinsic(llvm::Intrinsic::umax, biased, i32(126)),
+                                    i32(254));
+  llvm::Value *m = b_.CreateZExt(b_.CreateOr(b_.CreateAnd(ix, i32(0x7fffff)), i32(0x800000)), i64Ty());
   // 2/pi's bits b_1 b_2 ... after 32 zero bits; the window starts at bit E - 120.
   static const uint32_t twoOverPi[] = {0, 0xA2F9836E, 0x4E441529, 0xFC2757D1, 0xF534DDC0, 0xDB629599, 0x3C439041, 0xFE5163AB};
   llvm::Module &mod = *b_.GetInsertBlock()->getModule();
@@ -202,37 +211,37 @@ llvm::Value *MathBuilder::sinCos(llvm::Value *x, bool cosine) {
                                      llvm::ConstantDataArray::get(b_.getContext(), llvm::ArrayRef<uint32_t>(twoOverPi)),
                                      "dnnc.vm.two_over_pi");
   }
-  llvm::Value *start = b_.CreateSub(biased, b_.getInt32(120));
-  llvm::Value *word = b_.CreateZExt(b_.CreateLShr(start, 5), i64);
-  llvm::Value *shift = b_.CreateZExt(b_.CreateAnd(start, b_.getInt32(31)), i64);
+  llvm::Value *start = b_.CreateSub(biased, i32(120));
+  llvm::Value *word = b_.CreateZExt(b_.CreateLShr(start, 5), i64Ty());
+  llvm::Value *shift = b_.CreateZExt(b_.CreateAnd(start, i32(31)), i64Ty());
   auto load = [&](int k) {
-    llvm::Value *at = b_.CreateInBoundsGEP(table->getValueType(), table, {b_.getInt64(0), b_.CreateAdd(word, b_.getInt64(k))});
-    return b_.CreateZExt(b_.CreateLoad(b_.getInt32Ty(), at), i64);
+    llvm::Value *at = b_.CreateInBoundsGEP(table->getValueType(), table, {b_.getInt64(0), b_.CreateAdd(word, i64(k))});
+    return b_.CreateZExt(b_.CreateLoad(b_.getInt32Ty(), at), i64Ty());
   };
   llvm::Value *w0 = load(0), *w1 = load(1), *w2 = load(2), *w3 = load(3);
   llvm::Value *top = b_.CreateOr(b_.CreateShl(b_.CreateOr(b_.CreateShl(w0, 32), w1), shift),
-                                 b_.CreateLShr(w2, b_.CreateSub(b_.getInt64(32), shift)));
+                                 b_.CreateLShr(w2, b_.CreateSub(i64(32), shift)));
   llvm::Value *rest = b_.CreateLShr(b_.CreateShl(b_.CreateOr(b_.CreateShl(w2, 32), w3), shift), 32);
   llvm::Value *prod = b_.CreateAdd(b_.CreateMul(m, top), b_.CreateLShr(b_.CreateMul(m, rest), 32)); // |x| 2/pi mod 4, 2^-62 units
   llvm::Value *q = b_.CreateLShr(prod, 62);
-  llvm::Value *frac = b_.CreateAnd(prod, b_.getInt64((int64_t(1) << 62) - 1));
-  llvm::Value *up = b_.CreateICmpUGE(frac, b_.getInt64(int64_t(1) << 61)); // round to the nearest quadrant
-  q = b_.CreateAdd(q, b_.CreateZExt(up, i64));
-  frac = b_.CreateSelect(up, b_.CreateSub(frac, b_.getInt64(int64_t(1) << 62)), frac);
+  llvm::Value *frac = b_.CreateAnd(prod, i64((int64_t(1) << 62) - 1));
+  llvm::Value *up = b_.CreateICmpUGE(frac, i64(int64_t(1) << 61)); // round to the nearest quadrant
+  q = b_.CreateAdd(q, b_.CreateZExt(up, i64Ty()));
+  frac = b_.CreateSelect(up, b_.CreateSub(frac, i64(int64_t(1) << 62)), frac);
   llvm::Value *reduced = b_.CreateFMul(b_.CreateSIToFP(frac, f64()), d(M_PI_2 * 0x1p-62));
   llvm::Value *direct = b_.CreateFCmpOLT(fromBits(ix), f(M_PI_4));
   llvm::Value *r = b_.CreateSelect(direct, b_.CreateFPExt(fromBits(ix), f64()), reduced);
-  q = b_.CreateSelect(direct, b_.getInt64(0), q);
+  q = b_.CreateSelect(direct, i64(0), q);
   if (cosine)
-    q = b_.CreateAdd(q, b_.getInt64(1)); // cos x = sin(x + pi/2)
+    q = b_.CreateAdd(q, i64(1)); // cos x = sin(x + pi/2)
   llvm::Value *r2 = b_.CreateFMul(r, r);
   llvm::Value *s = fma(b_.CreateFMul(r, r2), poly(r2, {-1.0 / 6, 1.0 / 120, -1.0 / 5040, 1.0 / 362880, -1.0 / 39916800, 1.0 / 6227020800}), r);
   llvm::Value *c = fma(r2, poly(r2, {-0.5, 1.0 / 24, -1.0 / 720, 1.0 / 40320, -1.0 / 3628800, 1.0 / 479001600, -1.0 / 87178291200}), d(1.0));
-  llvm::Value *odd = b_.CreateICmpNE(b_.CreateAnd(q, b_.getInt64(1)), b_.getInt64(0));
+  llvm::Value *odd = b_.CreateICmpNE(b_.CreateAnd(q, i64(1)), i64(0));
   llvm::Value *v = b_.CreateSelect(odd, c, s);
-  llvm::Value *negate = b_.CreateICmpNE(b_.CreateAnd(q, b_.getInt64(2)), b_.getInt64(0));
+  llvm::Value *negate = b_.CreateICmpNE(b_.CreateAnd(q, i64(2)), i64(0));
   if (!cosine) // sin is odd: the sign of x (also of -0)
-    negate = b_.CreateXor(negate, b_.CreateICmpSLT(bits(x), b_.getInt32(0)));
+    negate = b_.CreateXor(negate, b_.CreateICmpSLT(bits(x), i32(0)));
   v = b_.CreateFPTrunc(b_.CreateSelect(negate, b_.CreateFNeg(v), v), f32());
   return b_.CreateSelect(b_.CreateFCmpUNO(b_.CreateFSub(x, x), f(0.0)), f(NAN), v); // inf - inf and NaN are NaN
 }
@@ -240,12 +249,11 @@ llvm::Value *MathBuilder::sinCos(llvm::Value *x, bool cosine) {
 // log2 of a positive f64 (0 gives -inf, inf inf): x = 2^e m with m in [sqrt(1/2), sqrt 2),
 // log m = 2 atanh(s) with s = (m - 1)/(m + 1), |s| < 0.172, by its series to s^17.
 llvm::Value *MathBuilder::log2Double(llvm::Value *x) {
-  llvm::Type *i64 = b_.getInt64Ty();
-  llvm::Value *i = b_.CreateBitCast(x, i64);
-  llvm::Value *e = b_.CreateSub(b_.CreateLShr(i, 52), b_.getInt64(1022));
-  llvm::Value *m = b_.CreateBitCast(b_.CreateOr(b_.CreateAnd(i, b_.getInt64(0x000fffffffffffffLL)), b_.getInt64(0x3fe0000000000000LL)), f64());
+    llvm::Value *i = b_.CreateBitCast(x, i64Ty());
+  llvm::Value *e = b_.CreateSub(b_.CreateLShr(i, 52), i64(1022));
+  llvm::Value *m = b_.CreateBitCast(b_.CreateOr(b_.CreateAnd(i, i64(0x000fffffffffffffLL)), i64(0x3fe0000000000000LL)), f64());
   llvm::Value *low = b_.CreateFCmpOLT(m, d(M_SQRT1_2));
-  e = b_.CreateSelect(low, b_.CreateSub(e, b_.getInt64(1)), e);
+  e = b_.CreateSelect(low, b_.CreateSub(e, i64(1)), e);
   m = b_.CreateSelect(low, b_.CreateFAdd(m, m), m);
   llvm::Value *s = b_.CreateFDiv(b_.CreateFSub(m, d(1.0)), b_.CreateFAdd(m, d(1.0)));
   llvm::Value *s2 = b_.CreateFMul(s, s);
@@ -264,7 +272,7 @@ llvm::Value *MathBuilder::exp2Double(llvm::Value *t) {
   llvm::Value *u = b_.CreateFMul(b_.CreateFSub(t, n), d(M_LN2));
   llvm::Value *p = poly(u, {1.0, 1.0, 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040, 1.0 / 40320, 1.0 / 362880,
                             1.0 / 3628800, 1.0 / 39916800, 1.0 / 479001600});
-  llvm::Value *scale = b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(b_.CreateFPToSI(n, b_.getInt64Ty()), b_.getInt64(1023)), 52), f64());
+  llvm::Value *scale = b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(b_.CreateFPToSI(n, i64Ty()), i64(1023)), 52), f64());
   return b_.CreateFMul(p, scale);
 }
 
@@ -277,9 +285,9 @@ llvm::Value *MathBuilder::pow(llvm::Value *x, llvm::Value *y) {
   llvm::Value *integer = b_.CreateFCmpOEQ(y, call(llvm::Intrinsic::trunc, {y}));
   // |y| < 2^24 so the conversion is exact; larger f32 values are even
   llvm::Value *small = b_.CreateFCmpOLT(abs(y), f(0x1p24));
-  llvm::Value *yi = b_.CreateFPToSI(b_.CreateSelect(small, y, f(0.0)), b_.getInt32Ty());
-  llvm::Value *odd = b_.CreateAnd(b_.CreateAnd(small, integer), b_.CreateTrunc(yi, b_.getInt1Ty()));
-  llvm::Value *negative = b_.CreateICmpSLT(bits(x), b_.getInt32(0));
+  llvm::Value *yi = b_.CreateFPToSI(b_.CreateSelect(small, y, f(0.0)), i32Ty());
+  llvm::Value *odd = b_.CreateAnd(b_.CreateAnd(small, integer), b_.CreateTrunc(yi, i1Ty()));
+  llvm::Value *negative = b_.CreateICmpSLT(bits(x), i32(0));
   r = b_.CreateSelect(b_.CreateAnd(negative, odd), b_.CreateFNeg(r), r);
   llvm::Value *finiteNegative = b_.CreateAnd(b_.CreateFCmpOLT(x, f(0.0)), b_.CreateFCmpOGT(x, f(-INFINITY)));
   r = b_.CreateSelect(b_.CreateAnd(finiteNegative, b_.CreateNot(integer)), f(NAN), r);
@@ -304,20 +312,30 @@ const char *libmName(MathFn fn) {
   return "";
 }
 
-llvm::Function *vectorMathFunction(llvm::Module &m, MathFn fn) {
-  std::string name = std::string("dnnc.vm.") + libmName(fn);
+llvm::Function *vectorMathFunction(llvm::Module &m, MathFn fn, unsigned lanes) {
+  std::string name = std::string("dnnc.vm.") + libmName(fn) + (lanes ? ".v" + std::to_string(lanes) : "");
   if (llvm::Function *existing = m.getFunction(name))
     return existing;
   llvm::LLVMContext &ctx = m.getContext();
   llvm::Type *f32 = llvm::Type::getFloatTy(ctx);
+  if (lanes)
+    f32 = llvm::FixedVectorType::get(f32, lanes);
   std::vector<llvm::Type *> params(fn == MathFn::Pow ? 2 : 1, f32);
   auto *function = llvm::Function::Create(llvm::FunctionType::get(f32, params, false), llvm::Function::InternalLinkage, name, m);
   function->addFnAttr(llvm::Attribute::AlwaysInline);
   function->addFnAttr(llvm::Attribute::NoUnwind);
   function->addFnAttr(llvm::Attribute::WillReturn);
   llvm::IRBuilder<> b(llvm::BasicBlock::Create(ctx, "entry", function));
-  MathBuilder mb(b);
   llvm::Value *x = function->getArg(0);
+  if (lanes && (fn == MathFn::Sin || fn == MathFn::Cos)) { // lane by lane through the scalar form
+    llvm::Function *scalar = vectorMathFunction(m, fn, 0);
+    llvm::Value *r = llvm::PoisonValue::get(f32);
+    for (unsigned l = 0; l < lanes; ++l)
+      r = b.CreateInsertElement(r, b.CreateCall(scalar, {b.CreateExtractElement(x, l)}), l);
+    b.CreateRet(r);
+    return function;
+  }
+  MathBuilder mb(b, lanes);
   llvm::Value *r = nullptr;
   switch (fn) {
   case MathFn::Exp: r = mb.exp(x); break;

@@ -45,7 +45,10 @@ enum class MathFn { Exp, Log, Tanh, Erf, Gelu, Sin, Cos, Pow };
 const char *libmName(MathFn fn);
 
 // `fn` as an internal always-inline function of `m` taking and returning f32 (two
-// operands for pow), created on first use.
-llvm::Function *vectorMathFunction(llvm::Module &m, MathFn fn);
+// operands for pow), created on first use; with lanes > 0, taking and returning vectors
+// of that many f32, each lane exactly as the f32 form computes it (the same instructions,
+// widened; sin and cos call the f32 form per lane). Kernels whose loops the vectorizer
+// cannot widen (vectors built by hand, as attention's) call the vector form.
+llvm::Function *vectorMathFunction(llvm::Module &m, MathFn fn, unsigned lanes = 0);
 
 } // namespace dnnc::backend

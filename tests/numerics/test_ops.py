@@ -570,12 +570,15 @@ def make_row_test(name, expr, ref):
 # put every visible score at or near the fill (or at -inf), where the keys the causal
 # where hides take weight too, and causal with a fill of 0 above most visible scores.
 # q f32[B, H, T, D], k f32[B, H, S, D], v f32[B, H, S, E]. Every device runs the model as
-# one attention op (the oracle's, the CPU kernel's: key tiles of 64, so T = 67 and 130
-# cross tiles; the GPU's: 16 query rows per block, key tiles of 32). The NumPy twin rounds
+# one attention op (the oracle's, the CPU kernel's: blocks of 16 query rows, key tiles of
+# 64, so T = 67 and 130 cross tiles, q's depth 128 at a time (D = 129, 257: two, three
+# chunks), 64 of E per register block (E = 70, 129: masked tails); the GPU's: 16 query
+# rows per block, key tiles of 32). The NumPy twin rounds
 # the scores to f32 where the ops store them (-1e9 + s is -1e9 in f32).
 # Tolerance: rtol = atol = 2e-5.
 ATTENTION_SHAPES = [(1, 1, 1, 1, 1, 1, 1), (2, 3, 7, 7, 5, 5, 3), (1, 2, 67, 67, 16, 16, 9), (2, 1, 130, 130, 64, 64, 64),
-                    (1, 2, 0, 0, 4, 4, 4), (1, 1, 5, 9, 3, 3, 2), (1, 2, 1, 6, 4, 4, 3)]  # (B, H, T, S, D, D, E)
+                    (1, 2, 0, 0, 4, 4, 4), (1, 1, 5, 9, 3, 3, 2), (1, 2, 1, 6, 4, 4, 3),
+                    (1, 2, 21, 21, 257, 257, 70), (1, 1, 37, 45, 129, 129, 129)]  # (B, H, T, S, D, D, E)
 ATTENTION_HEADER = "dim B; dim H; dim T in 0..4096; dim S in 0..4096; dim D; dim E;"
 CAUSAL = "unsqueeze(arange(T), 0) <= unsqueeze(arange(T), 1)"
 QKV = "q: f32[B, H, T, D], k: f32[B, H, S, D], v: f32[B, H, S, E]"
