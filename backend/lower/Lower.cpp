@@ -198,6 +198,7 @@ private:
   StmtPtr transpose(bool panels = false);
   StmtPtr concat(bool stack);
   StmtPtr split();
+  struct PartNests;
   StmtPtr pad();
   StmtPtr take(size_t axis);
   StmtPtr index();
@@ -985,37 +986,69 @@ StmtPtr Lowering::transpose(bool panels) {
   return loopNest(o, idx, one(kir::store(out(), at, read(0, inIdx))));
 }
 
+// concat / stack / split: one loop nest per operand (per result). Where the target
+// shares loops (ScheduleOptions::sharedConcatLoops), the loops over the dims before the
+// axis are one nest (the threads split its range) with each part's nest over the rest
+// inside it; else the parts' whole nests run one after another.
+struct Lowering::PartNests {
+  Lowering &l;
+  Dims shape; // the dims before the axis
+  Dims outer; // their loop variables, where shared
+  std::vector<StmtPtr> parts;
+
+  PartNests(Lowering &lowering, Dims leading) : l(lowering), shape(std::move(leading)) {
+    if (l.schedule_.sharedConcatLoops)
+      outer = l.vars(shape.size());
+  }
+  // The loop variables of a part of dims `dims` (the leading ones shared or fresh).
+  Dims indexFor(const Dims &dims) {
+    Dims idx = outer.empty() ? l.vars(shape.size()) : outer, rest = l.vars(dims.size() - shape.size());
+    idx.insert(idx.end(), rest.begin(), rest.end());
+    return idx;
+  }
+  void add(const Dims &dims, const Dims &idx, StmtPtr store) {
+    if (outer.empty() && !shape.empty()) {
+      parts.push_back(loopNest(dims, idx, one(std::move(store))));
+      return;
+    }
+    auto lead = static_cast<long>(shape.size());
+    parts.push_back(loopNest(Dims(dims.begin() + lead, dims.end()), Dims(idx.begin() + lead, idx.end()), one(std::move(store))));
+  }
+  StmtPtr nest() { return outer.empty() ? kir::block(std::move(parts)) : loopNest(shape, outer, std::move(parts)); }
+};
+
 StmtPtr Lowering::concat(bool stack) {
   const Dims &o = dims(out());
   size_t a = axisAttr("axis");
-  std::vector<StmtPtr> parts;
+  PartNests nests(*this, Dims(o.begin(), o.begin() + static_cast<long>(a)));
   ExprRef offset = c(0);
   for (size_t b = 0; b < op_.operands.size(); ++b) {
     const Dims &in = dims(static_cast<int>(b));
-    Dims idx = vars(in.size()), outIdx = idx;
+    Dims idx = nests.indexFor(in), outIdx = idx;
     if (stack)
       outIdx.insert(outIdx.begin() + static_cast<long>(a), c(static_cast<int64_t>(b)));
     else
       outIdx[a] = sym::add(idx[a], offset);
-    parts.push_back(loopNest(in, idx, one(kir::store(out(), kir::flatIndex(o, outIdx), loadAt(static_cast<int>(b), idx)))));
+    nests.add(in, idx, kir::store(out(), kir::flatIndex(o, outIdx), loadAt(static_cast<int>(b), idx)));
     if (!stack)
       offset = sym::add(offset, in[a]);
   }
-  return kir::block(std::move(parts));
+  return nests.nest();
 }
 
 StmtPtr Lowering::split() {
   size_t a = axisAttr("axis");
-  std::vector<StmtPtr> parts;
+  const Dims &in = dims(0);
+  PartNests nests(*this, Dims(in.begin(), in.begin() + static_cast<long>(a)));
   ExprRef offset = c(0);
   for (size_t r = 0; r < op_.results.size(); ++r) {
     const Dims &o = dims(out(static_cast<int>(r)));
-    Dims idx = vars(o.size()), inIdx = idx;
+    Dims idx = nests.indexFor(o), inIdx = idx;
     inIdx[a] = sym::add(idx[a], offset);
-    parts.push_back(loopNest(o, idx, one(kir::store(out(static_cast<int>(r)), kir::flatIndex(o, idx), loadAt(0, inIdx)))));
+    nests.add(o, idx, kir::store(out(static_cast<int>(r)), kir::flatIndex(o, idx), loadAt(0, inIdx)));
     offset = sym::add(offset, o[a]);
   }
-  return kir::block(std::move(parts));
+  return nests.nest();
 }
 
 StmtPtr Lowering::pad() {

@@ -43,9 +43,14 @@ struct ScheduleOptions {
   // off, each output element reduces its own strided column (a GPU lane per element,
   // or a warp's lanes splitting the column).
   bool columnReductions = false;
+  // concat, stack and split share the loops over the dims before their axis, with each
+  // part's nest inside (a task copies a row of every part): one parallel range. Off, the
+  // parts' nests run one after another, each a grid-stride loop over its elements on a
+  // GPU (coalesced), but on the CPU none of them parallel (a kernel body of several nests).
+  bool sharedConcatLoops = false;
 };
-inline constexpr ScheduleOptions kCpuSchedule{true, 256, true, true, true, true, true};
-inline constexpr ScheduleOptions kGpuSchedule{false, 0, false, true, false, false, false};
+inline constexpr ScheduleOptions kCpuSchedule{true, 256, true, true, true, true, true, true};
+inline constexpr ScheduleOptions kGpuSchedule{false, 0, false, true, false, false, false, false};
 
 // Elements of the innermost kept axis per task of a column reduction (a local array of
 // that many floats per blocked level).

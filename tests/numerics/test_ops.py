@@ -81,6 +81,13 @@ OPS = {
     "squeeze": ("squeeze(unsqueeze(x, 1), axis = 1)", "f32[A, B]", lambda x, y, m, i: x),
     "concat": ("concat([x, y, x], axis = 1)", "f32[A, 3 * B]", lambda x, y, m, i: np.concatenate([x, y, x], 1)),
     "split": ("split(concat([x, y], axis = 1), [B, B], axis = 1)[1]", "f32[A, B]", lambda x, y, m, i: y),
+    # (the CPU shares the loops before the axis among the parts: none at axis 0)
+    "concat_axis0": ("concat([x, y], axis = 0)", "f32[2 * A, B]", lambda x, y, m, i: np.concatenate([x, y], 0)),
+    "stack_axis1": ("stack([x, y, x], axis = 1)", "f32[A, 3, B]", lambda x, y, m, i: np.stack([x, y, x], 1)),
+    "split_uneven": ("split(concat([x, y, x], axis = 1), [1, 3 * B - 1], axis = 1)[1] * 2.0", "f32[A, 3 * B - 1]",
+                     lambda x, y, m, i: np.concatenate([x, y, x], 1)[:, 1:] * 2),
+    "split_middle": ("split(stack([x, y, x], axis = 1), [1, 2], axis = 1)[1] + 1.0", "f32[A, 2, B]",
+                     lambda x, y, m, i: np.stack([y, x], 1) + 1),
     "flatten": ("flatten(stack([x, y], axis = 2), 1)", "f32[A, 2 * B]",
                 lambda x, y, m, i: np.stack([x, y], 2).reshape(x.shape[0], -1)),
     "pad": ("pad(x, [1, 0, 2, 3], 9.0)", "f32[A + 1, B + 5]", lambda x, y, m, i: np.pad(x, ((1, 0), (2, 3)), constant_values=9)),
