@@ -916,9 +916,8 @@ void CpuKernelEmitter::attentionStmt(const kir::Attention &a) {
       forLoop("att.s", i(0), grouped, kScoreKeys, [&](llvm::Value *jj0) { scoreKeys(jj0, kScoreKeys); });
       forLoop("att.s1", grouped, n, 1, [&](llvm::Value *jj) { scoreKeys(jj, 1); });
     });
-    // Scale, mask and the causal predicate (a key past a row's diagonal: -inf, weight 0;
-    // counted after the loop), and the tile's max per row (NaN propagates, as the unfused
-    // softmax's max).
+    // Scale, mask and the causal predicate, and the tile's max per row (NaN propagates, as
+    // the unfused softmax's max).
     std::vector<llvm::Value *> rowInside;
     for (unsigned v = 0; v < rowVectors; ++v)
       b_.CreateStore(minusInfVec, acc[v]), rowInside.push_back(b_.CreateICmpSLT(laneRows[v], b_.CreateVectorSplat(vw, rowEnd)));
@@ -932,8 +931,8 @@ void CpuKernelEmitter::attentionStmt(const kir::Attention &a) {
                                              b_.CreateMul(laneRows[v], b_.CreateVectorSplat(vw, index(a.maskRow))));
           s = b_.CreateFAdd(s, b_.CreateMaskedGather(vec, b_.CreateInBoundsGEP(f32, M, maskAt), align, rowInside[v], zeroVec));
         }
-        if (a.causal)
-          s = b_.CreateSelect(b_.CreateICmpSGT(b_.CreateVectorSplat(vw, j), laneRows[v]), minusInfVec, s);
+        if (a.causal) // as the unfused where: a key past the row's diagonal scores the fill
+          s = b_.CreateSelect(b_.CreateICmpSGT(b_.CreateVectorSplat(vw, j), laneRows[v]), b_.CreateVectorSplat(vw, llvm::ConstantFP::get(f32, a.fill)), s);
         b_.CreateAlignedStore(s, ptr, llvm::Align(64));
         b_.CreateStore(b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, b_.CreateLoad(vec, acc[v]), s), acc[v]);
       }
@@ -1014,28 +1013,42 @@ void CpuKernelEmitter::attentionStmt(const kir::Attention &a) {
     b_.CreateAlignedStore(b_.CreateLoad(vec, runMax[v]), at(maxes, i(v * vw)), llvm::Align(64));
     b_.CreateAlignedStore(b_.CreateLoad(vec, runSum[v]), at(sums, i(v * vw)), llvm::Align(64));
   }
+  // Causal: the keys past the block's last row, hidden from every row of it, score the
+  // fill. Skipped above: their weight w = exp(fill - m) is 0 unless a row's scores all lie
+  // within ~104 of the fill (or below it, or are NaN), where the unfused softmax over all
+  // keys gives them weight too; and with w = 0 they still matter where a value is inf or
+  // NaN (0 inf and 0 NaN are NaN in the unfused p v). So a row takes them (the max becomes
+  // max(m, fill), l and the output row take w per key) where w is not 0 or where any of
+  // their values is not finite, found once per block: a branch taken on such rows only.
+  llvm::Value *hiddenNotFinite = nullptr;
+  if (a.causal) {
+    b_.CreateStore(zeroVec, acc[0]);
+    forLoop("att.hf", end, keys, 1, [&](llvm::Value *j) {
+      rowVectorsOf("att.hfy", [&](llvm::Value *y0, llvm::Value *mask) {
+        llvm::Value *x = loadVec(at(V, b_.CreateAdd(vBase, b_.CreateAdd(b_.CreateMul(j, dv), y0))), mask);
+        b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(vec, acc[0]), b_.CreateFSub(x, x)), acc[0]); // NaN from inf or NaN
+      });
+    });
+    llvm::Value *total = b_.CreateFAddReduce(zero, b_.CreateLoad(vec, acc[0]));
+    hiddenNotFinite = b_.CreateFCmpUNO(total, total);
+  }
   forLoop("att.fin", row0, rowEnd, 1, [&](llvm::Value *row) {
     llvm::Value *lane = b_.CreateSub(row, row0), *sumAt = at(sums, lane);
     if (a.causal) {
-      // The keys past the diagonal score the fill. Skipped above: their weight
-      // w = exp(fill - m) is 0 unless every visible score lies within ~104 of the fill (or
-      // below it, or is NaN), where the unfused softmax over all keys gives them weight
-      // too. Then the max becomes max(m, fill) and l and the output row take w per hidden
-      // key: a branch taken only on such rows.
       llvm::Value *fill = llvm::ConstantFP::get(f32, a.fill), *m = b_.CreateLoad(f32, at(maxes, lane));
       llvm::Value *newMax = b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, m, fill);
       llvm::Value *shift = b_.CreateSelect(b_.CreateFCmpOEQ(newMax, minusInf), zero, newMax);
       llvm::Value *w = math(MathFn::Exp, {b_.CreateFSub(fill, shift)});
-      llvm::Value *visibleEnd = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, keys, b_.CreateAdd(row, i(1)));
-      llvm::Value *hidden = b_.CreateSub(keys, visibleEnd);
-      onlyIf(b_.CreateAnd(b_.CreateICmpSGT(hidden, i(0)), b_.CreateFCmpUNE(w, zero)), [&] {
+      llvm::Value *hidden = b_.CreateSub(keys, end);
+      llvm::Value *takes = b_.CreateOr(b_.CreateFCmpUNE(w, zero), hiddenNotFinite);
+      onlyIf(b_.CreateAnd(b_.CreateICmpSGT(hidden, i(0)), takes), [&] {
         llvm::Value *corr = math(MathFn::Exp, {b_.CreateFSub(m, shift)});
         b_.CreateStore(b_.CreateFAdd(b_.CreateFMul(b_.CreateLoad(f32, sumAt), corr), b_.CreateFMul(b_.CreateSIToFP(hidden, f32), w)), sumAt);
         llvm::Value *wv = b_.CreateVectorSplat(vw, w);
         rowVectorsOf("att.hidden", [&](llvm::Value *y0, llvm::Value *mask) {
           llvm::Value *ptr = at(oRow(row), y0);
           b_.CreateStore(b_.CreateFMul(loadVec(ptr, mask), b_.CreateVectorSplat(vw, corr)), acc[0]);
-          forLoop("att.hj", visibleEnd, keys, 1, [&](llvm::Value *j) {
+          forLoop("att.hj", end, keys, 1, [&](llvm::Value *j) {
             llvm::Value *vRow = at(V, b_.CreateAdd(vBase, b_.CreateAdd(b_.CreateMul(j, dv), y0)));
             b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {wv, loadVec(vRow, mask), b_.CreateLoad(vec, acc[0])}), acc[0]);
           });

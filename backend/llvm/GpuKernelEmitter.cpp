@@ -422,18 +422,35 @@ void GpuKernelEmitter::attentionStmt(const kir::Attention &a) {
       barrier(); // the next stage overwrites the values (and the next tile p)
     });
   });
+  // Whether a value of the keys past the block's last row, in this lane's elements of the
+  // row, is inf or NaN (whose weight 0 still gives NaN in the unfused p v).
+  llvm::Value *hiddenNotFinite = nullptr;
+  if (a.causal) {
+    llvm::AllocaInst *bad = entryAlloca(f32, "att.bad");
+    b_.CreateStore(zero, bad);
+    forLoop("att.hf", keyEnd, keys, 1, [&](llvm::Value *hj) {
+      forLoop("att.hfy", lane, dv, lanes, [&](llvm::Value *y) {
+        llvm::Value *x = b_.CreateLoad(f32, at(V, add(vBase, add(mul(hj, dv), y))));
+        b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(f32, bad), b_.CreateFSub(x, x)), bad); // NaN from inf or NaN
+      });
+    });
+    llvm::Value *total = b_.CreateLoad(f32, bad);
+    hiddenNotFinite = b_.CreateFCmpUNO(total, total);
+  }
   for (int64_t r = 0; r < perWarp; ++r) {
     if (a.causal) {
       // The keys past the block's last row: all hidden from this row, each scoring the fill,
       // whose weight w is 0 unless the row's scores all lie within ~104 of it (or below
-      // it, or are NaN). Only then (the same on every lane of the warp) do l and the
-      // output take w per hidden key, as the unfused softmax over all keys does.
+      // it, or are NaN). Then l and the output take w per hidden key, as the unfused
+      // softmax over all keys does; also on a lane whose hidden values are not all finite
+      // (w = 0 there: l stays, its elements turn NaN as 0 inf and 0 NaN do).
       onlyIf(active[r], [&] {
         llvm::Value *fill = llvm::ConstantFP::get(f32, a.fill), *m = b_.CreateLoad(f32, runMax[r]);
         llvm::Value *newMax = binaryOp(ir::OpKind::Maximum, m, fill, true);
         llvm::Value *shift = b_.CreateSelect(b_.CreateFCmpOEQ(newMax, minusInf), zero, newMax);
         llvm::Value *w = math(MathFn::Exp, {b_.CreateFSub(fill, shift)}), *hidden = b_.CreateSub(keys, keyEnd);
-        onlyIf(b_.CreateAnd(b_.CreateICmpSGT(hidden, i64(0)), b_.CreateFCmpUNE(w, zero)), [&] {
+        llvm::Value *takes = b_.CreateOr(b_.CreateFCmpUNE(w, zero), hiddenNotFinite);
+        onlyIf(b_.CreateAnd(b_.CreateICmpSGT(hidden, i64(0)), takes), [&] {
           llvm::Value *c = math(MathFn::Exp, {b_.CreateFSub(m, shift)});
           b_.CreateStore(b_.CreateFAdd(b_.CreateFMul(b_.CreateLoad(f32, runSum[r]), c), b_.CreateFMul(b_.CreateSIToFP(hidden, f32), w)),
                          runSum[r]);

@@ -85,7 +85,8 @@ struct Gemm {
 // the keys j > i score `fill` instead (as the unfused where). Their weight exp(fill - m)
 // is 0 in f32 when the row's max m lies more than ~104 above the fill, so a back end may
 // skip them, but only then: a row whose visible scores are all near the fill (or below it)
-// gives them weight, as the unfused softmax over all keys does.
+// gives them weight, as the unfused softmax over all keys does; and a value of theirs that
+// is inf or NaN makes the elements it meets NaN even at weight 0 (0 inf, 0 NaN).
 struct Attention {
   int q = -1, k = -1, v = -1, o = -1, mask = -1; // buffers (mask: -1 for none)
   sym::ExprRef qBase = nullptr, kBase = nullptr, vBase = nullptr, oBase = nullptr, row0 = nullptr, rows = nullptr, keys = nullptr,

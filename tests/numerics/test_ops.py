@@ -659,6 +659,31 @@ class Attention(unittest.TestCase):
                 self.assertNotIn("softmax(", p.stdout)
 
 
+def test_attention_hidden_not_finite(self):
+    # inf and NaN among the values of keys a causal row does not see: their weight is 0
+    # (fill -1e9) or not (fill 0), and 0 inf, 0 NaN are NaN in the unfused p v, so a row
+    # is NaN or inf as NumPy gives, whether the key lies in the row's block of 16 query rows
+    # or past it.
+    rng = np.random.default_rng(17)
+    with tempfile.TemporaryDirectory() as d:
+        for fill in (-1e9, 0.0):
+            expr = f"softmax(where({CAUSAL}, q @ transpose(k) * 0.125, {fill}), axis = -1) @ v"
+            model = write_model(d, f"attention_hidden_{abs(int(fill))}", ATTENTION_HEADER, CAUSAL_QKV, "f32[B, H, T, E]", expr)
+            for t, planted in ((2, [(1, 0, np.inf)]), (17, [(16, 0, np.nan)]), (40, [(20, 1, np.inf), (33, 3, -np.inf), (35, 0, np.nan)])):
+                q, k = (rng.standard_normal((1, 2, t, 8)).astype(np.float32) for _ in range(2))
+                v = rng.standard_normal((1, 2, t, 5)).astype(np.float32)
+                for key, col, value in planted:
+                    v[0, 1, key, col] = value
+                outs, p = self.dnnc.run(model, None, {"q": q, "k": k, "v": v})
+                self.assertEqual(p.returncode, 0, p.stderr)
+                with np.errstate(invalid="ignore"):
+                    want = attention_ref(q, k, v, 0.125, fill, None)
+                assert_matches(outs[0], want, 2e-5, 2e-5, f"fill {fill}, T={t}")
+
+
+Attention.test_attention_hidden_not_finite = test_attention_hidden_not_finite
+
+
 def make_attention_test(name, args, expr, scale, fill, mask_shape):
     def test(self):
         rng = np.random.default_rng(13)
