@@ -49,11 +49,18 @@ Tensor Tensor::view(DType dtype, std::vector<int64_t> shape, uint8_t *data) {
   return t;
 }
 
-Tensor::Tensor(const Tensor &o) : dtype(o.dtype), shape(o.shape), bytes(o.data(), o.data() + o.byteSize()) {}
+Bytes bytesOf(const uint8_t *data, size_t n) {
+  Bytes b(n);
+  if (n)
+    std::memcpy(b.data(), data, n);
+  return b;
+}
+
+Tensor::Tensor(const Tensor &o) : dtype(o.dtype), shape(o.shape), bytes(bytesOf(o.data(), o.byteSize())) {}
 
 Tensor &Tensor::operator=(const Tensor &o) {
   if (this != &o) {
-    Bytes copy(o.data(), o.data() + o.byteSize());
+    Bytes copy = bytesOf(o.data(), o.byteSize());
     dtype = o.dtype;
     shape = o.shape;
     bytes = std::move(copy);

@@ -29,6 +29,9 @@ template <class T> struct DefaultInitAllocator : std::allocator<T> {
   }
 };
 using Bytes = std::vector<uint8_t, DefaultInitAllocator<uint8_t>>;
+// n bytes copied from data by memcpy (a Bytes built from a range of pointers copies a byte
+// at a time: the allocator's construct hides the standard library's memmove path).
+Bytes bytesOf(const uint8_t *data, size_t n);
 
 struct Tensor {
   DType dtype = DType::F32;

@@ -67,7 +67,7 @@ void decodeValues(Tensor &t, const char *data, size_t bytes) {
   size_t n = t.numel(), w = dtypeBytes(t.dtype);
   if (bytes != n * w)
     throw DataError(fmt::format("{} needs {} bytes, not {}", t.typeText(), n * w, bytes));
-  t.bytes.assign(data, data + bytes);
+  t.bytes = bytesOf(reinterpret_cast<const uint8_t *>(data), bytes);
   if (t.dtype == DType::Bool)
     for (size_t k = 0; k < n; ++k)
       if (t.bytes[k] > 1)
