@@ -59,13 +59,8 @@ Bytes bytesOf(const uint8_t *data, size_t n) {
 Tensor::Tensor(const Tensor &o) : dtype(o.dtype), shape(o.shape), bytes(bytesOf(o.data(), o.byteSize())) {}
 
 Tensor &Tensor::operator=(const Tensor &o) {
-  if (this != &o) {
-    Bytes copy = bytesOf(o.data(), o.byteSize());
-    dtype = o.dtype;
-    shape = o.shape;
-    bytes = std::move(copy);
-    view_ = nullptr;
-  }
+  if (this != &o)
+    *this = Tensor(o);
   return *this;
 }
 

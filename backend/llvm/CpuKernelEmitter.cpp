@@ -1021,15 +1021,18 @@ void CpuKernelEmitter::attentionStmt(const kir::Attention &a) {
   // max(m, fill), l and the output row take w per key) where w is not 0 or where any of
   // their values is not finite, found once per block: a branch taken on such rows only.
   llvm::Value *hiddenNotFinite = nullptr;
-  if (a.causal) {
-    b_.CreateStore(zeroVec, acc[0]);
-    forLoop("att.hf", end, keys, 1, [&](llvm::Value *j) {
-      rowVectorsOf("att.hfy", [&](llvm::Value *y0, llvm::Value *mask) {
-        llvm::Value *x = loadVec(at(V, b_.CreateAdd(vBase, b_.CreateAdd(b_.CreateMul(j, dv), y0))), mask);
-        b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(vec, acc[0]), b_.CreateFSub(x, x)), acc[0]); // NaN from inf or NaN
-      });
-    });
-    llvm::Value *total = b_.CreateFAddReduce(zero, b_.CreateLoad(vec, acc[0]));
+  if (a.causal) { // their values lie contiguous: one sum of x - x (NaN from inf or NaN), in any order
+    llvm::AllocaInst *bad = entryAlloca(f32, "att.bad");
+    b_.CreateStore(zero, bad);
+    markVectorize(forLoop("att.hf", b_.CreateAdd(vBase, b_.CreateMul(end, dv)), b_.CreateAdd(vBase, b_.CreateMul(keys, dv)), 1, [&](llvm::Value *t) {
+      llvm::IRBuilderBase::FastMathFlagGuard guard(b_);
+      llvm::FastMathFlags fm;
+      fm.setAllowReassoc();
+      b_.setFastMathFlags(fm);
+      llvm::Value *x = b_.CreateLoad(f32, at(V, t));
+      b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(f32, bad), b_.CreateFSub(x, x)), bad);
+    }));
+    llvm::Value *total = b_.CreateLoad(f32, bad);
     hiddenNotFinite = b_.CreateFCmpUNO(total, total);
   }
   forLoop("att.fin", row0, rowEnd, 1, [&](llvm::Value *row) {

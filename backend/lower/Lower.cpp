@@ -1006,12 +1006,9 @@ struct Lowering::PartNests {
     idx.insert(idx.end(), rest.begin(), rest.end());
     return idx;
   }
+  // The part's nest: over the dims after the shared ones, or all of them.
   void add(const Dims &dims, const Dims &idx, StmtPtr store) {
-    if (outer.empty() && !shape.empty()) {
-      parts.push_back(loopNest(dims, idx, one(std::move(store))));
-      return;
-    }
-    auto lead = static_cast<long>(shape.size());
+    auto lead = static_cast<long>(outer.size());
     parts.push_back(loopNest(Dims(dims.begin() + lead, dims.end()), Dims(idx.begin() + lead, idx.end()), one(std::move(store))));
   }
   StmtPtr nest() { return outer.empty() ? kir::block(std::move(parts)) : loopNest(shape, outer, std::move(parts)); }
