@@ -456,7 +456,8 @@ void KernelEmitter::loopOver(const kir::Stmt &s, llvm::Value *start, llvm::Value
     vars_[s.var] = saved;
   });
   bool straight = std::none_of(s.body.begin(), s.body.end(), [](const kir::StmtPtr &c) { return c->kind == kir::Stmt::Kind::For; });
-  if (s.schedule != kir::Stmt::Schedule::Vectorize && !(s.schedule == kir::Stmt::Schedule::Parallel && straight))
+  bool maskedTail = maskTail(s);
+  if (s.schedule != kir::Stmt::Schedule::Vectorize && !(s.schedule == kir::Stmt::Schedule::Parallel && straight) && !maskedTail)
     return;
   // Independent iterations are told to the vectorizer (llvm.loop.parallel_accesses):
   // else it guards the vector loop with run-time overlap checks of every stored buffer
@@ -472,12 +473,16 @@ void KernelEmitter::loopOver(const kir::Stmt &s, llvm::Value *start, llvm::Value
           inst.setMetadata(llvm::LLVMContext::MD_access_group, accesses);
       }
   }
-  markVectorize(latch, accesses);
+  markVectorize(latch, accesses, maskedTail);
 }
 
-void KernelEmitter::markVectorize(llvm::BranchInst *latch, llvm::MDNode *parallelAccesses) {
+void KernelEmitter::markVectorize(llvm::BranchInst *latch, llvm::MDNode *parallelAccesses, bool maskedTail) {
   llvm::Metadata *enable[] = {llvm::MDString::get(ctx_, "llvm.loop.vectorize.enable"), llvm::ConstantAsMetadata::get(b_.getTrue())};
   std::vector<llvm::Metadata *> ops{nullptr, llvm::MDNode::get(ctx_, enable)};
+  if (maskedTail) {
+    llvm::Metadata *predicate[] = {llvm::MDString::get(ctx_, "llvm.loop.vectorize.predicate.enable"), llvm::ConstantAsMetadata::get(b_.getTrue())};
+    ops.push_back(llvm::MDNode::get(ctx_, predicate));
+  }
   if (parallelAccesses) {
     llvm::Metadata *parallel[] = {llvm::MDString::get(ctx_, "llvm.loop.parallel_accesses"), parallelAccesses};
     ops.push_back(llvm::MDNode::get(ctx_, parallel));

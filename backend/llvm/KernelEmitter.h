@@ -110,7 +110,10 @@ protected:
   // Tells the loop vectorizer to widen the loop whose latch branch this is; with
   // parallelAccesses (an access group), that its accesses in that group carry no
   // dependence from one iteration to another.
-  void markVectorize(llvm::BranchInst *latch, llvm::MDNode *parallelAccesses = nullptr);
+  void markVectorize(llvm::BranchInst *latch, llvm::MDNode *parallelAccesses = nullptr, bool maskedTail = false);
+  // Whether the vector loop of `s` (Vectorize or Reduce) should run its last partial vector
+  // masked instead of as scalar iterations: the target's choice (none by default).
+  virtual bool maskTail(const kir::Stmt &) const { return false; }
 
   // for (i = start; i < end; i += step) body(i); returns the latch branch and leaves the
   // builder after the loop.

@@ -3,7 +3,8 @@
 DNNC_GEMM_VARIANT, against the reference interpreter (--device ref): plain, batched,
 transposed-B-with-epilogue and prepacked-param matmuls at M, N, K of 0 and 1, odd sizes
 and one below, at and above every variant's task rows (16, 32, 64, 128) and columns (64,
-128, 256, 512) and the depth block (256). Each model is built once (dnnc build) and every
+128, 256, 512), the micro-kernel's rows (14 with AVX-512, then tiles of 8, 4, 2, 1) and the
+depth block (256). Each model is built once (dnnc build) and every
 variant and shape runs that one artifact: a variant is picked at launch, not compiled.
 Then `dnnc tune`'s table round trip: the table it writes is what --tune-table and
 DNNC_TUNE_TABLE read, and the model's results do not depend on it."""
@@ -22,7 +23,8 @@ VARIANTS = 5  # rt::gemmVariants().size(); an index past them is an error (tests
 # (M, K, N)
 SHAPES = [(1, 1, 1), (0, 5, 7), (2, 0, 40), (7, 3, 5), (15, 257, 63), (17, 255, 65), (31, 33, 129), (33, 256, 127),
           (63, 70, 255), (65, 300, 257), (127, 129, 511), (129, 257, 513), (16, 64, 64), (5, 1, 1000), (100, 512, 33),
-          (1, 512, 16), (3, 40, 300), (4, 9, 47)]  # the last: small M read in place, column tails of every width
+          (1, 512, 16), (3, 40, 300), (4, 9, 47),  # the last: small M read in place, column tails of every width
+          (14, 40, 70), (41, 129, 97)]  # one micro-kernel tile of 14 rows (AVX-512); 41 = 2 x 14 + 8 + 4 + 1
 MODELS = {
     "plain": ("dim M in 0..4096; dim K in 0..4096; dim N in 0..4096;", "a: f32[M, K], b: f32[K, N]", "f32[M, N]", "a @ b",
               lambda m, k, n: {"a": (m, k), "b": (k, n)}),
@@ -39,7 +41,7 @@ PARAM_TAILS = [(("const K = 300; const N = 1000; dim M in 0..4096;\nparam w: f32
                 (300, 1000)),
                (("const K = 70; const N = 45; dim M in 0..4096;\nparam w: f32[N, K];", "x: f32[M, K]", "f32[M, N]",
                  "x @ transpose(w)"), (45, 70))]
-PARAM_ROWS = [0, 1, 4, 5, 15, 17, 33, 65, 129]
+PARAM_ROWS = [0, 1, 4, 5, 14, 15, 17, 33, 41, 65, 129]
 # Slices of params of rank 3 and 4 (the transformer's per-layer weights), each packed in
 # place in its param's packed copy: a static point, a loop's index (1000 columns: a last
 # panel of 8), and two points on a rank-4 param.
