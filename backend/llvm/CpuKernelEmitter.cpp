@@ -54,6 +54,7 @@ protected:
   void emitBody() override {
     // Without this, targets that prefer 256-bit vectors split the GEMM's 512-bit ones.
     fn_->addFnAttr("min-legal-vector-width", std::to_string(vectorWidth_ * 32));
+    fn_->addFnAttr("prefer-vector-width", std::to_string(vectorWidth_ * 32));
     stmt(*k_.body);
   }
   // A Reduce loop's sums in any order: partial sums in several vectors' lanes, added up
