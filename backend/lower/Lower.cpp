@@ -477,7 +477,7 @@ StmtPtr Lowering::reduction() {
 // (a max or min, a sum of at most kSumBlock rows per axis) or in local arrays: sums stay
 // blocked as blockedSum's, element by element, with the same error bound. Each task takes
 // up to kColumnChunk consecutive elements of I's last axis; where the elements of I are a
-// constant at most half a chunk (sum(x, 0) of [M, 4]), a task (one per K index) takes whole
+// constant at most half kColumnLanes (sum(x, 0) of [M, 4]), a task (one per K index) takes whole
 // groups of rows at a time instead, their elements contiguous, in the lanes of one local
 // array, and folds the groups' lanes into each output element at the end of each block.
 // Only where the output is f32 (the accumulator) and, for max and min, the input too; not
@@ -495,7 +495,7 @@ StmtPtr Lowering::columnReduction(const std::set<size_t> &reduced) {
   int64_t rowElements = 1; // of I, when a constant (else 0)
   for (size_t a = last + 1; a < in.size(); ++a)
     rowElements = in[a]->asConst() ? rowElements * *in[a]->asConst() : 0;
-  bool groups = outer_.kind != OpKind::Fused && rowElements > 0 && rowElements <= kColumnChunk / 2;
+  bool groups = outer_.kind != OpKind::Fused && rowElements > 0 && rowElements <= kColumnLanes / 2;
   double init = sum ? 0 : kind == OpKind::Max ? -INFINITY : INFINITY;
   // The earlier value `a` and a later `b` combined: for max and min as reduction()'s scan
   // does (equal values keep the earlier: -0 and +0 as the reference interpreter gives them).
@@ -520,7 +520,7 @@ StmtPtr Lowering::columnReduction(const std::set<size_t> &reduced) {
     return each(target, extent, [&](ValuePtr acc) { return kir::binary(OpKind::Add, acc, element(from, j), DType::F32); });
   };
   auto newRow = [&](const std::string &name) {
-    k_.buffers.push_back({name, DType::F32, {c(kColumnChunk)}, false, true});
+    k_.buffers.push_back({name, DType::F32, {c(kColumnLanes)}, false, true});
     return Row{static_cast<int>(k_.buffers.size()) - 1, c(0)};
   };
   auto isBlocked = [&](ExprRef extent) { return sum && sumBlocked(extent); };
@@ -537,7 +537,7 @@ StmtPtr Lowering::columnReduction(const std::set<size_t> &reduced) {
   // (`divisor`: the width as it divides, clamped where the width is not a constant.)
   auto grouped = [&](const Dims &keptIdx, ExprRef width, ExprRef divisor) {
     std::vector<StmtPtr> body;
-    ExprRef perStep = sym::floorDiv(c(kColumnChunk), divisor);
+    ExprRef perStep = sym::floorDiv(c(kColumnLanes), divisor);
     ExprRef slab = sym::mul(kir::flatIndex(kept, keptIdx), sym::mul(rows, width));
     Row total{out(), sym::mul(kir::flatIndex(kept, keptIdx), width)}, lanes = newRow("lanes");
     bool blocked = isBlocked(rows);
@@ -545,7 +545,7 @@ StmtPtr Lowering::columnReduction(const std::set<size_t> &reduced) {
     ExprRef blockRows = blocked ? sumBlockLength(rows, block) : rows;
     ExprRef row0 = sym::add(sym::mul(block, c(kSumBlock)), sym::mul(step, perStep));
     std::vector<StmtPtr> perBlock;
-    perBlock.push_back(set(lanes, c(kColumnChunk), init));
+    perBlock.push_back(set(lanes, c(kColumnLanes), init));
     ExprRef stepLanes = sym::min(sym::mul(perStep, width), sym::mul(sym::sub(blockRows, sym::mul(step, perStep)), width));
     // The input as it lies (never a fused group's: a producer computed in the group would
     // need its per-axis index, and the row groups' lanes are flat positions).
@@ -653,15 +653,15 @@ StmtPtr Lowering::columnReduction(const std::set<size_t> &reduced) {
     if (kind == OpKind::Mean)
       chunked.push_back(divideByCount(total, columns));
     if (outer_.kind != OpKind::Fused && last + 1 == inner && rowElements == 0) {
-      // I is one axis of a size known only at run time: rows of at most half a chunk take
-      // the row groups (their one chunk is the whole row), longer ones the chunks. The
-      // group's step divides by the width clamped into [1, kColumnChunk / 2], so that the
+      // I is one axis of a size known only at run time: rows of at most half the local
+      // arrays' lanes take the row groups, longer ones the chunks. The group's step
+      // divides by the width clamped into [1, kColumnLanes / 2], so that the
       // branch not taken (whose terms the runtime's work estimate sums) stays finite.
       auto atMost = [&](ExprRef a, ExprRef b) { return kir::binary(OpKind::Le, kir::indexValue(a), kir::indexValue(b), DType::Bool); };
       Dims keptK(inIdx.begin(), inIdx.begin() + static_cast<long>(first));
-      ExprRef clamped = sym::min(sym::max(in[inner], c(1)), c(kColumnChunk / 2));
-      body.push_back(kir::when(atMost(in[inner], c(kColumnChunk / 2)), grouped(keptK, in[inner], clamped)));
-      body.push_back(kir::when(atMost(c(kColumnChunk / 2 + 1), in[inner]), std::move(chunked)));
+      ExprRef clamped = sym::min(sym::max(in[inner], c(1)), c(kColumnLanes / 2));
+      body.push_back(kir::when(atMost(in[inner], c(kColumnLanes / 2)), grouped(keptK, in[inner], clamped)));
+      body.push_back(kir::when(atMost(c(kColumnLanes / 2 + 1), in[inner]), std::move(chunked)));
     } else {
       body = std::move(chunked);
     }

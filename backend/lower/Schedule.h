@@ -52,9 +52,12 @@ struct ScheduleOptions {
 inline constexpr ScheduleOptions kCpuSchedule{true, 256, true, true, true, true, true, true};
 inline constexpr ScheduleOptions kGpuSchedule{false, 0, false, true, false, false, false, false};
 
-// Elements of the innermost kept axis per task of a column reduction (a local array of
-// that many floats per blocked level).
-constexpr int64_t kColumnChunk = 256;
+// Elements of the innermost kept axis per task of a column reduction. (256 made 3 tasks
+// of a sum over [4096, 768] for 2 threads: one thread did two, the other one.)
+constexpr int64_t kColumnChunk = 128;
+// Lanes of a column reduction's local arrays: a task's chunk, or the row groups of a
+// narrow one (at most half of them wide).
+constexpr int64_t kColumnLanes = 256;
 
 // Rows of A per GEMM task: an f32 matmul is one parallel task per (batch, row block,
 // column block).
