@@ -693,7 +693,7 @@ StmtPtr Lowering::softmax() {
                                  {{"best", OpKind::Maximum, ""}}));
   body.push_back(kir::let("sum", kir::constant(0, DType::F32)));
   // An f32 softmax keeps each exp(x - max) in its output element as it is summed, and
-  // the last pass divides it there: one exp per element, not two (the same values: the
+  // the last pass scales it there: one exp per element, not two (the same values: the
   // f32 store is exact, and every target splits the two loops over a row alike, so each
   // element is read back by whoever wrote it). Another output type would round the exp.
   bool keepExp = op_.kind == OpKind::Softmax && dtype(out()) == DType::F32;
