@@ -85,10 +85,16 @@ protected:
   }
   // A vector loop over a known extent of fewer than 4 vectors with a partial last one (a
   // softmax over 10 classes): its iterations as masked vectors. Unmasked, LLVM runs loops
-  // of fewer than 16 iterations scalar, and a longer one's tail scalar.
+  // of fewer than 16 iterations scalar, and a longer one's tail scalar. A Reduce loop only
+  // where each reduction's result does not depend on its order (sums, which the kernels
+  // may reassociate, and max and min without an index): the vectorize hint lets LLVM
+  // reorder any reduction, and an f32 product accumulates serially (docs/semantics.md).
   bool maskTail(const kir::Stmt &s) const override {
     if (s.schedule != kir::Stmt::Schedule::Vectorize && s.schedule != kir::Stmt::Schedule::Reduce)
       return false;
+    for (const kir::Reduction &r : s.reductions)
+      if (!r.argLocal.empty() || (r.combine != ir::OpKind::Add && r.combine != ir::OpKind::Maximum && r.combine != ir::OpKind::Minimum))
+        return false;
     std::optional<int64_t> n = s.extent ? s.extent->asConst() : std::nullopt;
     return n && *n > 1 && *n < 4 * int64_t(vectorWidth_) && *n % int64_t(vectorWidth_) != 0;
   }
@@ -252,7 +258,7 @@ void CpuKernelEmitter::collapsedChunk(const std::vector<const kir::Stmt *> &nest
 //   streams the panel from L1 with no cache-set conflicts;
 // - streamed (at most kStreamRows rows: a batch of 1, a matrix-vector product): packing
 //   would cost as much as the product, so the micro-kernels read B where it lies, as wide
-//   as the registers allow (V = kAccumulators / R vectors, up to a whole 256-column task
+//   as the registers allow (V = kStreamAccumulators / R vectors, up to a whole 256-column task
 //   for one row): B's rows are read once each, in contiguous runs, at memory bandwidth.
 //   (Reading B in place with 8 or more rows, two vectors wide, ran slower than packing:
 //   each pass over a panel strides B's rows through the same cache sets.)

@@ -154,8 +154,8 @@ def make_test(name, expr, result, ref):
     return test
 
 
-# Matrix products at sizes around the CPU GEMM's tiles (8 or 6 rows with 4-, 2- and 1-row
-# tails, 2 vectors of columns, tasks of 64 rows by 256 columns, blocks of 256 along k):
+# Matrix products at sizes around the CPU GEMM's tiles (14 rows with AVX-512, 6 with AVX2,
+# with 8-, 4-, 2- and 1-row tails, 2 vectors of columns, tasks of 64 rows by 256 columns, blocks of 256 along k):
 # dims of 1, primes, sizes just past each tile, empty sums and products, and both sides of
 # the row count (4) up to which B is read in place rather than packed.
 GEMM_SHAPES = [(1, 1, 1), (7, 3, 5), (67, 300, 37), (130, 513, 70), (9, 257, 33),  # (M, K, N)
@@ -236,7 +236,8 @@ CONVS = [(1, 1, 1, 1, 0, 1, 1), (3, 4, 3, 1, 1, 1, 1), (4, 6, 3, 2, 1, 1, 2), (2
 IMAGES = [(1, 9, 9), (2, 7, 13), (1, 16, 11)]
 # Convolutions the CPU runs as an implicit GEMM (lower::conv2dGemm: at least 8 output
 # channels per group): the convnet's two layers, 1x1 and 5x5 kernels, odd channel counts
-# that leave a row tail past the micro-kernel's 8 rows and past a 64-row task (70), groups,
+# that leave row tails under the micro-kernel's 14 rows (9 = 8 + 1, 11 = 8 + 2 + 1) and past
+# a 64-row task (70 = 4 x 14 + 8, then 4 + 2), groups,
 # dilation, stride 3, padding wider than the kernel's reach (taps wholly outside); a 5x5
 # kernel without padding (a vector of the padded band ends in the next row's dropped
 # positions), 30 input channels (depth 270: two depth blocks, no band), 28 (a stride-1

@@ -265,6 +265,22 @@ class Semantics(unittest.TestCase):
             self.check(outs[3], np.float32(n), "sum of a 4096 x 8192 matrix", 0, 0)
             self.check(outs[4], np.float32(np.log(n)), "logsumexp of 2^25 zeros", 1e-5, 0)
 
+    def test_f32_product_order(self):
+        # A product over a row under 4 vectors with a partial last one (37 lanes: a masked
+        # vector loop on AVX-512), its terms computed in the loop. Where a partial product
+        # overflows, the order decides (docs/semantics.md): the CPU multiplies serially in
+        # f32, so e^80 e^80 is inf before e^-80 e^-80 joins; the GPU's lanes split the row
+        # (e^80 meets e^-80 first) and the reference multiplies in f64: both give ~1.
+        with tempfile.TemporaryDirectory() as d:
+            m = self.model(d, "prod_order", "dim B;\nmodel main(x: f32[B, 37]) -> f32[B] {\n  return prod(exp(x), axis = 1);\n}\n")
+            x = np.zeros((2, 37), np.float32)
+            x[0, [0, 1]], x[0, [16, 17]] = 80, -80
+            x[1] = np.linspace(-2, 2, 37, dtype=np.float32)
+            out = self.run_ok(m, {"x": x})[0]
+            serial = self.dnnc.device == "cpu"
+            self.check(out[0], np.float32(np.inf if serial else 1), f"prod(exp(x)) past f32's range on {self.dnnc.device}", 1e-5, 0)
+            self.check(out[1], np.float32(np.prod(np.exp(x[1].astype(np.float64)))), "prod(exp(x)) of a 37-element row", 1e-5, 0)
+
     def test_exact_int64_reductions(self):
         big = 2 ** 53
         with tempfile.TemporaryDirectory() as d:
