@@ -2,6 +2,8 @@
 """dnnc against the tools a user would pick instead, on this CPU, side by side in one run:
 PyTorch eager (MKL/oneDNN from pip), torch.compile(dynamic=True) and ONNX Runtime. Every
 peer is optional: one that is not installed is skipped (bench/run.sh makes a venv with them).
+With --device cuda, the same on an NVIDIA GPU: dnnc built with --target cuda, PyTorch on
+"cuda" (synchronized after each call), ONNX Runtime where its CUDA provider is installed.
 
 For each example model and shape (and a few single-op micro models: GEMM, matrix-vector,
 GELU, layer norm, softmax) every tool gets the same weights, inputs and thread count. Rounds
@@ -14,7 +16,7 @@ shape; the per-call time, not process start). Outputs are compared with dnnc's.
                    [--models mlp,transformer,lstm,convnet,micro] [--peers eager,compile,ort]
                    (a micro model by itself too: --models gelu,layernorm,softmax)
                    [--shapes "B=1,T=512;B=4,T=512"] [--variant=--no-fuse-attention]...
-                   [--run-variant=--walk-loops]...
+                   [--run-variant=--walk-loops]... [--device cuda]
 
 A --variant is dnnc built with those flags too, one more column interleaved with the rest
 (e.g. a pass turned off, to measure what it gives); a --run-variant runs the plain build
@@ -47,6 +49,8 @@ HAVE_ORT = importlib.util.find_spec("onnxruntime") is not None and importlib.uti
 if HAVE_TORCH:
     import torch
     import torch.nn.functional as F
+
+DEVICE = "cpu"  # --device: where every tool runs
 
 
 def f32(rng, *shape, scale=1.0):
@@ -211,7 +215,8 @@ class Dnnc:
         src = os.path.join(workdir, "model.dnn")
         open(src, "w").write(model.source)
         self.artifact = os.path.join(workdir, f"model{abs(hash(self.name))}.dnnc")
-        subprocess.run([exe, "build", src, "-o", self.artifact, *flags], check=True, capture_output=True)
+        target = ["--target", "cuda"] if DEVICE == "cuda" else []
+        subprocess.run([exe, "build", src, "-o", self.artifact, *target, *flags], check=True, capture_output=True)
         self.weights = []
         self.input_name = model.input_name
 
@@ -226,7 +231,8 @@ class Dnnc:
         np.save(os.path.join(self.dir, "x.npy"), x)
         out = os.path.join(self.dir, "out")
         p = subprocess.run([self.exe, "run", self.artifact, *self.weights, "--input", f"{self.input_name}={self.dir}/x.npy",
-                            "--out", out, "--threads", str(self.threads), "--repeat", str(self.repeat), "--stats", *self.run_flags],
+                            "--out", out, "--threads", str(self.threads), "--repeat", str(self.repeat), "--stats",
+                            "--device", DEVICE, *self.run_flags],
                            capture_output=True, text=True)
         if p.returncode != 0:
             raise RuntimeError(p.stderr.strip())
@@ -252,13 +258,19 @@ class Eager:
     name = "eager"
 
     def __init__(self, model, weights, workdir, repeat):
-        self.module, self.repeat = Closure(model.forward, weights), repeat
+        self.module, self.repeat = Closure(model.forward, weights).to(DEVICE), repeat
+
+    def call(self, tx):
+        out = self.module(tx)
+        if DEVICE == "cuda":
+            torch.cuda.synchronize()  # the time of the work, not of queueing it
+        return out
 
     def run(self, x):
-        tx = torch.from_numpy(x)
+        tx = torch.from_numpy(x).to(DEVICE)
         with torch.inference_mode():
-            out = self.module(tx)
-            return median_ms(lambda: self.module(tx), self.repeat), out.numpy()
+            out = self.call(tx)
+            return median_ms(lambda: self.call(tx), self.repeat), out.cpu().numpy()
 
 
 class Compiled(Eager):
@@ -271,10 +283,10 @@ class Compiled(Eager):
         self.module = torch.compile(self.module, dynamic=True)
 
     def run(self, x):
-        tx = torch.from_numpy(x)
+        tx = torch.from_numpy(x).to(DEVICE)
         with torch.inference_mode():
             for _ in range(2):
-                self.module(tx)
+                self.call(tx)
         return super().run(x)
 
 
@@ -299,7 +311,7 @@ class OnnxRuntime:
         opts = self.ort.SessionOptions()
         opts.intra_op_num_threads = self.threads
         opts.inter_op_num_threads = 1
-        return self.ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+        return self.ort.InferenceSession(path, opts, providers=[PROVIDERS[DEVICE]])
 
     def run(self, x):
         # A session per timing, dropped after it: ORT's workers (spinning by default, which
@@ -313,7 +325,11 @@ class OnnxRuntime:
         return ms, out
 
 
+PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+
+
 def main():
+    global DEVICE
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dnnc", required=True)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
@@ -324,7 +340,9 @@ def main():
     ap.add_argument("--shapes", default="", help="only these shape labels, ';'-separated (e.g. \"B=1,T=512;B=4,T=512\")")
     ap.add_argument("--variant", action="append", default=[], help="dnnc build flags of one more dnnc column (repeatable)")
     ap.add_argument("--run-variant", action="append", default=[], help="dnnc run flags of one more dnnc column (repeatable)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where every tool runs")
     a = ap.parse_args()
+    DEVICE = a.device
     warnings.filterwarnings("ignore")  # the ONNX exporter's deprecation notices
     wanted = a.peers.split(",") if a.peers else []
     peers = []
@@ -333,11 +351,16 @@ def main():
             print(f"skipping {p}: torch is not installed")
         elif p == "ort" and not (HAVE_ORT and HAVE_TORCH):
             print("skipping ort: needs onnx, onnxruntime and torch (the models are exported from PyTorch)")
+        elif p == "ort" and PROVIDERS[DEVICE] not in __import__("onnxruntime").get_available_providers():
+            print(f"skipping ort: this onnxruntime has no {PROVIDERS[DEVICE]}")
+        elif DEVICE == "cuda" and not (HAVE_TORCH and torch.cuda.is_available()) and p != "ort":
+            print(f"skipping {p}: torch sees no CUDA GPU")
         else:
             peers.append(p)
     if HAVE_TORCH:
         torch.set_num_threads(a.threads)
-        print(f"torch {torch.__version__} (MKL: {torch.backends.mkl.is_available()})", end="; ")
+        gpu = f", GPU: {torch.cuda.get_device_name()}" if DEVICE == "cuda" and torch.cuda.is_available() else ""
+        print(f"torch {torch.__version__} (MKL: {torch.backends.mkl.is_available()}{gpu})", end="; ")
     if "ort" in peers:
         import onnxruntime
         print(f"onnxruntime {onnxruntime.__version__}", end="; ")
