@@ -311,7 +311,10 @@ class OnnxRuntime:
         opts = self.ort.SessionOptions()
         opts.intra_op_num_threads = self.threads
         opts.inter_op_num_threads = 1
-        return self.ort.InferenceSession(path, opts, providers=[PROVIDERS[DEVICE]])
+        s = self.ort.InferenceSession(path, opts, providers=[PROVIDERS[DEVICE]])
+        if s.get_providers()[0] != PROVIDERS[DEVICE]:  # ORT falls back to the CPU with only a message
+            raise RuntimeError(f"onnxruntime could not start its {PROVIDERS[DEVICE]}")
+        return s
 
     def run(self, x):
         # A session per timing, dropped after it: ORT's workers (spinning by default, which
@@ -343,6 +346,8 @@ def main():
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where every tool runs")
     a = ap.parse_args()
     DEVICE = a.device
+    if HAVE_TORCH:  # f32 as f32: no TF32 tensor-core shortcuts in the peer's GPU kernels
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     warnings.filterwarnings("ignore")  # the ONNX exporter's deprecation notices
     wanted = a.peers.split(",") if a.peers else []
     peers = []

@@ -2,7 +2,8 @@
 # Packs a built dnnc for a GPU machine that cannot install this project's dependencies
 # (no network, another Linux distribution): the binary without its debug info, the shared
 # libraries it loads (lib/), and this machine's C and C++ runtimes (glibc/), which the
-# launcher uses only where the other machine's C library is older than this one's.
+# launcher uses only where the other machine's C library is older than this one's (with
+# the C library's other parts, which the CUDA driver loads). x86-64 Linux only.
 #   scripts/gpu-bundle.sh [BUNDLE]      (default .gpu-bundle/dnnc.tar.xz; DNNC=path/to/dnnc)
 # scripts/gpu-check.sh --prebuilt BUNDLE runs the GPU checks with it.
 set -euo pipefail
@@ -10,6 +11,10 @@ cd "$(dirname "$0")/.."
 exe=${DNNC:-build/dnnc}
 bundle=${1:-.gpu-bundle/dnnc.tar.xz}
 [ -x "$exe" ] || { echo "gpu-bundle: no dnnc at $exe (build it first, or set DNNC)" >&2; exit 1; }
+if ldd "$exe" | grep 'not found' >&2; then
+  echo "gpu-bundle: $exe needs libraries this machine lacks" >&2
+  exit 1
+fi
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/dnnc/lib" "$stage/dnnc/glibc"
@@ -21,6 +26,10 @@ ldd "$exe" | awk '/=> \// {print $3}' | while read -r lib; do
   esac
 done
 cp -L /lib64/ld-linux-x86-64.so.2 "$stage/dnnc/glibc/"
+libc_dir=$(dirname "$(ldd "$exe" | awk '$1 == "libc.so.6" {print $3}')")
+for part in libpthread.so.0 libdl.so.2 librt.so.1 libutil.so.1 libresolv.so.2; do
+  [ -e "$libc_dir/$part" ] && cp -L "$libc_dir/$part" "$stage/dnnc/glibc/"
+done
 # The launcher passes the library path to the dynamic loader, not through LD_LIBRARY_PATH,
 # so the programs dnnc starts (cc, which links CPU kernels) keep their own libraries.
 # libcuda.so.1, opened at run time, is still found where the system's loader finds it.
