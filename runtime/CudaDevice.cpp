@@ -198,6 +198,8 @@ void CudaDevice::setResident(std::vector<Range> ranges) {
   impl_->mirror->setResident(std::move(ranges));
 }
 
+void CudaDevice::paramsChanged() { impl_->mirror->paramsChanged(); }
+
 std::string CudaDevice::copies() const { return impl_->mirror->copies(); }
 
 void CudaDevice::launch(size_t kernel, const KernelInfo &info, const std::vector<const Tensor *> &in, std::vector<Tensor> &out,
@@ -244,6 +246,7 @@ void CudaDevice::beginRun(const std::vector<const Tensor *> &, std::vector<Range
 void CudaDevice::hostReads(const std::vector<const Tensor *> &, bool) {}
 void CudaDevice::setArenas(std::vector<Range>) {}
 void CudaDevice::setResident(std::vector<Range>) {}
+void CudaDevice::paramsChanged() {}
 std::string CudaDevice::copies() const { return {}; }
 
 #endif

@@ -36,6 +36,7 @@ public:
   void hostReads(const std::vector<const Tensor *> &tensors, bool hostMayAllocate) override;
   void setArenas(std::vector<Range> arenas) override;
   void setResident(std::vector<Range> ranges) override;
+  void paramsChanged() override;
   std::string copies() const override;
 
 private:

@@ -43,15 +43,31 @@ void DeviceMirror::beginRun(const std::vector<const Tensor *> &params, std::vect
   for (const Tensor *t : params)
     params_.emplace_back(t->data(), t->byteSize());
   for (auto it = mirrors_.begin(); it != mirrors_.end();) {
-    if (inside(resident_, it->first, it->second.bytes)) { // the newest copy: kept
-      it->second.param = inside(params_, it->first, it->second.bytes);
+    Mirror &m = it->second;
+    // Resident memory's copy is the newest; a param's (never written by a kernel: that
+    // makes a result, no longer a param's mirror) is still the param's values.
+    bool resident = inside(resident_, it->first, m.bytes), param = inside(params_, it->first, m.bytes);
+    if (resident || (m.param && !m.deviceNewer && param)) {
+      m.param = param;
+      ++it;
+      continue;
+    }
+    recycle(m);
+    it = mirrors_.erase(it);
+  }
+  arenas_ = std::move(arenas);
+  launchDone();
+}
+
+void DeviceMirror::paramsChanged() {
+  for (auto it = mirrors_.begin(); it != mirrors_.end();) {
+    if (!it->second.param || inside(resident_, it->first, it->second.bytes)) {
       ++it;
       continue;
     }
     recycle(it->second);
     it = mirrors_.erase(it);
   }
-  arenas_ = std::move(arenas);
   launchDone();
 }
 

@@ -1,12 +1,15 @@
 // Device-side copies of host tensors, for devices with memory of their own (CUDA, the
 // simulated GPU): kernel results stay on the device while kernels consume them, inputs
-// are uploaded once and reused, params once per run, and device buffers are pooled.
+// are uploaded once per run and reused, params once while their values stay, and device
+// buffers are pooled.
 //
 // Contract (the runtime's part): only kernels write the arenas (the memory plan's), each
 // result in full; the host reads tensor data only after hostReads() for those tensors;
 // params do not change during a run except by a kernel's in-place update (an output over
-// a param's memory), and the arenas move only through setArenas(). Resident memory
-// (setResident) is not changed by the host while it is resident.
+// a param's memory), nor between runs unless paramsChanged() says so (the contract of
+// the CPU's prepacked weights too: Executable::paramsChanged); the arenas move only
+// through setArenas(). Resident memory (setResident) is not changed by the host while it
+// is resident.
 // Mirrors are keyed by host address. A result written where older mirrors overlap
 // replaces them (the memory plan never overlaps live values). Results in the arenas stay
 // on the device across host phases (the host never frees or writes arena memory); when
@@ -40,9 +43,14 @@ public:
   DeviceMirror &operator=(const DeviceMirror &) = delete;
 
   using Range = std::pair<const uint8_t *, size_t>; // host memory: start, bytes
-  // A run starts: every mirror is forgotten (params may have changed since the last
-  // run); those of `params` (and of views inside them) are kept until the next beginRun.
+  // A run starts: every mirror is forgotten but resident memory's and those of `params`
+  // (and of views inside them) that earlier runs uploaded: params are constants, so a
+  // model's weights cross to the device once, not on every call.
   void beginRun(const std::vector<const Tensor *> &params, std::vector<Range> arenas);
+  // The host's params have new values (loaded afresh, perhaps into memory an old param
+  // had): their device copies are forgotten, except resident memory's (the device's are
+  // the newest there). Called between runs.
+  void paramsChanged();
   // Host memory whose device copy stays the newest across runs (Device::setResident): its
   // mirrors survive beginRun and host phases, and come back only through hostReads.
   // Mirrors of memory that leaves the set are copied back where newer, and forgotten.

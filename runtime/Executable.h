@@ -60,6 +60,8 @@ public:
   // Host memory whose device copy is the newest between runs (what Executable::runInPlace
   // updates): kept on the device across runs, read back only by hostReads.
   virtual void setResident(std::vector<Range> ranges) { (void)ranges; }
+  // The params have new values: copies of them kept between runs are stale.
+  virtual void paramsChanged() {}
   // Copies between host and device memory so far, for --stats (empty: none are made).
   virtual std::string copies() const { return {}; }
   // Whether kernels read and write the host's memory itself (no copies of their own to
@@ -105,10 +107,13 @@ public:
     packedFrom_.clear();
   }
   const ArenaPlan &arenaPlan() const { return arenaPlan_; }
-  // Prepacked weights are reused while a param's memory stays the same (params are
-  // constants); a caller that loads new values, perhaps into memory a freed param had,
-  // says so here and the next run packs them again.
-  void paramsChanged() { packedFrom_.clear(); }
+  // Prepacked weights, and a GPU's copies of params, are reused while a param's memory
+  // stays the same (params are constants); a caller that loads new values, perhaps into
+  // memory a freed param had, says so here and the next run packs (uploads) them again.
+  void paramsChanged() {
+    packedFrom_.clear();
+    device_->paramsChanged();
+  }
   // Binds the inputs' dims and checks the binding (ir/graph/Binding.h), sizes the arena
   // for them (reusing the previous call's memory when it is big enough), and runs the
   // model. Throws DataError for bad inputs, a violated assert or a size that cannot be.

@@ -41,6 +41,7 @@ public:
   }
   void setArenas(std::vector<Range> arenas) override { mirror_->setArenas(std::move(arenas)); }
   void setResident(std::vector<Range> ranges) override { mirror_->setResident(std::move(ranges)); }
+  void paramsChanged() override { mirror_->paramsChanged(); }
   std::string copies() const override { return mirror_->copies(); }
   const DeviceMirror &mirror() const { return *mirror_; }
 

@@ -70,11 +70,51 @@ TEST_CASE("results stay on the device until the host reads them", "[mirror]") {
     CHECK(mirror.uploads() == 2);
     mirror.input(input); // other host memory is forgotten: it may have been reused
     CHECK(mirror.uploads() == 3);
-    mirror.beginRun({&param}, {}); // a new run: params may have changed too
-    mirror.input(param);
+    mirror.beginRun({&param}, {}); // a new run: the param is still on the device, the input not
+    CHECK(mirror.input(param) == p);
+    mirror.input(input);
     CHECK(mirror.uploads() == 4);
   }
   CHECK(heap.live == 0); // every device buffer freed
+}
+
+TEST_CASE("params cross to the device once until the caller says their values changed", "[mirror]") {
+  Heap heap;
+  {
+    DeviceMirror mirror(heap);
+    Tensor param = filled({4}, 2), other = filled({4}, 5), result = Tensor::zeros(DType::F32, {4});
+    mirror.beginRun({&param}, {});
+    uint64_t p = mirror.input(param);
+    for (int run = 0; run < 3; ++run) { // the same params: no upload
+      mirror.beginRun({&param}, {});
+      CHECK(mirror.input(param) == p);
+    }
+    CHECK(mirror.uploads() == 1);
+    // New values in the same memory (a reload): uploaded again after paramsChanged.
+    for (int k = 0; k < 4; ++k)
+      param.set(k, 7);
+    mirror.paramsChanged();
+    mirror.beginRun({&param}, {});
+    CHECK(onDevice(mirror.input(param))[2] == 7);
+    CHECK(mirror.uploads() == 2);
+    // A run whose params are other memory forgets the old params' copies.
+    mirror.beginRun({&other}, {});
+    mirror.input(param);
+    CHECK(mirror.uploads() == 3);
+    // A kernel's update written over a param makes a result, not a param's copy: the
+    // next run uploads the host's values (which the host read back) again.
+    mirror.beginRun({&param}, {});
+    uint64_t r = mirror.output(param);
+    onDevice(r)[0] = 9;
+    mirror.launchDone();
+    mirror.hostReads({&param}, false);
+    CHECK(param.get(0) == 9);
+    mirror.beginRun({&param}, {});
+    CHECK(onDevice(mirror.input(param))[0] == 9);
+    CHECK(mirror.uploads() == 4);
+    (void)result;
+  }
+  CHECK(heap.live == 0);
 }
 
 TEST_CASE_METHOD(ArenaMirror, "results in the arenas stay on the device across host phases", "[mirror]") {
