@@ -56,6 +56,7 @@ Compiled compileWithPlan(ir::Graph &g, const Target &target, const CompileOption
                                               target.makeDevice(lowered.kernels, options.target));
   if (lowered.plan)
     exe->setArenaPlan(arenaPlan(*lowered.plan));
+  exe->setParamsChangeEveryRun(!options.constantParams);
   return Compiled{std::move(exe), std::move(lowered.plan), std::move(lowered.recompute)};
 }
 

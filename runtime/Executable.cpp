@@ -836,8 +836,10 @@ void Executable::runInPlace(std::vector<Tensor> &inputs, std::map<std::string, T
   });
   device_->setResident(resident);
   into_.clear();
+  // New values in the same memory: a prepacked copy of the old ones is stale, and so is a
+  // device's copy of a param not updated in place (resident memory's copies are the newest).
   if (std::any_of(updates_.begin(), updates_.end(), [](const ir::Graph::Update &u) { return !u.param.empty(); }))
-    paramsChanged(); // new values in the same memory: a prepacked copy of the old ones is stale
+    paramsChanged();
 }
 
 void Executable::syncToHost(const std::vector<const Tensor *> &tensors) { device_->hostReads(tensors, false); }
@@ -861,6 +863,8 @@ void Executable::walkGraph(const std::vector<Tensor> &inputs, const std::map<std
   std::vector<const Tensor *> paramTensors;
   for (const auto &[name, t] : params)
     paramTensors.push_back(&t);
+  if (paramsChangeEveryRun_)
+    device_->paramsChanged();
   device_->beginRun(paramTensors, arenas());
   Walk walk(*this);
   // Inputs and params are seen in place (views): read, and written only by the updates

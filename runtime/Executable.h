@@ -114,6 +114,10 @@ public:
     packedFrom_.clear();
     device_->paramsChanged();
   }
+  // The params are new values every run (a training step's: the last step's updates,
+  // moved into memory another step's executable may have freed): nothing of them is kept
+  // between runs but what runInPlace keeps resident.
+  void setParamsChangeEveryRun(bool vary) { paramsChangeEveryRun_ = vary; }
   // Binds the inputs' dims and checks the binding (ir/graph/Binding.h), sizes the arena
   // for them (reusing the previous call's memory when it is big enough), and runs the
   // model. Throws DataError for bad inputs, a violated assert or a size that cannot be.
@@ -276,6 +280,7 @@ private:
   std::unordered_map<const ir::Op *, std::string> loopRefusal_; // what the body alone rules out, per for loop
   std::vector<LoopTime> loopPaths_;                          // the last run's
   bool compiledLoops_ = true;
+  bool paramsChangeEveryRun_ = false;
   std::map<const ir::Op *, LoopTime> loopTimes_;              // while profiling
   void noteLoop(const ir::Op &op, const std::string &why, int64_t steps, size_t launches);
   size_t profiledRuns_ = 0;

@@ -72,6 +72,7 @@ TEST_CASE("results stay on the device until the host reads them", "[mirror]") {
     CHECK(mirror.uploads() == 3);
     mirror.beginRun({&param}, {}); // a new run: the param is still on the device, the input not
     CHECK(mirror.input(param) == p);
+    CHECK(mirror.uploads() == 3);
     mirror.input(input);
     CHECK(mirror.uploads() == 4);
   }
@@ -101,17 +102,29 @@ TEST_CASE("params cross to the device once until the caller says their values ch
     mirror.beginRun({&other}, {});
     mirror.input(param);
     CHECK(mirror.uploads() == 3);
-    // A kernel's update written over a param makes a result, not a param's copy: the
-    // next run uploads the host's values (which the host read back) again.
+    // A kernel's update written over a param (read first as the param) makes a result,
+    // not a param's copy: the next run uploads the host's values (read back) again.
     mirror.beginRun({&param}, {});
+    uint64_t in = mirror.input(param);
+    CHECK(mirror.uploads() == 4);
     uint64_t r = mirror.output(param);
-    onDevice(r)[0] = 9;
+    for (int k = 0; k < 4; ++k)
+      onDevice(r)[k] = onDevice(in)[k] + 2;
     mirror.launchDone();
     mirror.hostReads({&param}, false);
     CHECK(param.get(0) == 9);
     mirror.beginRun({&param}, {});
     CHECK(onDevice(mirror.input(param))[0] == 9);
-    CHECK(mirror.uploads() == 4);
+    CHECK(mirror.uploads() == 5);
+    // Resident memory's copy is the newest: paramsChanged leaves it.
+    mirror.setResident({{param.data(), param.byteSize()}});
+    mirror.beginRun({&param}, {});
+    mirror.input(param);
+    mirror.paramsChanged();
+    mirror.beginRun({&param}, {});
+    mirror.input(param);
+    CHECK(mirror.uploads() == 5); // the copy made before it became resident, kept
+    mirror.setResident({});
     (void)result;
   }
   CHECK(heap.live == 0);
