@@ -9,8 +9,8 @@
 // a param's memory), nor between runs unless paramsChanged() says so (the contract of
 // the CPU's prepacked weights too: Executable::paramsChanged; each of several mirrors
 // over the same params must be told, and a training step's executables are told before
-// every run); the arenas move only through setArenas(). Resident memory (setResident) is not changed by the host while it
-// is resident.
+// every run); the arenas move only through setArenas(). Resident memory (setResident)
+// is not changed by the host while it is resident.
 // Mirrors are keyed by host address. A result written where older mirrors overlap
 // replaces them (the memory plan never overlaps live values). Results in the arenas stay
 // on the device across host phases (the host never frees or writes arena memory); when
