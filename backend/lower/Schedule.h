@@ -49,7 +49,7 @@ struct ScheduleOptions {
   // GPU (coalesced), but on the CPU none of them parallel (a kernel body of several nests).
   bool sharedConcatLoops = false;
 };
-inline constexpr ScheduleOptions kCpuSchedule{true, 256, true, true, true, true, true, true};
+inline constexpr ScheduleOptions kCpuSchedule{true, 512, true, true, true, true, true, true};
 inline constexpr ScheduleOptions kGpuSchedule{false, 0, false, true, false, false, false, false};
 
 // Elements of the innermost kept axis per task of a column reduction. (256 made 3 tasks

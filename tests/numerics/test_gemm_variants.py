@@ -19,7 +19,7 @@ import numpy as np
 
 from dnnc_test_util import Dnnc, assert_matches
 
-VARIANTS = 5  # rt::gemmVariants().size(); an index past them is an error (tests/golden/cli/tune_errors.test)
+VARIANTS = 6  # rt::gemmVariants().size(); an index past them is an error (tests/golden/cli/tune_errors.test)
 # (M, K, N)
 SHAPES = [(1, 1, 1), (0, 5, 7), (2, 0, 40), (7, 3, 5), (15, 257, 63), (17, 255, 65), (31, 33, 129), (33, 256, 127),
           (63, 70, 255), (65, 300, 257), (127, 129, 511), (129, 257, 513), (16, 64, 64), (5, 1, 1000), (100, 512, 33),
