@@ -49,9 +49,10 @@ GemmTable builtinGemmTable() {
   GemmTable t;
   t.cpu = "built-in";
   t.source = "built-in";
-  // r64c512's entry is r64c256's with its columns' costs doubled (it was added after that
-  // fit, and runs the same micro-kernels over twice the columns per task).
-  t.costs = {{0, 22.4, 562, 425, 15.84}, {0, 22.4, 281, 425, 7.92},   {0, 24.1, 288, 436, 7.92},
+  // r64c512's entry is r64c256's with its columns' costs (per_k: packing B, per_k_fill,
+  // stream_per_k) doubled: it was added after that fit, and runs the same micro-kernels
+  // over twice the columns per task.
+  t.costs = {{0, 44.8, 562, 425, 15.84}, {0, 22.4, 281, 425, 7.92},   {0, 24.1, 288, 436, 7.92},
              {0, 52.4, 1160, 812, 18.3}, {0, 11.7, 74.3, 1050, 4.63}, {0, 5.99, 17.3, 352, 3.11}};
   t.parallelEfficiency = 0.95;
   return t;
@@ -79,10 +80,10 @@ double gemmEstimate(const GemmTable &t, size_t v, int64_t batches, int64_t m, in
   // chunks of work, else at most one per minimum chunk.
   double chunks = std::floor(tasks * task / static_cast<double>(ThreadPool::kMinChunkNs));
   double used = std::clamp(chunks, 1.0, std::min(tasks, static_cast<double>(std::max(1u, threads))));
-  // Each thread's waves of average tasks, and never less than the largest task (tasks of
-  // 512 and 256 columns on two threads take as long as the first).
-  double perThread = std::max(std::ceil(tasks / used) * task, largest);
-  return perThread * used / (1 + (used - 1) * std::clamp(t.parallelEfficiency, 0.0, 1.0));
+  // Waves of average tasks, stretched by the parallel efficiency, and never less than the
+  // largest task (tasks of 512 and 256 columns on two threads take as long as the first).
+  double waves = std::ceil(tasks / used) * task * used / (1 + (used - 1) * std::clamp(t.parallelEfficiency, 0.0, 1.0));
+  return std::max(waves, largest);
 }
 
 size_t selectGemmVariant(const GemmTable &t, int64_t batches, int64_t m, int64_t n, int64_t k, unsigned threads) {

@@ -24,7 +24,8 @@ struct GemmVariant {
   int64_t rows, cols;
   bool packA;
 };
-// The variants every CPU GEMM kernel carries (index 0 is the fixed schedule dnnc had before).
+// The variants every CPU GEMM kernel carries (index 0 is the fixed schedule, which a shape
+// keeps unless another is predicted kGemmSwitchGain faster).
 const std::vector<GemmVariant> &gemmVariants();
 // The dims a variant binds (names no .dnn dim can take).
 inline constexpr const char *kGemmRowsDim = "$gemm_rows", *kGemmColsDim = "$gemm_cols", *kGemmPackADim = "$gemm_pack_a";
@@ -59,7 +60,8 @@ GemmTable builtinGemmTable();
 // Estimated ns of variant v for `batches` products of M x K by K x N on `threads` threads:
 // the tasks run in waves of as many threads as the thread pool would use for that much
 // work (it keeps jobs under two ThreadPool::kMinChunkNs on one thread), each wave as long
-// as a task of the average fill, stretched by the table's parallel efficiency.
+// as a task of the average fill, stretched by the table's parallel efficiency, and never
+// less than the largest task (min(M, rows) rows by min(N, cols) columns).
 double gemmEstimate(const GemmTable &t, size_t v, int64_t batches, int64_t m, int64_t n, int64_t k, unsigned threads);
 // The variant with the least estimate, if it is at least kGemmSwitchGain times faster than
 // variant 0 (the fixed schedule), else variant 0: the model is fitted from single-thread

@@ -258,7 +258,7 @@ void CpuKernelEmitter::collapsedChunk(const std::vector<const kir::Stmt *> &nest
 //   streams the panel from L1 with no cache-set conflicts;
 // - streamed (at most kStreamRows rows: a batch of 1, a matrix-vector product): packing
 //   would cost as much as the product, so the micro-kernels read B where it lies, as wide
-//   as the registers allow (V = kStreamAccumulators / R vectors, up to a whole 256-column task
+//   as the registers allow (V = kStreamAccumulators / R vectors, up to 16 vectors, 256 columns,
 //   for one row): B's rows are read once each, in contiguous runs, at memory bandwidth.
 //   (Reading B in place with 8 or more rows, two vectors wide, ran slower than packing:
 //   each pass over a panel strides B's rows through the same cache sets.)

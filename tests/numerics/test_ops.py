@@ -155,7 +155,7 @@ def make_test(name, expr, result, ref):
 
 
 # Matrix products at sizes around the CPU GEMM's tiles (14 rows with AVX-512, 6 with AVX2,
-# with 8-, 4-, 2- and 1-row tails, 2 vectors of columns, tasks of 64 rows by 256 columns, blocks of 256 along k):
+# with 8-, 4-, 2- and 1-row tails, 2 vectors of columns, tasks of 64 rows by 512 columns, blocks of 256 along k):
 # dims of 1, primes, sizes just past each tile, empty sums and products, and both sides of
 # the row count (4) up to which B is read in place rather than packed.
 GEMM_SHAPES = [(1, 1, 1), (7, 3, 5), (67, 300, 37), (130, 513, 70), (9, 257, 33),  # (M, K, N)

@@ -104,8 +104,18 @@ TEST_CASE("estimate: waves of tasks, each task's depth cost scaled by its fill, 
   // 65 x 256: 2 tasks, of 64 rows and of 1 (fill 65 / 128 on average), one wave on 2
   // threads: as long as the larger.
   CHECK(rt::gemmEstimate(t, v0, 1, 65, 256, 100000, 2) == Approx(full));
-  // The same for columns: 64 x 768 in tasks of 512 columns and of 256.
-  CHECK(rt::gemmEstimate(t, indexOf("r64c512"), 1, 64, 768, 100000, 2) == Approx(full));
+  // The same for columns: 64 x 768 in tasks of 512 columns and of 256; and read in place
+  // (1 row): 7 + K * 3 * 1 row * the whole task's columns.
+  size_t wide = indexOf("r64c512");
+  CHECK(rt::gemmEstimate(t, wide, 1, 64, 768, 100000, 2) == Approx(full));
+  CHECK(rt::gemmEstimate(t, wide, 1, 1, 768, 100000, 2) == Approx(7 + 1e5 * 3));
+  // Three of those products: 6 tasks, 3 waves of the average task, longer than the largest.
+  CHECK(rt::gemmEstimate(t, wide, 3, 64, 768, 100000, 2) == Approx(3 * (10 + 1e5 * (2 + 4 * 0.75))));
+  // A second thread worth nothing: as long as one thread running both tasks, not twice
+  // the larger.
+  t.parallelEfficiency = 0;
+  CHECK(rt::gemmEstimate(t, v0, 1, 65, 256, 100000, 2) == Approx(rt::gemmEstimate(t, v0, 1, 65, 256, 100000, 1)));
+  t.parallelEfficiency = 1;
   // The same on one thread: two waves; a batch of 3: 6 tasks, 3 waves on 2 threads.
   CHECK(rt::gemmEstimate(t, v0, 1, 65, 256, 100000, 1) == Approx(2 * task));
   CHECK(rt::gemmEstimate(t, v0, 3, 65, 256, 100000, 2) == Approx(3 * task));
