@@ -99,6 +99,32 @@ class Variants(unittest.TestCase):
                     inputs = {a: rng.standard_normal(s).astype(np.float32) for a, s in shapes(m, k, n).items()}
                     self.each_variant(model, None, inputs, f"{name} at M={m}, K={k}, N={n}")
 
+    def test_nan_and_inf(self):
+        # NaN, inf and -inf in A and in B (plain and prepacked) reach exactly the outputs
+        # NumPy's product gives them in every variant: a row of A with an inf, a column of B
+        # with a -inf (NaN where they meet), a NaN in each; tile-edge M, N and a K past one
+        # depth block.
+        rng = np.random.default_rng(6)
+        with tempfile.TemporaryDirectory() as d:
+            m, k, n = 29, 257, 513
+            a = rng.standard_normal((m, k)).astype(np.float32)
+            b = rng.standard_normal((k, n)).astype(np.float32)
+            a[3, 5], a[17, 256], b[7, 512], b[200, 31] = np.inf, np.nan, -np.inf, np.nan
+            want = a.astype(np.float64) @ b.astype(np.float64)
+            self.assertTrue(np.isnan(want).any() and np.isinf(want).any())
+            plain = write(d, "plain", *MODELS["plain"][:4])
+            got, p = self.cpu.run(plain, None, {"a": a, "b": b})
+            self.assertEqual(p.returncode, 0, p.stderr)
+            np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(want))
+            np.testing.assert_array_equal(np.isinf(got[0]) * np.sign(got[0]), np.isinf(want) * np.sign(want))
+            self.each_variant(plain, None, {"a": a, "b": b}, "NaN and inf, plain")
+            model = write(d, "tail0", *PARAM_TAILS[0][0])
+            w = rng.standard_normal(PARAM_TAILS[0][1]).astype(np.float32)
+            w[0, 999], w[299, 0] = -np.inf, np.nan
+            x = rng.standard_normal((65, 300)).astype(np.float32)
+            x[64, 299], x[13, 0] = np.nan, np.inf
+            self.each_variant(model, {"w": w}, {"x": x}, "NaN and inf, prepacked param")
+
     def test_prepacked_param(self):
         rng = np.random.default_rng(4)
         with tempfile.TemporaryDirectory() as d:
