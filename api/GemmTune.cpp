@@ -6,12 +6,16 @@
 #include "base/Diagnostics.h"
 #include "base/Error.h"
 #include "frontend/Sema.h"
+#include "ir/transforms/Prepack.h"
 #include "runtime/CpuDevice.h"
 #include "runtime/ThreadPool.h"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <map>
 #include <cmath>
 #include <random>
 #include <sstream>
@@ -20,47 +24,86 @@ namespace dnnc::api {
 
 using Clock = std::chrono::steady_clock;
 
-struct GemmTimer::Impl {
+namespace {
+// One compiled `a @ b`: the GEMM kernel, and for a prepacked B the kernel that packs it.
+struct CompiledMatmul {
   Program program;
   lower::LoweredGraph lowered;
   std::unique_ptr<backend::CpuModule> module;
-  rt::KernelInfo info;
-  rt::KernelFn fn = nullptr;
+  rt::KernelInfo gemm, prepack;
+  std::vector<rt::KernelFn> fns; // the GEMM's, then the prepack's
 };
 
-GemmTimer::GemmTimer() : impl_(std::make_unique<Impl>()) {
-  DiagnosticEngine diags(impl_->program.sources());
-  if (!impl_->program.loadText("gemm.dnn", "dim M; dim K; dim N;\nmodel main(a: f32[M, K], b: f32[K, N]) -> f32[M, N] {\n  return a @ b;\n}\n", diags)) {
+std::unique_ptr<CompiledMatmul> compileMatmul(const std::string &text, bool prepacked) {
+  auto c = std::make_unique<CompiledMatmul>();
+  DiagnosticEngine diags(c->program.sources());
+  if (!c->program.loadText("gemm.dnn", text, diags)) {
     std::ostringstream os;
     diags.render(os);
     throw InternalError("the tuner's matmul does not compile: " + os.str());
   }
-  impl_->lowered = lower::lowerGraph(*impl_->program.models().at(0).graph);
-  const kir::Kernel &kernel = impl_->lowered.kernels.at(0);
-  impl_->module = backend::CpuModule::compile({&kernel});
-  impl_->fn = impl_->module->lookup(kernel.name);
-  impl_->info = lower::kernelInfo(kernel);
-  if (!impl_->info.gemmM)
-    throw InternalError("the CPU matmul kernel has no GEMM variants");
-  impl_->info.gemmM = nullptr; // the launch binds the variant asked for, not the model's pick
+  ir::Graph &graph = *c->program.models().at(0).graph;
+  if (prepacked && ir::prepackWeights(graph) != 1)
+    throw InternalError("the tuner's matmul reads no prepacked B");
+  c->lowered = lower::lowerGraph(graph);
+  const kir::Kernel *gemm = nullptr, *prepack = nullptr;
+  for (const kir::Kernel &k : c->lowered.kernels)
+    (lower::kernelInfo(k).gemmM ? gemm : prepack) = &k;
+  if (!gemm || (prepacked != (prepack != nullptr)) || c->lowered.kernels.size() != (prepacked ? 2u : 1u))
+    throw InternalError("the tuner's matmul does not lower to one CPU GEMM kernel with variants");
+  c->module = backend::CpuModule::compile(prepacked ? std::vector<const kir::Kernel *>{gemm, prepack}
+                                                    : std::vector<const kir::Kernel *>{gemm});
+  c->gemm = lower::kernelInfo(*gemm);
+  c->gemm.gemmM = nullptr; // the launch binds the variant asked for, not the model's pick
+  c->fns.push_back(c->module->lookup(gemm->name));
+  if (prepacked) {
+    c->prepack = lower::kernelInfo(*prepack);
+    c->fns.push_back(c->module->lookup(prepack->name));
+  }
+  return c;
+}
+
+rt::Tensor randomMatrix(int64_t rows, int64_t cols, unsigned seed) {
+  rt::Tensor t = rt::Tensor::zeros(DType::F32, {rows, cols});
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uniform(-1, 1);
+  for (size_t i = 0; i < t.numel(); ++i)
+    t.set(i, uniform(rng));
+  return t;
+}
+} // namespace
+
+struct GemmTimer::Impl {
+  std::unique_ptr<CompiledMatmul> rows; // M, K and N dims: one compile for every shape
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<CompiledMatmul>> panels; // by (K, N): prepacking needs both
+};
+
+GemmTimer::GemmTimer() : impl_(std::make_unique<Impl>()) {
+  impl_->rows = compileMatmul("dim M; dim K; dim N;\nmodel main(a: f32[M, K], b: f32[K, N]) -> f32[M, N] {\n  return a @ b;\n}\n", false);
 }
 
 GemmTimer::~GemmTimer() = default;
 
-double GemmTimer::seconds(size_t v, int64_t m, int64_t n, int64_t k, rt::ThreadPool &pool, double minSeconds) {
-  const rt::GemmVariant &var = rt::gemmVariants().at(v);
-  rt::Tensor a = rt::Tensor::zeros(DType::F32, {m, k}), b = rt::Tensor::zeros(DType::F32, {k, n});
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<float> uniform(-1, 1);
-  for (size_t i = 0; i < a.numel(); ++i)
-    a.set(i, uniform(rng));
-  for (size_t i = 0; i < b.numel(); ++i)
-    b.set(i, uniform(rng));
+double GemmTimer::seconds(size_t v, int64_t m, int64_t n, int64_t k, rt::ThreadPool &pool, double minSeconds, rt::GemmB b) {
+  if (b == rt::GemmB::Gathered || (b == rt::GemmB::Panels && n < ir::kPrepackPanel))
+    throw InternalError("the tuner times a B in rows, or prepacked with at least " + std::to_string(ir::kPrepackPanel) + " columns");
+  const bool prepacked = b == rt::GemmB::Panels;
+  std::unique_ptr<CompiledMatmul> &made = prepacked ? impl_->panels[{k, n}] : impl_->rows;
+  if (!made)
+    made = compileMatmul(fmt::format("dim M;\nparam w: f32[{0}, {1}];\nmodel main(a: f32[M, {0}]) -> f32[M, {1}] {{\n  return a @ w;\n}}\n", k, n),
+                         true);
+  const CompiledMatmul &c = *made;
+  rt::Tensor a = randomMatrix(m, k, 1), bIn = randomMatrix(k, n, 2);
+  rt::CpuDevice device(c.fns, nullptr, pool);
+  ir::Binding binding{{"M", m}, {"K", k}, {"N", n}};
+  std::vector<rt::Tensor> packed{rt::Tensor::zeros(DType::F32, {k, n})};
+  if (prepacked) // once, as when a model loads
+    device.launch(1, c.prepack, {&bIn}, packed, rt::launchFor(c.prepack, binding));
+  const rt::Tensor &bRead = prepacked ? packed[0] : bIn;
   std::vector<rt::Tensor> out{rt::Tensor::zeros(DType::F32, {m, n})};
-  rt::Launch launch = rt::launchFor(impl_->info, {{"M", m}, {"K", k}, {"N", n}, {rt::kGemmRowsDim, var.rows},
-                                                  {rt::kGemmColsDim, var.cols}, {rt::kGemmPackADim, var.packA}});
-  rt::CpuDevice device({impl_->fn}, nullptr, pool);
-  auto once = [&] { device.launch(0, impl_->info, {&a, &b}, out, launch); };
+  rt::bindGemmVariant(v, binding);
+  rt::Launch launch = rt::launchFor(c.gemm, binding);
+  auto once = [&] { device.launch(0, c.gemm, {&a, &bRead}, out, launch); };
   once();
   std::vector<double> times;
   auto start = Clock::now();
@@ -125,7 +168,12 @@ TuneReport tuneGemm(GemmTimer &timer, double minSeconds, const std::function<voi
   TuneReport r;
   r.table.cpu = rt::hostCpuSlug();
   rt::ThreadPool one(1);
+  int64_t panelColumns = 0;
+  for (const rt::GemmVariant &var : rt::gemmVariants())
+    panelColumns = std::max(panelColumns, var.cols);
   for (size_t v = 0; v < rt::gemmVariants().size(); ++v) {
+    if (panelColumns % rt::gemmVariants()[v].cols != 0)
+      throw InternalError("a GEMM variant's columns do not divide the widest variant's");
     const rt::GemmVariant &var = rt::gemmVariants()[v];
     if (progress)
       progress(var);
@@ -148,6 +196,20 @@ TuneReport tuneGemm(GemmTimer &timer, double minSeconds, const std::function<voi
       }
     rt::GemmCost s = fitGemmCost(stream);
     cost.streamPerTask = s.perTask, cost.streamPerK = s.perK;
+    // A prepacked B (the models' weights): the same tasks at every depth and fill, and of
+    // one row (a prepacked B is never read in place). Its panels need K and N fixed when
+    // compiled: every variant's tasks side by side over the widest variant's columns keep
+    // that to one compile per depth (the average task is the sample).
+    std::vector<GemmSample> panel;
+    for (int64_t k : {64, 256, 1024})
+      for (int64_t rows : {var.rows, var.rows / 2, int64_t(8), int64_t(1)}) {
+        double tasks = static_cast<double>(panelColumns / var.cols);
+        double ns = 1e9 * timer.seconds(v, rows, panelColumns, k, one, minSeconds, rt::GemmB::Panels) / tasks;
+        panel.push_back({static_cast<double>(k), static_cast<double>(rows) / static_cast<double>(var.rows), ns});
+        ++r.measurements;
+      }
+    rt::GemmCost p = fitGemmCost(panel);
+    cost.panelPerTask = p.perTask, cost.panelPerK = p.perK, cost.panelPerKFill = p.perKFill;
     r.table.costs.push_back(cost);
   }
   // The parallel efficiency: two tasks per thread of the fixed schedule on every thread

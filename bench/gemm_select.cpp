@@ -1,5 +1,6 @@
 // Shape-generic GEMM selection (runtime/GemmSelect.h) against its alternatives, in one run:
-//  1. tuning time: `dnnc tune`'s fit (one task of each variant at a few depths and fills)
+//  1. tuning time, compiles included: `dnnc tune`'s fit (one task of each variant at a few
+//     depths and fills, B in rows and prepacked)
 //     against an exhaustive per-shape search (every variant timed on every shape of a
 //     tuning set: the transformer's, MLP's and LSTM's matmuls at several batch sizes);
 //  2. at shapes neither tuned for (odd M: 1, 7, 33, 100, 1000; the models' K x N), the
@@ -7,6 +8,7 @@
 //     against the best variant found by timing them all there, interleaved over rounds.
 //   usage: gemm_select [--threads N] [--rounds R]
 #include "api/GemmTune.h"
+#include "ir/graph/Graph.h"
 #include "runtime/ThreadPool.h"
 
 #include <fmt/format.h>
@@ -38,29 +40,37 @@ int main(int argc, char **argv) {
   // logits), MLP (784 -> 512 -> 10), LSTM (I = 64, H = 128: 4H gates, classifier).
   std::vector<std::pair<int64_t, int64_t>> kn{{256, 768}, {256, 256}, {256, 1024}, {1024, 256}, {256, 1000},
                                               {784, 512},  {512, 10},  {64, 512},   {128, 512}};
-  api::GemmTimer timer;
   const double minSeconds = 0.02;
 
-  // 1. Tuning time.
+  // 1. Tuning time, each with its compiles (the timer's, and one per K and N it times with
+  // B prepacked).
+  auto tuneStart = Clock::now();
+  api::GemmTimer timer;
   api::TuneReport tuned = api::tuneGemm(timer, minSeconds, nullptr);
+  double tuneSeconds = std::chrono::duration<double>(Clock::now() - tuneStart).count();
   std::vector<std::tuple<int64_t, int64_t, int64_t>> tuneShapes; // M = B*T or B: 16, 64, 512
   for (auto [k, n] : kn)
     for (int64_t m : {16, 64, 512})
       tuneShapes.emplace_back(m, k, n);
   auto start = Clock::now();
   size_t exhaustiveRuns = 0;
-  for (auto [m, k, n] : tuneShapes)
-    for (size_t v = 0; v < variants; ++v, ++exhaustiveRuns)
-      timer.seconds(v, m, n, k, pool, minSeconds);
+  {
+    api::GemmTimer fresh; // compiles of its own, as a search per shape would
+    for (auto [m, k, n] : tuneShapes)
+      for (size_t v = 0; v < variants; ++v, ++exhaustiveRuns)
+        fresh.seconds(v, m, n, k, pool, minSeconds, n >= ir::kPrepackPanel ? rt::GemmB::Panels : rt::GemmB::Rows);
+  }
   double exhaustive = std::chrono::duration<double>(Clock::now() - start).count();
   std::cout << fmt::format("threads: {}; cpu: {}\n", threads, tuned.table.cpu);
   std::cout << fmt::format("tuning: dnnc tune {:.2f} s ({} micro-kernel measurements, once per machine); exhaustive per-shape "
                            "search {:.2f} s ({} shapes x {} variants) = {:.1f}x the time\n",
-                           tuned.seconds, tuned.measurements, exhaustive, tuneShapes.size(), variants, exhaustive / tuned.seconds);
+                           tuneSeconds, tuned.measurements, exhaustive, tuneShapes.size(), variants, exhaustive / tuneSeconds);
   std::cout << "fitted model (ns per task = per_task + K * (per_k + per_k_fill * fill)):\n";
   for (size_t v = 0; v < variants; ++v)
-    std::cout << fmt::format("  {:<10} per_task {:>9.0f}  per_k {:>8.2f}  per_k_fill {:>8.2f}\n", rt::gemmVariants()[v].name,
-                             tuned.table.costs[v].perTask, tuned.table.costs[v].perK, tuned.table.costs[v].perKFill);
+    std::cout << fmt::format("  {:<10} per_task {:>9.0f}  per_k {:>8.2f}  per_k_fill {:>8.2f};  prepacked B: {:>9.0f} {:>8.2f} {:>8.2f}\n",
+                             rt::gemmVariants()[v].name, tuned.table.costs[v].perTask, tuned.table.costs[v].perK,
+                             tuned.table.costs[v].perKFill, tuned.table.costs[v].panelPerTask, tuned.table.costs[v].panelPerK,
+                             tuned.table.costs[v].panelPerKFill);
 
   // 2. Untuned shapes: fixed (variant 0), dispatched, and the best by timing each variant.
   std::cout << fmt::format("\n{:>5} {:>5} {:>5} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>10}\n", "M", "K", "N", "picked",
@@ -69,12 +79,14 @@ int main(int argc, char **argv) {
   int count = 0, better = 0, worse = 0;
   for (int64_t m : {1, 7, 33, 100, 1000})
     for (auto [k, n] : kn) {
-      size_t picked = rt::selectGemmVariant(tuned.table, 1, m, n, k, threads);
+      // B as the models read it: a weight, prepacked when it has a panel's columns.
+      rt::GemmB b = n >= ir::kPrepackPanel ? rt::GemmB::Panels : rt::GemmB::Rows;
+      size_t picked = rt::selectGemmVariant(tuned.table, b, 1, m, n, k, threads);
       // Interleaved: each round times every variant once; the median over rounds.
       std::vector<std::vector<double>> times(variants);
       for (int r = 0; r < rounds; ++r)
         for (size_t v = 0; v < variants; ++v)
-          times[v].push_back(timer.seconds(v, m, n, k, pool, minSeconds / 2));
+          times[v].push_back(timer.seconds(v, m, n, k, pool, minSeconds / 2, b));
       std::vector<double> med(variants);
       for (size_t v = 0; v < variants; ++v) {
         std::sort(times[v].begin(), times[v].end());
@@ -84,7 +96,8 @@ int main(int argc, char **argv) {
       double gain = med[0] / med[picked];
       logGain += std::log(gain), logToBest += std::log(med[picked] / med[best]), ++count;
       better += gain > 1.05, worse += gain < 0.95;
-      double predicted = rt::gemmEstimate(tuned.table, 0, 1, m, n, k, threads) / rt::gemmEstimate(tuned.table, picked, 1, m, n, k, threads);
+      double predicted =
+          rt::gemmEstimate(tuned.table, 0, b, 1, m, n, k, threads) / rt::gemmEstimate(tuned.table, picked, b, 1, m, n, k, threads);
       std::cout << fmt::format("{:>5} {:>5} {:>5} {:>10} {:>10.4f} {:>10.4f} {:>10} {:>8.4f} {:>7.2f}x {:>9.2f}x\n", m, k, n,
                                rt::gemmVariants()[picked].name, 1e3 * med[0], 1e3 * med[picked], rt::gemmVariants()[best].name,
                                1e3 * med[best], gain, predicted);

@@ -26,7 +26,8 @@ using nlohmann::json;
 
 constexpr char kMagic[8] = {'D', 'N', 'N', 'C', 'A', 'R', 'T', '1'};
 constexpr size_t kPrefix = sizeof kMagic + 3 * sizeof(uint64_t);
-constexpr int kFormat = 3; // 2: kernels carry their GPU grid; 3: CPU GEMMs their shape (runtime/GemmSelect.h)
+// 2: kernels carry their GPU grid; 3: CPU GEMMs their shape (runtime/GemmSelect.h); 4: and how they read B
+constexpr int kFormat = 4;
 
 uint64_t fnv1a(const char *data, size_t n, uint64_t h = 1469598103934665603ull) {
   for (size_t k = 0; k < n; ++k)
@@ -126,7 +127,8 @@ void writeArtifact(const std::string &path, const ir::Graph &g, const std::map<c
                      {"grid", {ir::exprToJson(kernels[k].gridX), ir::exprToJson(kernels[k].gridY)}},
                      {"block_threads", kernels[k].blockThreads},
                      {"gemm", {ir::exprToJson(kernels[k].gemmBatches), ir::exprToJson(kernels[k].gemmM),
-                               ir::exprToJson(kernels[k].gemmN), ir::exprToJson(kernels[k].gemmK)}}});
+                               ir::exprToJson(kernels[k].gemmN), ir::exprToJson(kernels[k].gemmK),
+                               static_cast<int>(kernels[k].gemmB)}}});
   json offsets = json::array();
   for (const auto &[value, offset] : plan.offsets)
     offsets.push_back({value->id, ir::exprToJson(offset), plan.late.count(value) != 0, plan.kept.count(value) != 0});
@@ -193,6 +195,10 @@ ArtifactContents readArtifactBytes(const std::string &bytes, const std::string &
       last.gemmN = ir::exprFromJson(gemm.at(2)), last.gemmK = ir::exprFromJson(gemm.at(3));
       if (!last.gemmM != !last.gemmN || !last.gemmM != !last.gemmK || !last.gemmM != !last.gemmBatches)
         throw DataError(fmt::format("'{}' has a kernel with part of a GEMM shape", path));
+      int64_t b = intOf(gemm.at(4), path, "a GEMM's B");
+      if (b < 0 || b > static_cast<int64_t>(GemmB::Panels))
+        throw DataError(fmt::format("'{}' has a GEMM kernel that reads B in an unknown way ({})", path, b));
+      last.gemmB = static_cast<GemmB>(b);
       if (kernels.back().blockThreads < 1 || kernels.back().blockThreads > 1024)
         throw DataError(fmt::format("'{}' has a kernel with {} threads per block", path, kernels.back().blockThreads));
       opIndex.push_back(intOf(k.at("op"), path, "a kernel's op"));

@@ -192,7 +192,7 @@ Launch launchFor(const KernelInfo &info, const ir::Binding &bound) {
   std::optional<ir::Binding> withVariant;
   if (info.gemmM) {
     auto shape = [&](sym::ExprRef e) { return evaluateAtLaunch(info.name, e, bound); };
-    l.gemmVariant = static_cast<int>(gemmVariantFor(shape(info.gemmBatches), shape(info.gemmM), shape(info.gemmN),
+    l.gemmVariant = static_cast<int>(gemmVariantFor(info.gemmB, shape(info.gemmBatches), shape(info.gemmM), shape(info.gemmN),
                                                     shape(info.gemmK), ThreadPool::global().threads()));
     withVariant = bound;
     bindGemmVariant(static_cast<size_t>(l.gemmVariant), *withVariant);
@@ -338,7 +338,10 @@ void Executable::launch(size_t index, const std::vector<const Tensor *> &in, std
   for (const Tensor &t : out)
     bytes += static_cast<double>(t.byteSize());
   record(index, info.name, start, flops, bytes);
-  times_[index].kernel = true;
+  OpTime &t = times_[index];
+  t.kernel = true;
+  if (l.gemmVariant >= 0 && std::find(t.gemmVariants.begin(), t.gemmVariants.end(), l.gemmVariant) == t.gemmVariants.end())
+    t.gemmVariants.push_back(l.gemmVariant);
 }
 
 void Executable::record(size_t index, const std::string &name, std::chrono::steady_clock::time_point start, double flops,

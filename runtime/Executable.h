@@ -7,6 +7,7 @@
 
 #include "base/Tensor.h"
 #include "ir/graph/Binding.h"
+#include "runtime/GemmSelect.h"
 #include "runtime/LaunchPlan.h"
 
 #include <chrono>
@@ -32,8 +33,9 @@ struct KernelInfo {
   int64_t blockThreads = 256;
   // A CPU GEMM kernel with shape-generic variants (runtime/GemmSelect.h): the matmul's
   // M, N and K and its number of products, from which launchFor picks the variant and
-  // binds its dims. Null otherwise.
+  // binds its dims, and how it reads B. Null otherwise.
   sym::ExprRef gemmM = nullptr, gemmN = nullptr, gemmK = nullptr, gemmBatches = nullptr;
+  GemmB gemmB = GemmB::Rows;
 };
 
 // A kernel's launch under `b` (every dim it names bound). Throws DataError when a size
@@ -164,6 +166,7 @@ public:
     bool kernel = false;
     size_t calls = 0;
     double seconds = 0, flops = 0, bytes = 0;
+    std::vector<int> gemmVariants; // a CPU GEMM's variants its launches used (runtime/GemmSelect.h), distinct
   };
   // How each `for` loop ran (see loop paths below): its body replayed as prepared
   // launches (compiled) or walked op by op, and why.

@@ -54,6 +54,8 @@ GemmTable builtinGemmTable() {
   // over twice the columns per task.
   t.costs = {{0, 44.8, 562, 425, 15.84}, {0, 22.4, 281, 425, 7.92},   {0, 24.1, 288, 436, 7.92},
              {0, 52.4, 1160, 812, 18.3}, {0, 11.7, 74.3, 1050, 4.63}, {0, 5.99, 17.3, 352, 3.11}};
+  for (GemmCost &c : t.costs)
+    c.panelPerTask = c.perTask, c.panelPerK = c.perK, c.panelPerKFill = c.perKFill;
   t.parallelEfficiency = 0.95;
   return t;
 }
@@ -62,7 +64,7 @@ namespace {
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 } // namespace
 
-double gemmEstimate(const GemmTable &t, size_t v, int64_t batches, int64_t m, int64_t n, int64_t k, unsigned threads) {
+double gemmEstimate(const GemmTable &t, size_t v, GemmB b, int64_t batches, int64_t m, int64_t n, int64_t k, unsigned threads) {
   const GemmVariant &g = gemmVariants().at(v);
   const GemmCost &c = t.costs.at(v);
   int64_t rowTasks = ceilDiv(std::max<int64_t>(m, 1), g.rows), colTasks = ceilDiv(std::max<int64_t>(n, 1), g.cols);
@@ -70,8 +72,11 @@ double gemmEstimate(const GemmTable &t, size_t v, int64_t batches, int64_t m, in
   double depth = static_cast<double>(std::max<int64_t>(k, 1));
   // A task with `rows` of its rows and `colFill` of its columns inside C.
   auto taskNs = [&](double rows, double colFill) {
-    return m <= kGemmStreamRows ? c.streamPerTask + depth * c.streamPerK * rows * colFill
-                                : c.perTask + depth * (c.perK + c.perKFill * rows / static_cast<double>(g.rows) * colFill);
+    double fill = rows / static_cast<double>(g.rows) * colFill;
+    if (b == GemmB::Panels)
+      return c.panelPerTask + depth * (c.panelPerK + c.panelPerKFill * fill);
+    return b == GemmB::Rows && m <= kGemmStreamRows ? c.streamPerTask + depth * c.streamPerK * rows * colFill
+                                                    : c.perTask + depth * (c.perK + c.perKFill * fill);
   };
   auto per = [](int64_t size, int64_t blocks) { return static_cast<double>(size) / static_cast<double>(blocks); };
   double task = taskNs(per(m, rowTasks), per(n, colTasks * g.cols));
@@ -86,12 +91,12 @@ double gemmEstimate(const GemmTable &t, size_t v, int64_t batches, int64_t m, in
   return std::max(waves, largest);
 }
 
-size_t selectGemmVariant(const GemmTable &t, int64_t batches, int64_t m, int64_t n, int64_t k, unsigned threads) {
+size_t selectGemmVariant(const GemmTable &t, GemmB b, int64_t batches, int64_t m, int64_t n, int64_t k, unsigned threads) {
   size_t best = 0;
-  double bestNs = gemmEstimate(t, 0, batches, m, n, k, threads);
+  double bestNs = gemmEstimate(t, 0, b, batches, m, n, k, threads);
   const double fixedNs = bestNs;
   for (size_t v = 1; v < gemmVariants().size(); ++v)
-    if (double ns = gemmEstimate(t, v, batches, m, n, k, threads); ns < bestNs)
+    if (double ns = gemmEstimate(t, v, b, batches, m, n, k, threads); ns < bestNs)
       best = v, bestNs = ns;
   return bestNs * kGemmSwitchGain <= fixedNs ? best : 0;
 }
@@ -101,14 +106,16 @@ std::string gemmTableToJson(const GemmTable &t) {
   j["cpu"] = t.cpu;
   j["parallel_efficiency"] = t.parallelEfficiency;
   j["model"] = fmt::format("ns per task = per_task + K * (per_k + per_k_fill * fill); at most {} rows: stream_per_task + K * "
-                           "stream_per_k * rows * column fill",
+                           "stream_per_k * rows * column fill; a prepacked B: panel_per_task + K * (panel_per_k + "
+                           "panel_per_k_fill * fill)",
                            kGemmStreamRows);
   nlohmann::ordered_json vs = nlohmann::ordered_json::array();
   for (size_t v = 0; v < gemmVariants().size(); ++v) {
     const GemmVariant &g = gemmVariants()[v];
     const GemmCost &c = t.costs.at(v);
     vs.push_back({{"name", g.name}, {"rows", g.rows}, {"cols", g.cols}, {"pack_a", g.packA}, {"per_task", c.perTask},
-                  {"per_k", c.perK}, {"per_k_fill", c.perKFill}, {"stream_per_task", c.streamPerTask}, {"stream_per_k", c.streamPerK}});
+                  {"per_k", c.perK}, {"per_k_fill", c.perKFill}, {"stream_per_task", c.streamPerTask}, {"stream_per_k", c.streamPerK},
+                  {"panel_per_task", c.panelPerTask}, {"panel_per_k", c.panelPerK}, {"panel_per_k_fill", c.panelPerKFill}});
   }
   j["variants"] = vs;
   return j.dump(2) + "\n";
@@ -158,10 +165,13 @@ GemmTable parseGemmTable(const std::string &text, const std::string &name) {
       throw fail(at + ".name", fmt::format("variant '{}' given twice", vname));
     seen[v] = true;
     GemmCost &c = t.costs[v];
-    double *fields[] = {&c.perTask, &c.perK, &c.perKFill, &c.streamPerTask, &c.streamPerK};
-    const char *keys[] = {"per_task", "per_k", "per_k_fill", "stream_per_task", "stream_per_k"};
-    for (int f = 0; f < 5; ++f) {
-      if (!e.contains(keys[f]) || !e[keys[f]].is_number())
+    double *fields[] = {&c.perTask, &c.perK, &c.perKFill, &c.streamPerTask, &c.streamPerK, &c.panelPerTask, &c.panelPerK, &c.panelPerKFill};
+    const char *keys[] = {"per_task",     "per_k",          "per_k_fill",  "stream_per_task", "stream_per_k",
+                          "panel_per_task", "panel_per_k", "panel_per_k_fill"};
+    for (int f = 0; f < 8; ++f) {
+      if (!e.contains(keys[f]))
+        throw fail(at + "." + keys[f], "missing (run dnnc tune again to write a table this dnnc reads)");
+      if (!e[keys[f]].is_number())
         throw fail(at + "." + keys[f], "expected a number (ns)");
       double x = e[keys[f]].get<double>();
       if (!std::isfinite(x) || x < 0)
@@ -264,7 +274,7 @@ void setForcedGemmVariant(int v) {
   s.forcedRead = true;
 }
 
-size_t gemmVariantFor(int64_t batches, int64_t m, int64_t n, int64_t k, unsigned threads) {
+size_t gemmVariantFor(GemmB b, int64_t batches, int64_t m, int64_t n, int64_t k, unsigned threads) {
   Selection &s = selection();
   {
     std::lock_guard<std::mutex> lock(s.mutex);
@@ -281,7 +291,7 @@ size_t gemmVariantFor(int64_t batches, int64_t m, int64_t n, int64_t k, unsigned
     if (s.forced >= 0)
       return static_cast<size_t>(s.forced);
   }
-  return selectGemmVariant(activeGemmTable(), batches, m, n, k, threads);
+  return selectGemmVariant(activeGemmTable(), b, batches, m, n, k, threads);
 }
 
 } // namespace dnnc::rt

@@ -34,17 +34,26 @@ void bindGemmVariant(size_t v, std::map<std::string, int64_t> &binding);
 // The most rows any variant's task has (the size of the emitter's packed copy of A).
 inline constexpr int64_t kGemmMaxRows = 128;
 
+// How a GEMM kernel reads B, which decides the costs that apply (GemmCost).
+enum class GemmB : uint8_t {
+  Rows,     // a [K, N] matrix in rows: packed by each task, read in place at few rows
+  Gathered, // transposed, or an image's windows (implicit GEMM): packed by each task at any M
+  Panels,   // a weight prepacked when the model loaded (ir/transforms/Prepack.h): nothing to pack
+};
 // The cost model of one variant: one task of `rows x cols` columns over depth K, of which
 // a fraction f of the rows x cols is inside C, takes on one thread
 //   ns = perTask + K * (perK + perKFill * f)
 // (perK: the packing a task does whatever its fill; perKFill: its multiply-adds). A
-// product of at most kGemmStreamRows rows reads B in place instead (no packing, other
-// micro-kernels): a task of m rows and a fraction fc of its columns takes
+// product of at most kGemmStreamRows rows of a B in rows reads B in place instead (no
+// packing, other micro-kernels): a task of m rows and a fraction fc of its columns takes
 //   ns = streamPerTask + K * streamPerK * m * fc.
+// A prepacked B (GemmB::Panels) has its own fit at every M, the first formula with
+//   panelPerTask, panelPerK (packing A, where the variant does), panelPerKFill.
 struct GemmCost {
   double perTask = 0, perK = 0, perKFill = 0, streamPerTask = 0, streamPerK = 0;
+  double panelPerTask = 0, panelPerK = 0, panelPerKFill = 0;
 };
-// The rows up to which the CPU's micro-kernels read B in place (CpuKernelEmitter.cpp).
+// The rows up to which the CPU's micro-kernels read a B in rows in place (CpuKernelEmitter.cpp).
 inline constexpr int64_t kGemmStreamRows = 4;
 struct GemmTable {
   std::string cpu;             // the CPU it was fitted on
@@ -57,17 +66,18 @@ struct GemmTable {
 };
 // The built-in model (fitted by `dnnc tune` on the machine dnnc was developed on).
 GemmTable builtinGemmTable();
-// Estimated ns of variant v for `batches` products of M x K by K x N on `threads` threads:
+// Estimated ns of variant v for `batches` products of M x K by K x N, B read as `b`, on
+// `threads` threads:
 // the tasks run in waves of as many threads as the thread pool would use for that much
 // work (it keeps jobs under two ThreadPool::kMinChunkNs on one thread), each wave as long
 // as a task of the average fill, stretched by the table's parallel efficiency, and never
 // less than the largest task (min(M, rows) rows by min(N, cols) columns).
-double gemmEstimate(const GemmTable &t, size_t v, int64_t batches, int64_t m, int64_t n, int64_t k, unsigned threads);
+double gemmEstimate(const GemmTable &t, size_t v, GemmB b, int64_t batches, int64_t m, int64_t n, int64_t k, unsigned threads);
 // The variant with the least estimate, if it is at least kGemmSwitchGain times faster than
 // variant 0 (the fixed schedule), else variant 0: the model is fitted from single-thread
 // micro-kernels, and a smaller predicted gain is within its error (bench/gemm_select.cpp).
 inline constexpr double kGemmSwitchGain = 1.15;
-size_t selectGemmVariant(const GemmTable &t, int64_t batches, int64_t m, int64_t n, int64_t k, unsigned threads);
+size_t selectGemmVariant(const GemmTable &t, GemmB b, int64_t batches, int64_t m, int64_t n, int64_t k, unsigned threads);
 
 // The table as JSON text, and back: `name` names the text in errors, which are DataErrors
 // "NAME:LINE:COL: ..." for malformed JSON and "NAME: variants[i].field: ..." for content.
@@ -87,7 +97,7 @@ const GemmTable &activeGemmTable();
 // A forced variant for every launch (tests, the tuner): -1 for none. DNNC_GEMM_VARIANT=k
 // forces k; an index past the variants is a DataError at the first launch.
 void setForcedGemmVariant(int v);
-// The variant a launch of `batches` M x N x K products uses on `threads` threads.
-size_t gemmVariantFor(int64_t batches, int64_t m, int64_t n, int64_t k, unsigned threads);
+// The variant a launch of `batches` M x N x K products, B read as `b`, uses on `threads` threads.
+size_t gemmVariantFor(GemmB b, int64_t batches, int64_t m, int64_t n, int64_t k, unsigned threads);
 
 } // namespace dnnc::rt

@@ -1308,6 +1308,7 @@ rt::KernelInfo kernelInfo(const kir::Kernel &k) {
     if (nest.back()->body.size() == 1 && nest.back()->body[0]->kind == Stmt::Kind::Gemm && nest.back()->body[0]->gemm.shapeM) {
       const kir::Gemm &g = nest.back()->body[0]->gemm;
       info.gemmBatches = g.batches, info.gemmM = g.shapeM, info.gemmN = g.shapeN, info.gemmK = g.depth;
+      info.gemmB = g.bPanels ? rt::GemmB::Panels : g.bColStride || g.im2col ? rt::GemmB::Gathered : rt::GemmB::Rows;
     }
   }
   gpu::Grid grid = gpu::gridOf(k);

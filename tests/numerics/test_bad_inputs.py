@@ -364,7 +364,7 @@ class BadArtifacts(unittest.TestCase):
         return self.resealed_text(edit_text)
 
     def test_other_format(self):
-        self.fails("%d/m.dnnc", [], "has artifact format 1, this runtime reads format 3 (rebuild it with this dnnc)",
+        self.fails("%d/m.dnnc", [], "has artifact format 1, this runtime reads format 4 (rebuild it with this dnnc)",
                    {"m.dnnc": self.resealed(lambda h: h.update(format=1))})
 
     def test_bad_block_threads(self):

@@ -22,7 +22,8 @@ rt::GemmTable uniformTable(double perTask) {
   rt::GemmTable t;
   t.cpu = "test";
   for (const rt::GemmVariant &v : rt::gemmVariants())
-    t.costs.push_back({perTask, 0, 0.01 * static_cast<double>(v.rows * v.cols), perTask, 0.01 * static_cast<double>(v.cols)});
+    t.costs.push_back({perTask, 0, 0.01 * static_cast<double>(v.rows * v.cols), perTask, 0.01 * static_cast<double>(v.cols), perTask,
+                       0, 0.01 * static_cast<double>(v.rows * v.cols)});
   return t;
 }
 
@@ -59,30 +60,30 @@ TEST_CASE("selection: the cheapest estimate by a margin, ties to the lower index
   rt::GemmTable t = uniformTable(0);
   size_t cheap = indexOf("r32c128a");
   t.costs[cheap].perKFill /= 2; // twice as fast as the others per multiply-add
-  CHECK(rt::selectGemmVariant(t, 1, 1000, 1000, 512, 2) == cheap);
+  CHECK(rt::selectGemmVariant(t, rt::GemmB::Rows, 1, 1000, 1000, 512, 2) == cheap);
   // A predicted gain under kGemmSwitchGain keeps the fixed schedule.
   t.costs[cheap].perKFill *= 2 * 0.95;
-  CHECK(rt::selectGemmVariant(t, 1, 1000, 1000, 512, 2) == 0);
+  CHECK(rt::selectGemmVariant(t, rt::GemmB::Rows, 1, 1000, 1000, 512, 2) == 0);
   // Costs that do not depend on the fill: one task each, equal everywhere, and the first
   // variant wins the tie.
   rt::GemmTable same;
   same.costs.assign(rt::gemmVariants().size(), {100, 1, 0});
-  CHECK(rt::selectGemmVariant(same, 1, 7, 9, 11, 2) == 0);
+  CHECK(rt::selectGemmVariant(same, rt::GemmB::Rows, 1, 7, 9, 11, 2) == 0);
 }
 
 TEST_CASE("selection: few rows on two threads take a variant with enough tasks") {
   rt::GemmTable t = uniformTable(0);
   // M = 1, N = 256: the fixed schedule's single task leaves a thread idle; equal rates per
   // multiply-add make the estimate the waves times a task's filled work.
-  size_t v = rt::selectGemmVariant(t, 1, 1, 256, 6144, 2);
+  size_t v = rt::selectGemmVariant(t, rt::GemmB::Rows, 1, 1, 256, 6144, 2);
   CHECK(rt::gemmVariants()[v].cols < 256);
-  CHECK(rt::gemmEstimate(t, v, 1, 1, 256, 6144, 2) == Approx(rt::gemmEstimate(t, 0, 1, 1, 256, 6144, 2) / 2));
+  CHECK(rt::gemmEstimate(t, v, rt::GemmB::Rows, 1, 1, 256, 6144, 2) == Approx(rt::gemmEstimate(t, 0, rt::GemmB::Rows, 1, 1, 256, 6144, 2) / 2));
   // The same at K = 768 is too little work for a second thread: every variant costs the
   // same, and the fixed schedule stays.
-  CHECK(rt::selectGemmVariant(t, 1, 1, 256, 768, 2) == 0);
+  CHECK(rt::selectGemmVariant(t, rt::GemmB::Rows, 1, 1, 256, 768, 2) == 0);
   // With a large overhead per task, the fewest tasks win instead.
   rt::GemmTable costly = uniformTable(1e9);
-  CHECK(rt::selectGemmVariant(costly, 1, 1000, 1000, 64, 2) == indexOf("r128c512a"));
+  CHECK(rt::selectGemmVariant(costly, rt::GemmB::Rows, 1, 1000, 1000, 64, 2) == indexOf("r128c512a"));
 }
 
 TEST_CASE("estimate: a second thread worth nothing makes tasks add up") {
@@ -90,10 +91,10 @@ TEST_CASE("estimate: a second thread worth nothing makes tasks add up") {
   t.parallelEfficiency = 0;
   // M = 1, N = 256, K = 6144 (as above): more tasks no longer pay.
   size_t two = indexOf("r32c128a"); // two tasks there
-  CHECK(rt::gemmEstimate(t, two, 1, 1, 256, 6144, 2) == Approx(rt::gemmEstimate(t, 0, 1, 1, 256, 6144, 2)));
-  CHECK(rt::selectGemmVariant(t, 1, 1, 256, 6144, 2) == 0);
+  CHECK(rt::gemmEstimate(t, two, rt::GemmB::Rows, 1, 1, 256, 6144, 2) == Approx(rt::gemmEstimate(t, 0, rt::GemmB::Rows, 1, 1, 256, 6144, 2)));
+  CHECK(rt::selectGemmVariant(t, rt::GemmB::Rows, 1, 1, 256, 6144, 2) == 0);
   t.parallelEfficiency = 0.5; // two threads: 1.5 times one
-  CHECK(rt::gemmEstimate(t, two, 1, 1, 256, 6144, 2) == Approx(rt::gemmEstimate(t, 0, 1, 1, 256, 6144, 2) / 1.5));
+  CHECK(rt::gemmEstimate(t, two, rt::GemmB::Rows, 1, 1, 256, 6144, 2) == Approx(rt::gemmEstimate(t, 0, rt::GemmB::Rows, 1, 1, 256, 6144, 2) / 1.5));
 }
 
 TEST_CASE("estimate: waves of tasks, each task's depth cost scaled by its fill, none shorter than the largest task") {
@@ -103,28 +104,46 @@ TEST_CASE("estimate: waves of tasks, each task's depth cost scaled by its fill, 
   const double task = 10 + 1e5 * (2 + 4 * 65.0 / 128), full = 10 + 1e5 * (2 + 4);
   // 65 x 256: 2 tasks, of 64 rows and of 1 (fill 65 / 128 on average), one wave on 2
   // threads: as long as the larger.
-  CHECK(rt::gemmEstimate(t, v0, 1, 65, 256, 100000, 2) == Approx(full));
+  CHECK(rt::gemmEstimate(t, v0, rt::GemmB::Rows, 1, 65, 256, 100000, 2) == Approx(full));
   // The same for columns: 64 x 768 in tasks of 512 columns and of 256; and read in place
   // (1 row): 7 + K * 3 * 1 row * the whole task's columns.
   size_t wide = indexOf("r64c512");
-  CHECK(rt::gemmEstimate(t, wide, 1, 64, 768, 100000, 2) == Approx(full));
-  CHECK(rt::gemmEstimate(t, wide, 1, 1, 768, 100000, 2) == Approx(7 + 1e5 * 3));
+  CHECK(rt::gemmEstimate(t, wide, rt::GemmB::Rows, 1, 64, 768, 100000, 2) == Approx(full));
+  CHECK(rt::gemmEstimate(t, wide, rt::GemmB::Rows, 1, 1, 768, 100000, 2) == Approx(7 + 1e5 * 3));
   // Three of those products: 6 tasks, 3 waves of the average task, longer than the largest.
-  CHECK(rt::gemmEstimate(t, wide, 3, 64, 768, 100000, 2) == Approx(3 * (10 + 1e5 * (2 + 4 * 0.75))));
+  CHECK(rt::gemmEstimate(t, wide, rt::GemmB::Rows, 3, 64, 768, 100000, 2) == Approx(3 * (10 + 1e5 * (2 + 4 * 0.75))));
   // A second thread worth nothing: as long as one thread running both tasks, not twice
   // the larger.
   t.parallelEfficiency = 0;
-  CHECK(rt::gemmEstimate(t, v0, 1, 65, 256, 100000, 2) == Approx(rt::gemmEstimate(t, v0, 1, 65, 256, 100000, 1)));
+  CHECK(rt::gemmEstimate(t, v0, rt::GemmB::Rows, 1, 65, 256, 100000, 2) == Approx(rt::gemmEstimate(t, v0, rt::GemmB::Rows, 1, 65, 256, 100000, 1)));
   t.parallelEfficiency = 1;
   // The same on one thread: two waves; a batch of 3: 6 tasks, 3 waves on 2 threads.
-  CHECK(rt::gemmEstimate(t, v0, 1, 65, 256, 100000, 1) == Approx(2 * task));
-  CHECK(rt::gemmEstimate(t, v0, 3, 65, 256, 100000, 2) == Approx(3 * task));
+  CHECK(rt::gemmEstimate(t, v0, rt::GemmB::Rows, 1, 65, 256, 100000, 1) == Approx(2 * task));
+  CHECK(rt::gemmEstimate(t, v0, rt::GemmB::Rows, 3, 65, 256, 100000, 2) == Approx(3 * task));
   // Too little work for two minimum chunks: the pool runs both tasks on one thread.
-  CHECK(rt::gemmEstimate(t, v0, 1, 65, 256, 100, 2) == Approx(2 * (10 + 100 * (2 + 4 * 65.0 / 128))));
+  CHECK(rt::gemmEstimate(t, v0, rt::GemmB::Rows, 1, 65, 256, 100, 2) == Approx(2 * (10 + 100 * (2 + 4 * 65.0 / 128))));
   // At most 4 rows read B in place: 3 rows, half the columns of a task.
-  CHECK(rt::gemmEstimate(t, v0, 1, 3, 128, 100, 2) == Approx(7 + 100 * 3 * 3 * 0.5));
+  CHECK(rt::gemmEstimate(t, v0, rt::GemmB::Rows, 1, 3, 128, 100, 2) == Approx(7 + 100 * 3 * 3 * 0.5));
   // Empty sums and products still cost one task of depth 1 (the kernel stores zeros).
-  CHECK(rt::gemmEstimate(t, v0, 1, 0, 0, 0, 2) == Approx(7));
+  CHECK(rt::gemmEstimate(t, v0, rt::GemmB::Rows, 1, 0, 0, 0, 2) == Approx(7));
+}
+
+TEST_CASE("estimate: a prepacked B has its own costs at every M; a gathered B is never read in place") {
+  rt::GemmTable t;
+  t.costs.assign(rt::gemmVariants().size(), {10, 2, 4, 7, 3, 5, 1, 6});
+  size_t v0 = indexOf("r64c256");
+  // 65 x 256 (as above): the larger task, from the panel costs.
+  CHECK(rt::gemmEstimate(t, v0, rt::GemmB::Panels, 1, 65, 256, 100000, 2) == Approx(5 + 1e5 * (1 + 6)));
+  // 3 rows, half a task's columns: no streaming, the panel costs at fill 3/64 * 1/2.
+  CHECK(rt::gemmEstimate(t, v0, rt::GemmB::Panels, 1, 3, 128, 100, 2) == Approx(5 + 100 * (1 + 6 * 3.0 / 64 * 0.5)));
+  // A transposed or gathered B is packed by each task at any M.
+  CHECK(rt::gemmEstimate(t, v0, rt::GemmB::Gathered, 1, 3, 128, 100, 2) == Approx(10 + 100 * (2 + 4 * 3.0 / 64 * 0.5)));
+  // Picks follow the costs of the way B is read: a variant cheap only with panels.
+  rt::GemmTable u = uniformTable(0);
+  size_t cheap = indexOf("r32c128a");
+  u.costs[cheap].panelPerKFill /= 2;
+  CHECK(rt::selectGemmVariant(u, rt::GemmB::Panels, 1, 1000, 1000, 512, 2) == cheap);
+  CHECK(rt::selectGemmVariant(u, rt::GemmB::Rows, 1, 1000, 1000, 512, 2) == 0);
 }
 
 TEST_CASE("tune tables: JSON round trip") {
@@ -132,6 +151,7 @@ TEST_CASE("tune tables: JSON round trip") {
   t.cpu = "some-cpu";
   t.costs[1].perK = 7.25;
   t.costs[2].streamPerK = 0.125;
+  t.costs[3].panelPerTask = 3.5, t.costs[3].panelPerK = 0.75, t.costs[4].panelPerKFill = 9.5;
   rt::GemmTable back = rt::parseGemmTable(rt::gemmTableToJson(t), "t.json");
   CHECK(back.cpu == "some-cpu");
   CHECK(back.source == "t.json");
@@ -142,6 +162,9 @@ TEST_CASE("tune tables: JSON round trip") {
     CHECK(back.costs[v].perKFill == t.costs[v].perKFill);
     CHECK(back.costs[v].streamPerTask == t.costs[v].streamPerTask);
     CHECK(back.costs[v].streamPerK == t.costs[v].streamPerK);
+    CHECK(back.costs[v].panelPerTask == t.costs[v].panelPerTask);
+    CHECK(back.costs[v].panelPerK == t.costs[v].panelPerK);
+    CHECK(back.costs[v].panelPerKFill == t.costs[v].panelPerKFill);
   }
   CHECK(rt::parseGemmTable(rt::gemmTableToJson(rt::builtinGemmTable()), "b.json").costs.size() == rt::gemmVariants().size());
 }
@@ -157,11 +180,17 @@ TEST_CASE("tune tables: errors name the file and the place") {
   CHECK(parseError("{\"cpu\": \"x\", \"variants\": [{\"name\": \"r1c1\"}]}") ==
         "t.json: variants[0].name: unknown variant 'r1c1' (this dnnc has " + names + ")");
   CHECK(parseError("{\"cpu\": \"x\", \"variants\": [{\"name\": \"r64c256\", \"per_task\": 1, \"per_k\": 1}]}") ==
-        "t.json: variants[0].per_k_fill: expected a number (ns)");
+        "t.json: variants[0].per_k_fill: missing (run dnnc tune again to write a table this dnnc reads)");
+  CHECK(parseError("{\"cpu\": \"x\", \"variants\": [{\"name\": \"r64c256\", \"per_task\": 1, \"per_k\": null}]}") ==
+        "t.json: variants[0].per_k: expected a number (ns)");
   CHECK(parseError("{\"cpu\": \"x\", \"variants\": [{\"name\": \"r64c256\", \"per_task\": -1, \"per_k\": 1, \"per_k_fill\": 1}]}") ==
         "t.json: variants[0].per_task: expected a finite count of ns, at least 0, not -1");
+  // A table written before prepacked B had its own costs.
+  CHECK(parseError("{\"cpu\": \"x\", \"variants\": [{\"name\": \"r64c256\", \"per_task\": 1, \"per_k\": 1, \"per_k_fill\": 1, "
+                   "\"stream_per_task\": 0, \"stream_per_k\": 1}]}") ==
+        "t.json: variants[0].panel_per_task: missing (run dnnc tune again to write a table this dnnc reads)");
   std::string one = "{\"name\": \"r64c256\", \"per_task\": 1, \"per_k\": 1, \"per_k_fill\": 1, \"stream_per_task\": 0, "
-                    "\"stream_per_k\": 1}";
+                    "\"stream_per_k\": 1, \"panel_per_task\": 1, \"panel_per_k\": 1, \"panel_per_k_fill\": 1}";
   CHECK(parseError("{\"cpu\": \"x\", \"variants\": [" + one + ", " + one + "]}") ==
         "t.json: variants[1].name: variant 'r64c256' given twice");
   CHECK(parseError("{\"cpu\": \"x\", \"variants\": [" + one + "]}") ==

@@ -1,6 +1,7 @@
 // `dnnc run --profile`: the executor's per-op times as a table (see Driver.h).
 #include "ir/graph/Walk.h"
 #include "runtime/CpuDevice.h"
+#include "runtime/GemmSelect.h"
 #include "runtime/Peak.h"
 #include "tools/dnnc/Driver.h"
 
@@ -75,7 +76,12 @@ void printProfile(const ir::Graph &g, rt::Executable &exe, const std::string &or
     timed += t.seconds;
     bool kernel = t.kernel;
     double rate = t.seconds > 0 ? (t.flops > 0 ? t.flops : t.bytes) / t.seconds : 0, peak = t.flops > 0 ? flopPeak : bytePeak;
-    rows.push_back({kernel ? t.name : "host: " + t.name, std::to_string(t.calls),
+    // A CPU GEMM's name carries the variants it ran (what the tune table or the built-in one picked).
+    std::string name = kernel ? t.name : "host: " + t.name;
+    for (size_t v = 0; v < t.gemmVariants.size(); ++v)
+      name += fmt::format("{}{}", v == 0 ? " [" : ", ", rt::gemmVariants().at(static_cast<size_t>(t.gemmVariants[v])).name);
+    name += t.gemmVariants.empty() ? "" : "]";
+    rows.push_back({name, std::to_string(t.calls),
                     fmt::format("{:.3f}", 1e3 * t.seconds), share(t.seconds),
                     !kernel ? "-" : fmt::format("{:.1f} {}", rate / 1e9, t.flops > 0 ? "GF/s" : "GB/s"),
                     kernel && peak > 0 ? fmt::format("{:.1f}%", 100 * rate / peak) : "-", sourceLines(g, *t.op)});
