@@ -167,6 +167,7 @@ TuneReport tuneGemm(GemmTimer &timer, double minSeconds, const std::function<voi
   auto start = Clock::now();
   TuneReport r;
   r.table.cpu = rt::hostCpuSlug();
+  r.table.lanes = backend::hostVectorWidth();
   rt::ThreadPool one(1);
   int64_t panelColumns = 0;
   for (const rt::GemmVariant &var : rt::gemmVariants())

@@ -57,6 +57,7 @@ GemmTable builtinGemmTable() {
   for (GemmCost &c : t.costs)
     c.panelPerTask = c.perTask, c.panelPerK = c.perK, c.panelPerKFill = c.perKFill;
   t.parallelEfficiency = 0.95;
+  t.lanes = 16;
   return t;
 }
 
@@ -79,8 +80,11 @@ double gemmEstimate(const GemmTable &t, size_t v, GemmB b, int64_t batches, int6
                                                     : c.perTask + depth * (c.perK + c.perKFill * fill);
   };
   auto per = [](int64_t size, int64_t blocks) { return static_cast<double>(size) / static_cast<double>(blocks); };
-  double task = taskNs(per(m, rowTasks), per(n, colTasks * g.cols));
-  double largest = taskNs(static_cast<double>(std::min(m, g.rows)), per(std::min(n, g.cols), g.cols));
+  // Columns in whole vectors: the last task's remainder is one masked vector more.
+  int64_t lanes = std::max<int64_t>(t.lanes, 1);
+  auto inVectors = [&](int64_t cols, int64_t cap) { return std::min(ceilDiv(cols, lanes) * lanes, cap); };
+  double task = taskNs(per(m, rowTasks), per(inVectors(n, colTasks * g.cols), colTasks * g.cols));
+  double largest = taskNs(static_cast<double>(std::min(m, g.rows)), per(inVectors(std::min(n, g.cols), g.cols), g.cols));
   // The threads the pool would use: none but the caller's for less than two minimum
   // chunks of work, else at most one per minimum chunk.
   double chunks = std::floor(tasks * task / static_cast<double>(ThreadPool::kMinChunkNs));
@@ -105,6 +109,7 @@ std::string gemmTableToJson(const GemmTable &t) {
   nlohmann::ordered_json j;
   j["cpu"] = t.cpu;
   j["parallel_efficiency"] = t.parallelEfficiency;
+  j["lanes"] = t.lanes;
   j["model"] = fmt::format("ns per task = per_task + K * (per_k + per_k_fill * fill); at most {} rows: stream_per_task + K * "
                            "stream_per_k * rows * column fill; a prepacked B: panel_per_task + K * (panel_per_k + "
                            "panel_per_k_fill * fill)",
@@ -186,6 +191,9 @@ GemmTable parseGemmTable(const std::string &text, const std::string &name) {
       !(j["parallel_efficiency"].get<double>() >= 0 && j["parallel_efficiency"].get<double>() <= 1))
     throw fail("parallel_efficiency", "expected a number from 0 to 1");
   t.parallelEfficiency = j["parallel_efficiency"].get<double>();
+  if (!j.contains("lanes") || !j["lanes"].is_number_integer() || j["lanes"].get<int64_t>() < 1 || j["lanes"].get<int64_t>() > 64)
+    throw fail("lanes", "expected the f32 lanes of the CPU's vectors, 1 to 64");
+  t.lanes = j["lanes"].get<int64_t>();
   return t;
 }
 

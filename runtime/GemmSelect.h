@@ -62,6 +62,9 @@ struct GemmTable {
   // 0 when they take as long as one thread running them all (a machine other work
   // keeps busy, or a worker slow to wake).
   double parallelEfficiency = 1;
+  // f32 lanes of the vectors its kernels use: a task's columns cost as whole vectors (the
+  // micro-kernels mask the last one), so 10 columns cost what 16 do with 16 lanes.
+  int64_t lanes = 16;
   std::string source;          // "built-in" or the file it was read from
 };
 // The built-in model (fitted by `dnnc tune` on the machine dnnc was developed on).
@@ -71,7 +74,8 @@ GemmTable builtinGemmTable();
 // the tasks run in waves of as many threads as the thread pool would use for that much
 // work (it keeps jobs under two ThreadPool::kMinChunkNs on one thread), each wave as long
 // as a task of the average fill, stretched by the table's parallel efficiency, and never
-// less than the largest task (min(M, rows) rows by min(N, cols) columns).
+// less than the largest task (min(M, rows) rows by min(N, cols) columns); columns count in
+// whole vectors of the table's lanes.
 double gemmEstimate(const GemmTable &t, size_t v, GemmB b, int64_t batches, int64_t m, int64_t n, int64_t k, unsigned threads);
 // The variant with the least estimate, if it is at least kGemmSwitchGain times faster than
 // variant 0 (the fixed schedule), else variant 0: the model is fitted from single-thread

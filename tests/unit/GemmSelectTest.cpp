@@ -128,6 +128,25 @@ TEST_CASE("estimate: waves of tasks, each task's depth cost scaled by its fill, 
   CHECK(rt::gemmEstimate(t, v0, rt::GemmB::Rows, 1, 0, 0, 0, 2) == Approx(7));
 }
 
+TEST_CASE("estimate: a task's columns cost whole vectors") {
+  rt::GemmTable t;
+  t.costs.assign(rt::gemmVariants().size(), {10, 2, 4, 7, 3, 5, 1, 6});
+  t.lanes = 16;
+  for (size_t v = 0; v < rt::gemmVariants().size(); ++v)
+    for (rt::GemmB b : {rt::GemmB::Rows, rt::GemmB::Panels})
+      for (int64_t m : {int64_t(3), int64_t(100)}) {
+        // 10 columns cost what 16 do, 17 what 32 do; the widest task is never more than full.
+        CHECK(rt::gemmEstimate(t, v, b, 1, m, 10, 512, 2) == Approx(rt::gemmEstimate(t, v, b, 1, m, 16, 512, 2)));
+        CHECK(rt::gemmEstimate(t, v, b, 1, m, 17, 512, 2) == Approx(rt::gemmEstimate(t, v, b, 1, m, 32, 512, 2)));
+        int64_t cols = rt::gemmVariants()[v].cols;
+        CHECK(rt::gemmEstimate(t, v, b, 1, m, cols + 1, 512, 2) == Approx(rt::gemmEstimate(t, v, b, 1, m, cols + 16, 512, 2)));
+      }
+  // With one lane, columns count as they are.
+  t.lanes = 1;
+  size_t v0 = indexOf("r64c256");
+  CHECK(rt::gemmEstimate(t, v0, rt::GemmB::Rows, 1, 64, 10, 100, 2) == Approx(10 + 100 * (2 + 4 * 10.0 / 256)));
+}
+
 TEST_CASE("estimate: a prepacked B has its own costs at every M; a gathered B is never read in place") {
   rt::GemmTable t;
   t.costs.assign(rt::gemmVariants().size(), {10, 2, 4, 7, 3, 5, 1, 6});
@@ -152,9 +171,11 @@ TEST_CASE("tune tables: JSON round trip") {
   t.costs[1].perK = 7.25;
   t.costs[2].streamPerK = 0.125;
   t.costs[3].panelPerTask = 3.5, t.costs[3].panelPerK = 0.75, t.costs[4].panelPerKFill = 9.5;
+  t.lanes = 8;
   rt::GemmTable back = rt::parseGemmTable(rt::gemmTableToJson(t), "t.json");
   CHECK(back.cpu == "some-cpu");
   CHECK(back.source == "t.json");
+  CHECK(back.lanes == 8);
   REQUIRE(back.costs.size() == t.costs.size());
   for (size_t v = 0; v < t.costs.size(); ++v) {
     CHECK(back.costs[v].perTask == t.costs[v].perTask);
@@ -199,6 +220,11 @@ TEST_CASE("tune tables: errors name the file and the place") {
   nlohmann::json full = nlohmann::json::parse(rt::gemmTableToJson(rt::builtinGemmTable()));
   full["parallel_efficiency"] = 1.5;
   CHECK(parseError(full.dump()) == "t.json: parallel_efficiency: expected a number from 0 to 1");
+  full["parallel_efficiency"] = 1;
+  for (nlohmann::json lanes : {nlohmann::json(0), nlohmann::json(65), nlohmann::json(8.5), nlohmann::json()}) {
+    full["lanes"] = lanes;
+    CHECK(parseError(full.dump()) == "t.json: lanes: expected the f32 lanes of the CPU's vectors, 1 to 64");
+  }
 }
 
 TEST_CASE("the fit recovers a cost model from exact samples, and drops a negative term") {
