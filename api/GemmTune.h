@@ -35,12 +35,15 @@ private:
   std::unique_ptr<Impl> impl_;
 };
 
-// One measured task: its depth, fill (the fraction of rows x cols inside C) and ns.
+// One measured task: its depth, fill (the fraction of rows x cols inside C), ns, and the
+// fraction of its columns inside C.
 struct GemmSample {
-  double k, fill, ns;
+  double k, fill, ns, cols = 1;
 };
-// The least-squares fit of ns = perTask + k * (perK + perKFill * fill), with no negative
-// coefficient (one that would be is dropped and the rest refitted).
+// The least-squares fit of ns = perTask + k * (perK + perKCols * cols + perKFill * fill),
+// with no negative coefficient (one that would be is dropped and the rest refitted; one
+// the samples cannot tell apart from another, as perKCols when every task is of full
+// width, is 0).
 rt::GemmCost fitGemmCost(const std::vector<GemmSample> &samples);
 
 struct TuneReport {
@@ -49,7 +52,8 @@ struct TuneReport {
   double seconds = 0; // wall time of the whole tuning
 };
 // Times one task of every variant on one thread at depths {64, 256, 1024} and fills
-// {1, 1/2, 8 rows} (and with 1 and 3 rows, which read B in place), the same with a
+// {1, 1/2, 8 rows}, all rows and 8 with one vector's columns, 1 and 3 rows (which read B
+// in place), the same with a
 // prepacked B at fills {1, 1/2, 8 rows, 1 row} (its tasks side by side over the widest
 // variant's columns), and fits each variant's costs. `progress`
 // (may be empty) hears each variant's name as it starts.

@@ -65,12 +65,15 @@ int main(int argc, char **argv) {
   std::cout << fmt::format("tuning: dnnc tune {:.2f} s ({} micro-kernel measurements, once per machine); exhaustive per-shape "
                            "search {:.2f} s ({} shapes x {} variants) = {:.1f}x the time\n",
                            tuneSeconds, tuned.measurements, exhaustive, tuneShapes.size(), variants, exhaustive / tuneSeconds);
-  std::cout << "fitted model (ns per task = per_task + K * (per_k + per_k_fill * fill)):\n";
-  for (size_t v = 0; v < variants; ++v)
-    std::cout << fmt::format("  {:<10} per_task {:>9.0f}  per_k {:>8.2f}  per_k_fill {:>8.2f};  prepacked B: {:>9.0f} {:>8.2f} {:>8.2f}\n",
-                             rt::gemmVariants()[v].name, tuned.table.costs[v].perTask, tuned.table.costs[v].perK,
-                             tuned.table.costs[v].perKFill, tuned.table.costs[v].panelPerTask, tuned.table.costs[v].panelPerK,
-                             tuned.table.costs[v].panelPerKFill);
+  std::cout << "fitted model (ns per task = per_task + K * (per_k + per_k_cols * column fill + per_k_fill * fill); a "
+               "prepacked B: its own per_task, per_k, per_k_fill):\n";
+  for (size_t v = 0; v < variants; ++v) {
+    const rt::GemmCost &c = tuned.table.costs[v];
+    std::cout << fmt::format("  {:<10} per_task {:>6.0f}  per_k {:>6.2f}  per_k_cols {:>6.2f}  per_k_fill {:>7.2f};  prepacked B: "
+                             "{:>6.0f} {:>6.2f} {:>7.2f}\n",
+                             rt::gemmVariants()[v].name, c.perTask, c.perK, c.perKCols, c.perKFill, c.panelPerTask, c.panelPerK,
+                             c.panelPerKFill);
+  }
 
   // 2. Untuned shapes: fixed (variant 0), dispatched, and the best by timing each variant.
   std::cout << fmt::format("\n{:>5} {:>5} {:>5} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>10}\n", "M", "K", "N", "picked",

@@ -51,7 +51,8 @@ GemmTable builtinGemmTable() {
   t.source = "built-in";
   // r64c512's entry is r64c256's with its columns' costs (per_k: packing B, per_k_fill,
   // stream_per_k) doubled: it was added after that fit, and runs the same micro-kernels
-  // over twice the columns per task.
+  // over twice the columns per task. The fit had no narrow tasks: per_k_cols is 0 (all
+  // of per_k charged whatever the columns).
   t.costs = {{0, 44.8, 562, 425, 15.84}, {0, 22.4, 281, 425, 7.92},   {0, 24.1, 288, 436, 7.92},
              {0, 52.4, 1160, 812, 18.3}, {0, 11.7, 74.3, 1050, 4.63}, {0, 5.99, 17.3, 352, 3.11}};
   for (GemmCost &c : t.costs)
@@ -77,7 +78,7 @@ double gemmEstimate(const GemmTable &t, size_t v, GemmB b, int64_t batches, int6
     if (b == GemmB::Panels)
       return c.panelPerTask + depth * (c.panelPerK + c.panelPerKFill * fill);
     return b == GemmB::Rows && m <= kGemmStreamRows ? c.streamPerTask + depth * c.streamPerK * rows * colFill
-                                                    : c.perTask + depth * (c.perK + c.perKFill * fill);
+                                                    : c.perTask + depth * (c.perK + c.perKCols * colFill + c.perKFill * fill);
   };
   auto per = [](int64_t size, int64_t blocks) { return static_cast<double>(size) / static_cast<double>(blocks); };
   // Columns in whole vectors: the last task's remainder is one masked vector more.
@@ -110,7 +111,7 @@ std::string gemmTableToJson(const GemmTable &t) {
   j["cpu"] = t.cpu;
   j["parallel_efficiency"] = t.parallelEfficiency;
   j["lanes"] = t.lanes;
-  j["model"] = fmt::format("ns per task = per_task + K * (per_k + per_k_fill * fill); at most {} rows: stream_per_task + K * "
+  j["model"] = fmt::format("ns per task = per_task + K * (per_k + per_k_cols * column fill + per_k_fill * fill); at most {} rows: stream_per_task + K * "
                            "stream_per_k * rows * column fill; a prepacked B: panel_per_task + K * (panel_per_k + "
                            "panel_per_k_fill * fill)",
                            kGemmStreamRows);
@@ -119,7 +120,7 @@ std::string gemmTableToJson(const GemmTable &t) {
     const GemmVariant &g = gemmVariants()[v];
     const GemmCost &c = t.costs.at(v);
     vs.push_back({{"name", g.name}, {"rows", g.rows}, {"cols", g.cols}, {"pack_a", g.packA}, {"per_task", c.perTask},
-                  {"per_k", c.perK}, {"per_k_fill", c.perKFill}, {"stream_per_task", c.streamPerTask}, {"stream_per_k", c.streamPerK},
+                  {"per_k", c.perK}, {"per_k_cols", c.perKCols}, {"per_k_fill", c.perKFill}, {"stream_per_task", c.streamPerTask}, {"stream_per_k", c.streamPerK},
                   {"panel_per_task", c.panelPerTask}, {"panel_per_k", c.panelPerK}, {"panel_per_k_fill", c.panelPerKFill}});
   }
   j["variants"] = vs;
@@ -170,10 +171,11 @@ GemmTable parseGemmTable(const std::string &text, const std::string &name) {
       throw fail(at + ".name", fmt::format("variant '{}' given twice", vname));
     seen[v] = true;
     GemmCost &c = t.costs[v];
-    double *fields[] = {&c.perTask, &c.perK, &c.perKFill, &c.streamPerTask, &c.streamPerK, &c.panelPerTask, &c.panelPerK, &c.panelPerKFill};
-    const char *keys[] = {"per_task",     "per_k",          "per_k_fill",  "stream_per_task", "stream_per_k",
-                          "panel_per_task", "panel_per_k", "panel_per_k_fill"};
-    for (int f = 0; f < 8; ++f) {
+    double *fields[] = {&c.perTask,       &c.perK,       &c.perKCols,     &c.perKFill,        &c.streamPerTask,
+                        &c.streamPerK,    &c.panelPerTask, &c.panelPerK, &c.panelPerKFill};
+    const char *keys[] = {"per_task",     "per_k",          "per_k_cols",  "per_k_fill",     "stream_per_task",
+                          "stream_per_k", "panel_per_task", "panel_per_k", "panel_per_k_fill"};
+    for (int f = 0; f < 9; ++f) {
       if (!e.contains(keys[f]))
         throw fail(at + "." + keys[f], "missing (run dnnc tune again to write a table this dnnc reads)");
       if (!e[keys[f]].is_number())

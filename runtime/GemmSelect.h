@@ -41,9 +41,11 @@ enum class GemmB : uint8_t {
   Panels,   // a weight prepacked when the model loaded (ir/transforms/Prepack.h): nothing to pack
 };
 // The cost model of one variant: one task of `rows x cols` columns over depth K, of which
-// a fraction f of the rows x cols is inside C, takes on one thread
-//   ns = perTask + K * (perK + perKFill * f)
-// (perK: the packing a task does whatever its fill; perKFill: its multiply-adds). A
+// a fraction f of the rows x cols is inside C and a fraction fc of the columns (in whole
+// vectors), takes on one thread
+//   ns = perTask + K * (perK + perKCols * fc + perKFill * f)
+// (perK: what a task does per depth whatever its fill; perKCols: packing B's columns;
+// perKFill: its multiply-adds). A
 // product of at most kGemmStreamRows rows of a B in rows reads B in place instead (no
 // packing, other micro-kernels): a task of m rows and a fraction fc of its columns takes
 //   ns = streamPerTask + K * streamPerK * m * fc.
@@ -52,6 +54,7 @@ enum class GemmB : uint8_t {
 struct GemmCost {
   double perTask = 0, perK = 0, perKFill = 0, streamPerTask = 0, streamPerK = 0;
   double panelPerTask = 0, panelPerK = 0, panelPerKFill = 0;
+  double perKCols = 0;
 };
 // The rows up to which the CPU's micro-kernels read a B in rows in place (CpuKernelEmitter.cpp).
 inline constexpr int64_t kGemmStreamRows = 4;

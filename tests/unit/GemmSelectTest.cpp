@@ -145,6 +145,11 @@ TEST_CASE("estimate: a task's columns cost whole vectors") {
   t.lanes = 1;
   size_t v0 = indexOf("r64c256");
   CHECK(rt::gemmEstimate(t, v0, rt::GemmB::Rows, 1, 64, 10, 100, 2) == Approx(10 + 100 * (2 + 4 * 10.0 / 256)));
+  // Packing B's share scales with the columns (in whole vectors), as the multiply-adds do.
+  t.lanes = 16;
+  t.costs[v0].perKCols = 8;
+  CHECK(rt::gemmEstimate(t, v0, rt::GemmB::Rows, 1, 64, 10, 100, 2) == Approx(10 + 100 * (2 + 8 * 16.0 / 256 + 4 * 16.0 / 256)));
+  CHECK(rt::gemmEstimate(t, v0, rt::GemmB::Rows, 1, 64, 256, 100, 2) == Approx(10 + 100 * (2 + 8 + 4)));
 }
 
 TEST_CASE("estimate: a prepacked B has its own costs at every M; a gathered B is never read in place") {
@@ -172,6 +177,7 @@ TEST_CASE("tune tables: JSON round trip") {
   t.costs[2].streamPerK = 0.125;
   t.costs[3].panelPerTask = 3.5, t.costs[3].panelPerK = 0.75, t.costs[4].panelPerKFill = 9.5;
   t.lanes = 8;
+  t.costs[5].perKCols = 2.5;
   rt::GemmTable back = rt::parseGemmTable(rt::gemmTableToJson(t), "t.json");
   CHECK(back.cpu == "some-cpu");
   CHECK(back.source == "t.json");
@@ -181,6 +187,7 @@ TEST_CASE("tune tables: JSON round trip") {
     CHECK(back.costs[v].perTask == t.costs[v].perTask);
     CHECK(back.costs[v].perK == t.costs[v].perK);
     CHECK(back.costs[v].perKFill == t.costs[v].perKFill);
+    CHECK(back.costs[v].perKCols == t.costs[v].perKCols);
     CHECK(back.costs[v].streamPerTask == t.costs[v].streamPerTask);
     CHECK(back.costs[v].streamPerK == t.costs[v].streamPerK);
     CHECK(back.costs[v].panelPerTask == t.costs[v].panelPerTask);
@@ -201,16 +208,16 @@ TEST_CASE("tune tables: errors name the file and the place") {
   CHECK(parseError("{\"cpu\": \"x\", \"variants\": [{\"name\": \"r1c1\"}]}") ==
         "t.json: variants[0].name: unknown variant 'r1c1' (this dnnc has " + names + ")");
   CHECK(parseError("{\"cpu\": \"x\", \"variants\": [{\"name\": \"r64c256\", \"per_task\": 1, \"per_k\": 1}]}") ==
-        "t.json: variants[0].per_k_fill: missing (run dnnc tune again to write a table this dnnc reads)");
+        "t.json: variants[0].per_k_cols: missing (run dnnc tune again to write a table this dnnc reads)");
   CHECK(parseError("{\"cpu\": \"x\", \"variants\": [{\"name\": \"r64c256\", \"per_task\": 1, \"per_k\": null}]}") ==
         "t.json: variants[0].per_k: expected a number (ns)");
-  CHECK(parseError("{\"cpu\": \"x\", \"variants\": [{\"name\": \"r64c256\", \"per_task\": -1, \"per_k\": 1, \"per_k_fill\": 1}]}") ==
+  CHECK(parseError("{\"cpu\": \"x\", \"variants\": [{\"name\": \"r64c256\", \"per_task\": -1, \"per_k\": 1, \"per_k_cols\": 1, \"per_k_fill\": 1}]}") ==
         "t.json: variants[0].per_task: expected a finite count of ns, at least 0, not -1");
   // A table written before prepacked B had its own costs.
   CHECK(parseError("{\"cpu\": \"x\", \"variants\": [{\"name\": \"r64c256\", \"per_task\": 1, \"per_k\": 1, \"per_k_fill\": 1, "
                    "\"stream_per_task\": 0, \"stream_per_k\": 1}]}") ==
-        "t.json: variants[0].panel_per_task: missing (run dnnc tune again to write a table this dnnc reads)");
-  std::string one = "{\"name\": \"r64c256\", \"per_task\": 1, \"per_k\": 1, \"per_k_fill\": 1, \"stream_per_task\": 0, "
+        "t.json: variants[0].per_k_cols: missing (run dnnc tune again to write a table this dnnc reads)");
+  std::string one = "{\"name\": \"r64c256\", \"per_task\": 1, \"per_k\": 1, \"per_k_cols\": 0, \"per_k_fill\": 1, \"stream_per_task\": 0, "
                     "\"stream_per_k\": 1, \"panel_per_task\": 1, \"panel_per_k\": 1, \"panel_per_k_fill\": 1}";
   CHECK(parseError("{\"cpu\": \"x\", \"variants\": [" + one + ", " + one + "]}") ==
         "t.json: variants[1].name: variant 'r64c256' given twice");
@@ -236,6 +243,20 @@ TEST_CASE("the fit recovers a cost model from exact samples, and drops a negativ
   CHECK(c.perTask == Approx(500).epsilon(1e-6));
   CHECK(c.perK == Approx(3).epsilon(1e-6));
   CHECK(c.perKFill == Approx(40).epsilon(1e-6));
+  CHECK(c.perKCols == 0); // no narrow task: not told apart from perK
+  // Tasks of a quarter of the columns too: packing B's share separates.
+  std::vector<api::GemmSample> narrow = samples;
+  for (double k : {64.0, 256.0, 1024.0})
+    for (double f : {1.0, 0.125})
+      narrow.push_back({k, f * 0.25, 500 + k * (1 + 2 * 0.25 + 40 * f * 0.25), 0.25});
+  for (api::GemmSample &s : narrow)
+    if (s.cols == 1)
+      s.ns = 500 + s.k * (1 + 2 + 40 * s.fill); // perK 1, perKCols 2: the same 3 at full width
+  rt::GemmCost w = api::fitGemmCost(narrow);
+  CHECK(w.perTask == Approx(500).epsilon(1e-6));
+  CHECK(w.perK == Approx(1).epsilon(1e-6));
+  CHECK(w.perKCols == Approx(2).epsilon(1e-6));
+  CHECK(w.perKFill == Approx(40).epsilon(1e-6));
   // Samples a negative overhead would fit best: it is dropped, the rest still fit.
   std::vector<api::GemmSample> shifted;
   for (const api::GemmSample &s : samples)
