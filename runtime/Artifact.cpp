@@ -197,7 +197,7 @@ ArtifactContents readArtifactBytes(const std::string &bytes, const std::string &
         throw DataError(fmt::format("'{}' has a kernel with part of a GEMM shape", path));
       int64_t b = intOf(gemm.at(4), path, "a GEMM's B");
       if (b < 0 || b > static_cast<int64_t>(GemmB::Panels))
-        throw DataError(fmt::format("'{}' has a GEMM kernel that reads B in an unknown way ({})", path, b));
+        throw DataError(fmt::format("'{}' has a kernel whose GEMM reads B in an unknown way ({})", path, b));
       last.gemmB = static_cast<GemmB>(b);
       if (kernels.back().blockThreads < 1 || kernels.back().blockThreads > 1024)
         throw DataError(fmt::format("'{}' has a kernel with {} threads per block", path, kernels.back().blockThreads));

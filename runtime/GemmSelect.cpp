@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <iostream>
 #include <mutex>
 #include <sstream>
 
@@ -111,9 +112,10 @@ std::string gemmTableToJson(const GemmTable &t) {
   j["cpu"] = t.cpu;
   j["parallel_efficiency"] = t.parallelEfficiency;
   j["lanes"] = t.lanes;
-  j["model"] = fmt::format("ns per task = per_task + K * (per_k + per_k_cols * column fill + per_k_fill * fill); at most {} rows: stream_per_task + K * "
-                           "stream_per_k * rows * column fill; a prepacked B: panel_per_task + K * (panel_per_k + "
-                           "panel_per_k_fill * fill)",
+  j["model"] = fmt::format("ns per task = per_task + K * (per_k + per_k_cols * column fill + per_k_fill * fill); at most {} "
+                           "rows of a B in rows: stream_per_task + K * stream_per_k * rows * column fill; a prepacked B: "
+                           "panel_per_task + K * (panel_per_k + panel_per_k_fill * fill); columns in whole vectors of "
+                           "`lanes`",
                            kGemmStreamRows);
   nlohmann::ordered_json vs = nlohmann::ordered_json::array();
   for (size_t v = 0; v < gemmVariants().size(); ++v) {
@@ -193,8 +195,12 @@ GemmTable parseGemmTable(const std::string &text, const std::string &name) {
       !(j["parallel_efficiency"].get<double>() >= 0 && j["parallel_efficiency"].get<double>() <= 1))
     throw fail("parallel_efficiency", "expected a number from 0 to 1");
   t.parallelEfficiency = j["parallel_efficiency"].get<double>();
-  if (!j.contains("lanes") || !j["lanes"].is_number_integer() || j["lanes"].get<int64_t>() < 1 || j["lanes"].get<int64_t>() > 64)
-    throw fail("lanes", "expected the f32 lanes of the CPU's vectors, 1 to 64");
+  if (!j.contains("lanes"))
+    throw fail("lanes", "missing (run dnnc tune again to write a table this dnnc reads)");
+  // A power of two up to 64 divides every variant's columns (the estimate rounds the
+  // whole N, which then rounds only the last task).
+  if (int64_t l = j["lanes"].is_number_integer() ? j["lanes"].get<int64_t>() : 0; l < 1 || l > 64 || (l & (l - 1)) != 0)
+    throw fail("lanes", "expected the f32 lanes of the CPU's vectors: 1, 2, 4, 8, 16, 32 or 64");
   t.lanes = j["lanes"].get<int64_t>();
   return t;
 }
@@ -266,12 +272,31 @@ void setGemmTableFile(const std::string &path) {
   s.loaded = true;
 }
 
+GemmTable defaultGemmTable(std::string *warning) {
+  std::string path = defaultGemmTablePath();
+  if (!std::ifstream(path).good())
+    return builtinGemmTable();
+  const char *env = std::getenv("DNNC_TUNE_TABLE");
+  if (env && *env) // named by the user: its errors are theirs to fix
+    return readTableFile(path);
+  try {
+    return readTableFile(path);
+  } catch (const DataError &e) {
+    // A cached table dnnc tune left behind (an older dnnc's, say) does not stop runs.
+    if (warning)
+      *warning = fmt::format("{}; using the built-in GEMM table", e.what());
+    return builtinGemmTable();
+  }
+}
+
 const GemmTable &activeGemmTable() {
   Selection &s = selection();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (!s.loaded) {
-    std::string path = defaultGemmTablePath();
-    s.table = std::ifstream(path).good() ? readTableFile(path) : builtinGemmTable();
+    std::string warning;
+    s.table = defaultGemmTable(&warning);
+    if (!warning.empty())
+      std::cerr << "dnnc: warning: " << warning << "\n";
     s.loaded = true;
   }
   return s.table;

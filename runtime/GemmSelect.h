@@ -50,7 +50,8 @@ enum class GemmB : uint8_t {
 // packing, other micro-kernels): a task of m rows and a fraction fc of its columns takes
 //   ns = streamPerTask + K * streamPerK * m * fc.
 // A prepacked B (GemmB::Panels) has its own fit at every M, the first formula with
-//   panelPerTask, panelPerK (packing A, where the variant does), panelPerKFill.
+//   panelPerTask, panelPerK (no B to pack), panelPerKFill (packing A too, where the
+//   variant does: it scales with the rows).
 struct GemmCost {
   double perTask = 0, perK = 0, perKFill = 0, streamPerTask = 0, streamPerK = 0;
   double panelPerTask = 0, panelPerK = 0, panelPerKFill = 0;
@@ -96,9 +97,13 @@ std::string hostCpuSlug();
 // $XDG_CACHE_HOME/dnnc/tune-<cpu>.json, else ~/.cache/dnnc/tune-<cpu>.json.
 std::string defaultGemmTablePath();
 
+// The table at defaultGemmTablePath() when there is one, else the built-in one. Throws
+// DataError for a malformed file named by DNNC_TUNE_TABLE; one found in the cache (which
+// an older dnnc's `dnnc tune` may have written) gives the built-in table and `warning`.
+GemmTable defaultGemmTable(std::string *warning);
 // The process's selection. The table: the one given to setGemmTableFile (dnnc
-// --tune-table), else the file at defaultGemmTablePath() when there is one (read on first
-// use), else the built-in one. Throws DataError for a malformed file.
+// --tune-table), else defaultGemmTable (read on first use; its warning to stderr). Throws
+// DataError for a malformed file the user named.
 void setGemmTableFile(const std::string &path);
 const GemmTable &activeGemmTable();
 // A forced variant for every launch (tests, the tuner): -1 for none. DNNC_GEMM_VARIANT=k

@@ -51,7 +51,10 @@ def run(dnnc, path, runs, stdin, stdlib, examples, masks):
         args = shlex.split(shown)
         # `dnnc` may follow `env NAME=VALUE`.
         args = [os.path.abspath(dnnc) if a == "dnnc" else a for a in args]
-        env = dict(os.environ, DNNC_STDLIB=stdlib)
+        # The built-in GEMM table, not this machine's tuned one, and no forced variant:
+        # --profile names the variants it picks (a RUN line may still set either).
+        env = {k: v for k, v in os.environ.items() if k != "DNNC_GEMM_VARIANT"}
+        env.update(DNNC_STDLIB=stdlib, DNNC_TUNE_TABLE=os.path.join(folder, "no-such-tune-table.json"))
         feed = "".join(l.replace("%examples", rel_examples) + "\n" for l in stdin)
         p = subprocess.run(args, cwd=folder, input=feed,
                            capture_output=True, text=True, env=env, timeout=60)

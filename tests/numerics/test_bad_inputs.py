@@ -367,6 +367,20 @@ class BadArtifacts(unittest.TestCase):
         self.fails("%d/m.dnnc", [], "has artifact format 1, this runtime reads format 4 (rebuild it with this dnnc)",
                    {"m.dnnc": self.resealed(lambda h: h.update(format=1))})
 
+    def test_bad_gemm_b(self):
+        """How a GEMM reads B (format 4): a known kind, an integer, present."""
+        def gemm_b(value):
+            def edit(h):
+                if value is None:
+                    h["kernels"][0]["gemm"].pop()
+                else:
+                    h["kernels"][0]["gemm"][4] = value
+            return edit
+        self.fails("%d/m.dnnc", [], "has a kernel whose GEMM reads B in an unknown way (3)", {"m.dnnc": self.resealed(gemm_b(3))})
+        self.fails("%d/m.dnnc", [], "has a malformed header: a GEMM's B is not a 64-bit integer",
+                   {"m.dnnc": self.resealed(gemm_b(1.5))})
+        self.fails("%d/m.dnnc", [], "has a malformed header: ", {"m.dnnc": self.resealed(gemm_b(None))})
+
     def test_bad_block_threads(self):
         def zero_threads(h):
             h["kernels"][0]["block_threads"] = 0

@@ -162,9 +162,14 @@ class Variants(unittest.TestCase):
             with open(table) as f:
                 t = json.load(f)
             self.assertEqual(len(t["variants"]), VARIANTS)
+            self.assertIn(t["lanes"], (4, 8, 16), t)
             for v in t["variants"]:
-                for key in ("per_task", "per_k", "per_k_fill"):
+                for key in ("per_task", "per_k", "per_k_cols", "per_k_fill", "stream_per_task", "stream_per_k",
+                            "panel_per_task", "panel_per_k", "panel_per_k_fill"):
                     self.assertGreaterEqual(v[key], 0, v)
+                # A task's multiply-adds cost something, B prepacked or not.
+                self.assertGreater(v["per_k_fill"], 0, v)
+                self.assertGreater(v["panel_per_k_fill"], 0, v)
             # --print writes nothing and prints the same structure.
             p = subprocess.run([self.exe, "tune", "--min-time", "0.001", "--print"], capture_output=True, text=True, timeout=600)
             self.assertEqual(p.returncode, 0, p.stderr)

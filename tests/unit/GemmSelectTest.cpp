@@ -11,6 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 using namespace dnnc;
 
@@ -228,10 +231,34 @@ TEST_CASE("tune tables: errors name the file and the place") {
   full["parallel_efficiency"] = 1.5;
   CHECK(parseError(full.dump()) == "t.json: parallel_efficiency: expected a number from 0 to 1");
   full["parallel_efficiency"] = 1;
-  for (nlohmann::json lanes : {nlohmann::json(0), nlohmann::json(65), nlohmann::json(8.5), nlohmann::json()}) {
+  for (nlohmann::json lanes : {nlohmann::json(0), nlohmann::json(128), nlohmann::json(12), nlohmann::json(8.5), nlohmann::json()}) {
     full["lanes"] = lanes;
-    CHECK(parseError(full.dump()) == "t.json: lanes: expected the f32 lanes of the CPU's vectors, 1 to 64");
+    CHECK(parseError(full.dump()) == "t.json: lanes: expected the f32 lanes of the CPU's vectors: 1, 2, 4, 8, 16, 32 or 64");
   }
+  full.erase("lanes");
+  CHECK(parseError(full.dump()) == "t.json: lanes: missing (run dnnc tune again to write a table this dnnc reads)");
+}
+
+TEST_CASE("the default table: a malformed cached one gives the built-in table and a warning; a named one an error") {
+  const char *oldXdg = std::getenv("XDG_CACHE_HOME"), *oldTable = std::getenv("DNNC_TUNE_TABLE");
+  std::string keepXdg = oldXdg ? oldXdg : "", keepTable = oldTable ? oldTable : "";
+  std::filesystem::path dir = std::filesystem::temp_directory_path() / "dnnc_gemm_default_table_test";
+  std::filesystem::create_directories(dir / "dnnc");
+  std::string cached = (dir / "dnnc" / ("tune-" + rt::hostCpuSlug() + ".json")).string();
+  std::ofstream(cached) << "{\"cpu\": \"x\", \"variants\": []}\n";
+  ::unsetenv("DNNC_TUNE_TABLE");
+  ::setenv("XDG_CACHE_HOME", dir.string().c_str(), 1);
+  std::string warning;
+  rt::GemmTable t = rt::defaultGemmTable(&warning);
+  CHECK(t.source == "built-in");
+  CHECK(warning == cached + ": variants: no entry for variant '" + rt::gemmVariants()[0].name +
+                       "' (run dnnc tune again); using the built-in GEMM table");
+  ::setenv("DNNC_TUNE_TABLE", cached.c_str(), 1);
+  CHECK_THROWS_WITH(rt::defaultGemmTable(&warning),
+                    cached + ": variants: no entry for variant '" + rt::gemmVariants()[0].name + "' (run dnnc tune again)");
+  keepXdg.empty() ? ::unsetenv("XDG_CACHE_HOME") : ::setenv("XDG_CACHE_HOME", keepXdg.c_str(), 1);
+  keepTable.empty() ? ::unsetenv("DNNC_TUNE_TABLE") : ::setenv("DNNC_TUNE_TABLE", keepTable.c_str(), 1);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("the fit recovers a cost model from exact samples, and drops a negative term") {

@@ -76,10 +76,11 @@ void printProfile(const ir::Graph &g, rt::Executable &exe, const std::string &or
     timed += t.seconds;
     bool kernel = t.kernel;
     double rate = t.seconds > 0 ? (t.flops > 0 ? t.flops : t.bytes) / t.seconds : 0, peak = t.flops > 0 ? flopPeak : bytePeak;
-    // A CPU GEMM's name carries the variants it ran (what the tune table or the built-in one picked).
+    // A CPU GEMM's name carries the variants it ran (what the tune table or the built-in one
+    // picked), comma-separated without spaces: the name stays one column.
     std::string name = kernel ? t.name : "host: " + t.name;
     for (size_t v = 0; v < t.gemmVariants.size(); ++v)
-      name += fmt::format("{}{}", v == 0 ? " [" : ", ", rt::gemmVariants().at(static_cast<size_t>(t.gemmVariants[v])).name);
+      name += fmt::format("{}{}", v == 0 ? " [" : ",", rt::gemmVariants().at(static_cast<size_t>(t.gemmVariants[v])).name);
     name += t.gemmVariants.empty() ? "" : "]";
     rows.push_back({name, std::to_string(t.calls),
                     fmt::format("{:.3f}", 1e3 * t.seconds), share(t.seconds),
