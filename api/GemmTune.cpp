@@ -96,9 +96,11 @@ double GemmTimer::seconds(size_t v, int64_t m, int64_t n, int64_t k, rt::ThreadP
   rt::Tensor a = randomMatrix(m, k, 1), bIn = randomMatrix(k, n, 2);
   rt::CpuDevice device(c.fns, nullptr, pool);
   ir::Binding binding{{"M", m}, {"K", k}, {"N", n}};
-  std::vector<rt::Tensor> packed{rt::Tensor::zeros(DType::F32, {k, n})};
-  if (prepacked) // once, as when a model loads
+  std::vector<rt::Tensor> packed;
+  if (prepacked) { // once, as when a model loads
+    packed.push_back(rt::Tensor::zeros(DType::F32, {k, n}));
     device.launch(1, c.prepack, {&bIn}, packed, rt::launchFor(c.prepack, binding));
+  }
   const rt::Tensor &bRead = prepacked ? packed[0] : bIn;
   std::vector<rt::Tensor> out{rt::Tensor::zeros(DType::F32, {m, n})};
   rt::bindGemmVariant(v, binding);
