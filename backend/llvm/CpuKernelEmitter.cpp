@@ -32,6 +32,30 @@ void transposeSquare(llvm::IRBuilder<> &b, std::vector<llvm::Value *> &rows) {
     }
 }
 
+// Lane i of the result is the sum of the lanes of vectors[i] (as many vectors as lanes, a
+// power of two): log2(lanes) rounds, each adding the halves of every pair's segments (2
+// shuffles and an add per pair), 2 lanes - 1 adds in all, where reducing each vector
+// alone takes log2(lanes) shuffles and adds per vector.
+llvm::Value *sumEach(llvm::IRBuilder<> &b, std::vector<llvm::Value *> vectors) {
+  const unsigned lanes = static_cast<unsigned>(vectors.size());
+  for (unsigned segment = lanes; segment > 1; segment /= 2) { // each vector: lanes / segment sums' partials
+    std::vector<llvm::Value *> next;
+    for (size_t p = 0; p < vectors.size(); p += 2) {
+      std::vector<int> low, high;
+      for (unsigned from = 0; from < 2; ++from)
+        for (unsigned s = 0; s < lanes; s += segment)
+          for (unsigned l = 0; l < segment / 2; ++l) {
+            low.push_back(static_cast<int>(from * lanes + s + l));
+            high.push_back(static_cast<int>(from * lanes + s + segment / 2 + l));
+          }
+      next.push_back(b.CreateFAdd(b.CreateShuffleVector(vectors[p], vectors[p + 1], low),
+                                  b.CreateShuffleVector(vectors[p], vectors[p + 1], high)));
+    }
+    vectors = std::move(next);
+  }
+  return vectors[0];
+}
+
 // A conv GEMM's epilogue that the band path applies to its vectors of sums (laneEpilogue):
 // its Store, and how each load of it reads a vector's lanes.
 struct LaneEpilogue {
@@ -99,6 +123,12 @@ protected:
     return n && *n > 1 && *n < 4 * int64_t(vectorWidth_) && *n % int64_t(vectorWidth_) != 0;
   }
   void gemmStmt(const kir::Gemm &g) override;
+  // A GEMM task's operands as gemmStmt evaluated them (B read by columns, bColStride apart).
+  struct GemmTask {
+    llvm::Value *aBase, *bBase, *cBase, *lda, *bColStride, *ldc, *n, *depth, *row0, *rowEnd;
+  };
+  // C = A B for a B of at most ir::kNarrowColumns columns read by columns: dot products.
+  void dotProducts(const kir::Gemm &g, const GemmTask &t);
   // Packs an implicit-GEMM convolution's B rows [k0, kEnd) for the two vectors of output
   // positions from p0 into `panel` (row k at (k - k0) * 2 vectors); `columnMasks`, when
   // given, are the lanes below the GEMM's n.
@@ -440,6 +470,17 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
   b_.CreateBr(doneBB);
 
   b_.SetInsertPoint(packBB);
+  if (bColStride) {
+    // A narrow B read by columns (a classifier's prepacked weight, ir::kNarrowColumns; a
+    // fused transpose): dot products along K, whole vectors of depth, where the panel's
+    // micro-kernels would use n of a vector's lanes and load an A element per FMA.
+    auto *dotBB = llvm::BasicBlock::Create(ctx_, "gemm.dot", fn_), *panelBB = llvm::BasicBlock::Create(ctx_, "gemm.panel", fn_);
+    b_.CreateCondBr(b_.CreateICmpSLE(n, b_.getInt64(ir::kNarrowColumns)), dotBB, panelBB);
+    b_.SetInsertPoint(dotBB);
+    dotProducts(g, {aBase, bBase, cBase, lda, bColStride, ldc, n, depth, row0, rowEnd});
+    b_.CreateBr(doneBB);
+    b_.SetInsertPoint(panelBB);
+  }
   if (g.im2col && g.im2col->dilation == 1 && g.im2col->stride <= 4) {
     // A convolution whose input rows fit kBandFloats, a few output rows at a time: those
     // rows are copied, zero-padded on every side and split into the stride's s x s
@@ -654,6 +695,97 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
     stmt(*g.epilogue);
   b_.CreateBr(epilogueDoneBB);
   b_.SetInsertPoint(epilogueDoneBB);
+}
+
+// Tiles of up to 4 rows by 4 columns: 16 vectors of partial sums along K (a vector of A's
+// row and of B's column per step, 8 loads per 16 FMAs), then each one's lanes summed
+// (sumEach) and stored. A's rows are read in place, B's columns from its transposed
+// layout. The order of the additions differs from the panels' serial sum over k (the
+// lanes' partial sums, then a tree): docs/semantics.md.
+void CpuKernelEmitter::dotProducts(const kir::Gemm &g, const GemmTask &t) {
+  const unsigned vw = vectorWidth_, kTileRows = 4, kTileColumns = 4;
+  llvm::Type *f32 = b_.getFloatTy();
+  auto *vec = llvm::FixedVectorType::get(f32, vw);
+  llvm::Value *A = bufs_[g.a], *B = bufs_[g.b], *C = bufs_[g.c];
+  std::vector<llvm::AllocaInst *> acc;
+  for (unsigned k = 0; k < kTileRows * kTileColumns; ++k)
+    acc.push_back(entryAlloca(vec, "dot"));
+  llvm::Value *whole = b_.CreateSub(t.depth, b_.CreateSRem(t.depth, b_.getInt64(vw)));
+  llvm::Value *tailLanes = b_.CreateICmpSLT(laneNumbers(), splat(b_.CreateSub(t.depth, whole)));
+  auto align = llvm::Align(4);
+  auto tile = [&](llvm::Value *i0, unsigned R, llvm::Value *j0, unsigned J) {
+    std::vector<llvm::Value *> aRow, bColumn;
+    for (unsigned r = 0; r < R; ++r)
+      aRow.push_back(b_.CreateInBoundsGEP(f32, A, b_.CreateAdd(t.aBase, b_.CreateMul(b_.CreateAdd(i0, b_.getInt64(r)), t.lda))));
+    for (unsigned j = 0; j < J; ++j)
+      bColumn.push_back(b_.CreateInBoundsGEP(f32, B, b_.CreateAdd(t.bBase, b_.CreateMul(b_.CreateAdd(j0, b_.getInt64(j)), t.bColStride))));
+    for (unsigned k = 0; k < R * J; ++k)
+      b_.CreateStore(llvm::Constant::getNullValue(vec), acc[k]);
+    auto step = [&](llvm::Value *k, llvm::Value *mask) {
+      auto load = [&](llvm::Value *base) -> llvm::Value * {
+        llvm::Value *at = b_.CreateInBoundsGEP(f32, base, k);
+        if (mask)
+          return b_.CreateMaskedLoad(vec, at, align, mask, llvm::Constant::getNullValue(vec));
+        return b_.CreateAlignedLoad(vec, at, align);
+      };
+      std::vector<llvm::Value *> a;
+      for (unsigned r = 0; r < R; ++r)
+        a.push_back(load(aRow[r]));
+      for (unsigned j = 0; j < J; ++j) {
+        llvm::Value *bv = load(bColumn[j]);
+        for (unsigned r = 0; r < R; ++r)
+          b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {a[r], bv, b_.CreateLoad(vec, acc[r * J + j])}), acc[r * J + j]);
+      }
+    };
+    forLoop("dk", b_.getInt64(0), whole, vw, [&](llvm::Value *k) { step(k, nullptr); });
+    onlyIf(b_.CreateICmpSLT(whole, t.depth), [&] { step(whole, tailLanes); });
+    // Groups of vw sums (padded with zeros): sum a = r * J + j in lane a % vw of group a / vw.
+    std::vector<llvm::Value *> sums;
+    // (-0 pads: x + -0 is x for every x, so the pads' adds fold away.)
+    llvm::Value *pad = llvm::ConstantFP::get(vec, -0.0);
+    for (unsigned a0 = 0; a0 < R * J; a0 += vw) {
+      std::vector<llvm::Value *> group;
+      for (unsigned a = a0; a < a0 + vw; ++a)
+        group.push_back(a < R * J ? static_cast<llvm::Value *>(b_.CreateLoad(vec, acc[a])) : pad);
+      sums.push_back(sumEach(b_, std::move(group)));
+    }
+    for (unsigned r = 0; r < R; ++r) { // row r's J sums lie side by side (J divides vw)
+      llvm::Value *cRow = b_.CreateAdd(t.cBase, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(i0, b_.getInt64(r)), t.ldc), j0));
+      llvm::Value *at = b_.CreateInBoundsGEP(f32, C, cRow), *group = sums[r * J / vw];
+      unsigned first = r * J % vw;
+      if (J == 1) {
+        b_.CreateStore(b_.CreateExtractElement(group, b_.getInt64(first)), at);
+        continue;
+      }
+      std::vector<int> lanes;
+      for (unsigned j = 0; j < J; ++j)
+        lanes.push_back(static_cast<int>(first + j));
+      b_.CreateAlignedStore(b_.CreateShuffleVector(group, lanes), at, align);
+    }
+  };
+  // Rows in tiles of 4, then at most one of 2 and one of 1; so too the columns of each.
+  // (Tiles of 4 by 1 for the last columns left each accumulator's FMAs waiting on the one
+  // before: four chains of a 4-cycle latency, half the FMA ports' rate.)
+  auto inFours = [&](const std::string &name, llvm::Value *begin, llvm::Value *end, const std::function<void(llvm::Value *, unsigned)> &body) {
+    llvm::Value *i = b_.CreateSub(end, b_.CreateSRem(b_.CreateSub(end, begin), b_.getInt64(4)));
+    forLoop(name, begin, i, 4, [&](llvm::Value *i0) { body(i0, 4); });
+    for (unsigned size : {2u, 1u}) {
+      llvm::BasicBlock *before = b_.GetInsertBlock();
+      llvm::Value *next = b_.CreateAdd(i, b_.getInt64(size));
+      llvm::BasicBlock *after = nullptr;
+      onlyIf(b_.CreateICmpSLE(next, end), [&] {
+        body(i, size);
+        after = b_.GetInsertBlock();
+      });
+      llvm::PHINode *phi = b_.CreatePHI(b_.getInt64Ty(), 2);
+      phi->addIncoming(i, before);
+      phi->addIncoming(next, after);
+      i = phi;
+    }
+  };
+  inFours("di", t.row0, t.rowEnd, [&](llvm::Value *i0, unsigned R) {
+    inFours("dj", b_.getInt64(0), t.n, [&](llvm::Value *j0, unsigned J) { tile(i0, R, j0, J); });
+  });
 }
 
 llvm::Value *CpuKernelEmitter::epilogueLanes(const kir::Gemm &g, const LaneEpilogue &e, const kir::Value &v, const SumLanes &at) {

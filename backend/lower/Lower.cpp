@@ -29,6 +29,9 @@ using Dims = std::vector<ExprRef>;
 
 ExprRef c(int64_t v) { return sym::constant(v); }
 
+// A prepacked B of this many columns is stored transposed (ir::kNarrowColumns).
+bool isNarrow(ExprRef columns) { return columns->asConst() && *columns->asConst() <= ir::kNarrowColumns; }
+
 // Terms per block of a blocked f32 sum (Lowering::blockedSum).
 constexpr int64_t kSumBlock = 4096;
 // Rows a column reduction's vector loop takes per pass (Lowering::columnReduction).
@@ -743,6 +746,9 @@ StmtPtr Lowering::matmul(const ir::Op &mm) {
   if (bMade->def && rt::isParamView(*bMade->def)) // w[l] of a prepacked w: the panels of matrix l
     bMade = bMade->def->operands[0];
   bool panelsB = schedule_.packedWeights && bMade->def && bMade->def->kind == OpKind::Prepack;
+  // A narrow prepacked B lies transposed (Lowering::transpose): read by columns, as a
+  // fused transpose is.
+  bool narrowPanels = panelsB && isNarrow(mm.operands[1]->type.dims.back());
   DType aType = mm.operands[0]->type.dtype, bType = mm.operands[1]->type.dtype;
   // In a fused group the matmul's result is the group's output, where the epilogue (the
   // group's elementwise ops) then rewrites each row block while it is still in cache.
@@ -798,12 +804,13 @@ StmtPtr Lowering::matmul(const ir::Op &mm) {
     kir::Gemm g;
     g.a = aBuf, g.b = bBuf, g.c = out();
     g.aBase = operandIndex(a, full, c(0), c(0));
-    g.lda = depth, g.ldb = transposedB ? c(1) : n, g.ldc = vecB ? c(1) : n;
-    if (transposedB) // B(k, j) is the source's (j, k)
+    bool byColumns = transposedB || narrowPanels; // B(k, j) at bBase + j * depth + k
+    g.lda = depth, g.ldb = byColumns ? c(1) : n, g.ldc = vecB ? c(1) : n;
+    if (byColumns)
       g.bColStride = depth;
     g.bBase = sym::add(operandIndex(transposedB ? bSource->type.dims : b, full, c(0), c(0)),
-                       sym::mul(col0, transposedB ? depth : c(1)));
-    g.bPanels = panelsB; // B is rank 2: bBase is the task's first column
+                       sym::mul(col0, byColumns ? depth : c(1)));
+    g.bPanels = panelsB && !narrowPanels; // B is rank 2: bBase is the task's first column
 
     g.cBase = sym::add(outIndex(full, c(0), c(0)), col0);
     g.row0 = row0, g.rows = sym::min(rowBlock, sym::sub(m, row0)), g.n = sym::min(colBlock, sym::sub(n, col0)), g.depth = depth;
@@ -986,6 +993,8 @@ StmtPtr Lowering::transpose(bool panels) {
     Dims lead(idx.begin(), idx.end() - 2), leadDims(o.begin(), o.end() - 2);
     ExprRef matrix = sym::mul(kir::flatIndex(leadDims, lead), sym::mul(depth, n));
     at = sym::add(matrix, sym::add(sym::mul(panel, sym::mul(depth, p)), sym::add(sym::mul(k, width), sym::mod(j, p))));
+    if (isNarrow(n)) // transposed: column j's K values from j K on
+      at = sym::add(matrix, sym::add(sym::mul(j, depth), k));
   }
   return loopNest(o, idx, one(kir::store(out(), at, read(0, inIdx))));
 }

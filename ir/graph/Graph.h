@@ -38,6 +38,11 @@ struct Value {
 // Columns per panel of a prepacked weight (the `prepack` op, ir/transforms/Prepack.h):
 // a multiple of two vectors of every CPU's GEMM micro-kernel (2 x 16 lanes at most).
 constexpr int64_t kPrepackPanel = 32;
+// A prepacked weight of at most this many columns (a classifier's) is stored transposed
+// instead, each column's K values contiguous: the CPU multiplies by it as dot products
+// along K, whole vectors of depth, where the panels' micro-kernels would fill a vector's
+// lanes with fewer columns than it has.
+constexpr int64_t kNarrowColumns = 16;
 // Output channels per group from which a target that runs f32 conv2d as an implicit GEMM
 // (backend/lower/Schedule.h, conv2dGemm) does so, and fusion (PassOptions::convEpilogues)
 // then joins its elementwise consumers as the GEMM's epilogue: one row tile of the GEMM's

@@ -64,8 +64,10 @@ int prepackWeights(Graph &g) {
     if (!f32 || mm.operands[1]->type.rank() != 2)
       continue;
     auto [param, transposed] = paramOf(mm.operands[1]);
-    if (!param || !std::all_of(param->type.dims.begin(), param->type.dims.end(), [](sym::ExprRef d) { return d->asConst(); }) ||
-        *mm.operands[1]->type.dims[1]->asConst() < kPrepackPanel)
+    if (!param || !std::all_of(param->type.dims.begin(), param->type.dims.end(), [](sym::ExprRef d) { return d->asConst(); }))
+      continue;
+    int64_t columns = *mm.operands[1]->type.dims[1]->asConst();
+    if (columns > kNarrowColumns && columns < kPrepackPanel)
       continue;
     Value *&p = packed[{param, transposed}];
     if (!p) {

@@ -11,8 +11,9 @@
 // its last two axes whole: the transformer's per-layer weights in its `for` loop), with
 // constant dims and at least kPrepackPanel columns (panels of kPrepackPanel columns, the
 // last one of N % kPrepackPanel where that is not 0: no padding, so every slice of a
-// packed w is packed in place, w[l]'s panels at w[l]'s offset; a narrower B gains nothing
-// from a copy). One prepack per (param, perm), placed right after the param; a slice is
+// packed w is packed in place, w[l]'s panels at w[l]'s offset) or at most kNarrowColumns
+// (stored transposed, for the CPU's dot products; a B between the two gains nothing from
+// a copy). One prepack per (param, perm), placed right after the param; a slice is
 // taken of the packed copy instead, where the slice of the param was; a transpose or slice
 // left unused is removed. Returns how many matmuls now read a prepacked B.
 #pragma once

@@ -24,7 +24,10 @@ VARIANTS = 6  # rt::gemmVariants().size(); an index past them is an error (tests
 SHAPES = [(1, 1, 1), (0, 5, 7), (2, 0, 40), (7, 3, 5), (15, 257, 63), (17, 255, 65), (31, 33, 129), (33, 256, 127),
           (63, 70, 255), (65, 300, 257), (127, 129, 511), (129, 257, 513), (16, 64, 64), (5, 1, 1000), (100, 512, 33),
           (1, 512, 16), (3, 40, 300), (4, 9, 47),  # the last: small M read in place, column tails of every width
-          (14, 40, 70), (41, 129, 97)]  # one micro-kernel tile of 14 rows (AVX-512); 41 = 2 x 14 + 8 + 4 + 1
+          (14, 40, 70), (41, 129, 97),  # one micro-kernel tile of 14 rows (AVX-512); 41 = 2 x 14 + 8 + 4 + 1
+          # at most 16 columns: B read transposed takes the dot products (tiles of 4, 2 and 1
+          # rows and columns, a depth of whole vectors and a masked tail, or none at all)
+          (18, 33, 11), (5, 0, 6), (6, 15, 3), (9, 17, 2), (7, 64, 13)]
 MODELS = {
     "plain": ("dim M in 0..4096; dim K in 0..4096; dim N in 0..4096;", "a: f32[M, K], b: f32[K, N]", "f32[M, N]", "a @ b",
               lambda m, k, n: {"a": (m, k), "b": (k, n)}),
@@ -37,25 +40,38 @@ MODELS = {
 # of 32 columns; N = 1000 and 45 end in a narrower panel (8 and 13 columns), the second
 # read transposed (the transformer's output layer: x @ transpose(embedding)).
 PARAM = ("const K = 300; const N = 288; dim M in 0..4096;\nparam w: f32[K, N];", "x: f32[M, K]", "f32[M, N]", "x @ w")
+# A param of at most 16 columns is stored transposed and multiplied as dot products: the
+# MLP's classifier (N = 10), N = 16 with a depth tail, N = 1, and a transposed one (N = 3).
 PARAM_TAILS = [(("const K = 300; const N = 1000; dim M in 0..4096;\nparam w: f32[K, N];", "x: f32[M, K]", "f32[M, N]", "x @ w"),
                 (300, 1000)),
                (("const K = 70; const N = 45; dim M in 0..4096;\nparam w: f32[N, K];", "x: f32[M, K]", "f32[M, N]",
-                 "x @ transpose(w)"), (45, 70))]
+                 "x @ transpose(w)"), (45, 70)),
+               (("const K = 512; const N = 10; dim M in 0..4096;\nparam w: f32[K, N];", "x: f32[M, K]", "f32[M, N]", "x @ w"),
+                (512, 10)),
+               (("const K = 17; const N = 16; dim M in 0..4096;\nparam w: f32[K, N];", "x: f32[M, K]", "f32[M, N]", "x @ w"),
+                (17, 16)),
+               (("const K = 20; const N = 1; dim M in 0..4096;\nparam w: f32[K, N];", "x: f32[M, K]", "f32[M, N]", "x @ w"),
+                (20, 1)),
+               (("const K = 33; const N = 3; dim M in 0..4096;\nparam w: f32[N, K];", "x: f32[M, K]", "f32[M, N]",
+                 "x @ transpose(w)"), (3, 33))]
 PARAM_ROWS = [0, 1, 4, 5, 14, 15, 17, 33, 41, 65, 129]
 # Slices of params of rank 3 and 4 (the transformer's per-layer weights), each packed in
 # place in its param's packed copy: a static point, a loop's index (1000 columns: a last
-# panel of 8), and two points on a rank-4 param.
+# panel of 8), two points on a rank-4 param, and a narrow one's slices (stored transposed).
 SLICED = """const L = 3; const K = 70; const N = 1000; dim M in 0..4096;
 param w: f32[L, K, N];
 param v: f32[2, L, K, 64];
-model main(x: f32[M, K]) -> (f32[M, N], f32[M, 64]) {
+param u: f32[L, K, 10];
+model main(x: f32[M, K]) -> (f32[M, N], f32[M, 64], f32[M, 10]) {
   var y = x @ w[0];
   var z = x @ v[1, 2];
+  var s = x @ u[2];
   for l in 1..L {
     y = y + x @ w[l];
     z = z + x @ v[0, l];
+    s = s + x @ u[l - 1];
   }
-  return (y, z);
+  return (y, z, s);
 }
 """
 
@@ -124,6 +140,18 @@ class Variants(unittest.TestCase):
             x = rng.standard_normal((65, 300)).astype(np.float32)
             x[64, 299], x[13, 0] = np.nan, np.inf
             self.each_variant(model, {"w": w}, {"x": x}, "NaN and inf, prepacked param")
+            # and a narrow param's dot products (NumPy's pattern, checked exactly)
+            model = write(d, "tail2", *PARAM_TAILS[2][0])
+            w = rng.standard_normal(PARAM_TAILS[2][1]).astype(np.float32)
+            w[3, 9], w[511, 0] = -np.inf, np.nan
+            x = rng.standard_normal((7, 512)).astype(np.float32)
+            x[2, 3], x[6, 100] = np.inf, np.nan
+            want = x.astype(np.float64) @ w.astype(np.float64)
+            got, p = self.cpu.run(model, {"w": w}, {"x": x})
+            self.assertEqual(p.returncode, 0, p.stderr)
+            np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(want))
+            np.testing.assert_array_equal(np.isinf(got[0]) * np.sign(got[0]), np.isinf(want) * np.sign(want))
+            self.each_variant(model, {"w": w}, {"x": x}, "NaN and inf, narrow prepacked param")
 
     def test_prepacked_param(self):
         rng = np.random.default_rng(4)
@@ -136,7 +164,7 @@ class Variants(unittest.TestCase):
                 model = write(d, f"tail{k}", header, args, result, expr)
                 w = {"w": rng.standard_normal(shape).astype(np.float32)}
                 depth = shape[0] if expr == "x @ w" else shape[1]
-                for m in (1, 5, 17, 65):
+                for m in (1, 5, 7, 17, 65):
                     self.each_variant(model, w, {"x": rng.standard_normal((m, depth)).astype(np.float32)},
                                       f"{expr} at N={shape[1] if expr == 'x @ w' else shape[0]}, M={m}")
 
@@ -147,10 +175,11 @@ class Variants(unittest.TestCase):
             with open(model, "w") as f:
                 f.write(SLICED)
             w = {"w": rng.standard_normal((3, 70, 1000)).astype(np.float32),
-                 "v": rng.standard_normal((2, 3, 70, 64)).astype(np.float32)}
+                 "v": rng.standard_normal((2, 3, 70, 64)).astype(np.float32),
+                 "u": rng.standard_normal((3, 70, 10)).astype(np.float32)}
             for m in (0, 1, 5, 17, 65):
                 self.each_variant(model, w, {"x": rng.standard_normal((m, 70)).astype(np.float32)}, f"slices at M={m}",
-                                  outputs=2)
+                                  outputs=3)
 
     def test_tune_table_round_trip(self):
         rng = np.random.default_rng(5)
