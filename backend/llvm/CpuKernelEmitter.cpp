@@ -123,6 +123,10 @@ protected:
     return n && *n > 1 && *n < 4 * int64_t(vectorWidth_) && *n % int64_t(vectorWidth_) != 0;
   }
   void gemmStmt(const kir::Gemm &g) override;
+  // tile(i0, size) over [begin, end): full tiles of `top`, then one tile of each smaller
+  // power of two (8 at most) that the remainder needs, so that nothing is computed twice.
+  void tiles(const std::string &name, llvm::Value *begin, llvm::Value *end, unsigned top,
+             const std::function<void(llvm::Value *, unsigned)> &tile);
   // A GEMM task's operands as gemmStmt evaluated them (B read by columns, bColStride apart).
   struct GemmTask {
     llvm::Value *aBase, *bBase, *cBase, *lda, *bColStride, *ldc, *n, *depth, *row0, *rowEnd;
@@ -299,6 +303,27 @@ void CpuKernelEmitter::collapsedChunk(const std::vector<const kir::Stmt *> &nest
 // panel at k is kRows * (k - k0) + r), before the block's column loop: the packed path's
 // micro-kernels then read A at constant offsets from one pointer, contiguously, instead of
 // kRows rows lda apart (which, at lda = 1024, share L1 sets with the panel of B).
+void CpuKernelEmitter::tiles(const std::string &name, llvm::Value *begin, llvm::Value *end, unsigned top,
+                             const std::function<void(llvm::Value *, unsigned)> &tile) {
+  llvm::Value *i = b_.CreateSub(end, b_.CreateSRem(b_.CreateSub(end, begin), b_.getInt64(top)));
+  forLoop(name, begin, i, top, [&](llvm::Value *i0) { tile(i0, top); });
+  for (unsigned size = 8; size >= 1; size /= 2) {
+    if (size >= top)
+      continue;
+    llvm::BasicBlock *before = b_.GetInsertBlock();
+    llvm::Value *next = b_.CreateAdd(i, b_.getInt64(size));
+    llvm::BasicBlock *after = nullptr;
+    onlyIf(b_.CreateICmpSLE(next, end), [&] {
+      tile(i, size);
+      after = b_.GetInsertBlock();
+    });
+    llvm::PHINode *phi = b_.CreatePHI(b_.getInt64Ty(), 2);
+    phi->addIncoming(i, before);
+    phi->addIncoming(next, after);
+    i = phi;
+  }
+}
+
 void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
   const int64_t kDepthBlock = 256;
   // The runtime's cost model (runtime/GemmSelect.h) assumes this same cutoff.
@@ -413,27 +438,8 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
       }
     }
   };
-  // tile(i0, R) over rows [row0, rowEnd): full tiles of `top` rows, then one tile of each
-  // smaller power of two the remainder needs.
-  auto rowTiles = [&](unsigned top, const std::function<void(llvm::Value *, unsigned)> &tile) {
-    llvm::Value *i = b_.CreateSub(rowEnd, b_.CreateSRem(b_.CreateSub(rowEnd, row0), b_.getInt64(top)));
-    forLoop("i0", row0, i, top, [&](llvm::Value *i0) { tile(i0, top); });
-    for (unsigned R = 8; R >= 1; R /= 2) {
-      if (R >= top)
-        continue;
-      llvm::BasicBlock *pre = b_.GetInsertBlock();
-      llvm::Value *advanced = b_.CreateAdd(i, b_.getInt64(R));
-      llvm::BasicBlock *after = nullptr;
-      onlyIf(b_.CreateICmpSLE(advanced, rowEnd), [&] {
-        tile(i, R);
-        after = b_.GetInsertBlock();
-      });
-      llvm::PHINode *phi = b_.CreatePHI(b_.getInt64Ty(), 2);
-      phi->addIncoming(i, pre);
-      phi->addIncoming(advanced, after);
-      i = phi;
-    }
-  };
+  // tile(i0, R) over the task's rows (tiles()).
+  auto rowTiles = [&](unsigned top, const std::function<void(llvm::Value *, unsigned)> &tile) { tiles("i0", row0, rowEnd, top, tile); };
   // An implicit-GEMM convolution's B (kir::Gemm::Im2col): its dims, read once here.
   llvm::Value *imHeight = nullptr, *imWidth = nullptr, *imOutWidth = nullptr, *imColumn0 = nullptr;
   if (g.im2col)
@@ -766,25 +772,8 @@ void CpuKernelEmitter::dotProducts(const kir::Gemm &g, const GemmTask &t) {
   // Rows in tiles of 4, then at most one of 2 and one of 1; so too the columns of each.
   // (Tiles of 4 by 1 for the last columns left each accumulator's FMAs waiting on the one
   // before: four chains of a 4-cycle latency, half the FMA ports' rate.)
-  auto inFours = [&](const std::string &name, llvm::Value *begin, llvm::Value *end, const std::function<void(llvm::Value *, unsigned)> &body) {
-    llvm::Value *i = b_.CreateSub(end, b_.CreateSRem(b_.CreateSub(end, begin), b_.getInt64(4)));
-    forLoop(name, begin, i, 4, [&](llvm::Value *i0) { body(i0, 4); });
-    for (unsigned size : {2u, 1u}) {
-      llvm::BasicBlock *before = b_.GetInsertBlock();
-      llvm::Value *next = b_.CreateAdd(i, b_.getInt64(size));
-      llvm::BasicBlock *after = nullptr;
-      onlyIf(b_.CreateICmpSLE(next, end), [&] {
-        body(i, size);
-        after = b_.GetInsertBlock();
-      });
-      llvm::PHINode *phi = b_.CreatePHI(b_.getInt64Ty(), 2);
-      phi->addIncoming(i, before);
-      phi->addIncoming(next, after);
-      i = phi;
-    }
-  };
-  inFours("di", t.row0, t.rowEnd, [&](llvm::Value *i0, unsigned R) {
-    inFours("dj", b_.getInt64(0), t.n, [&](llvm::Value *j0, unsigned J) { tile(i0, R, j0, J); });
+  tiles("di", t.row0, t.rowEnd, kTileRows, [&](llvm::Value *i0, unsigned R) {
+    tiles("dj", b_.getInt64(0), t.n, kTileColumns, [&](llvm::Value *j0, unsigned J) { tile(i0, R, j0, J); });
   });
 }
 
