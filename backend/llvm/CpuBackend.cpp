@@ -21,7 +21,9 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <mutex>
+#include <string>
 
 namespace dnnc::backend {
 namespace {
@@ -141,9 +143,17 @@ const std::string &CpuModule::llvmIR() const { return impl_->ir; }
 
 unsigned hostVectorWidth() {
   llvm::StringMap<bool> features = llvm::sys::getHostCPUFeatures();
-  if (features.lookup("avx512f"))
-    return 16;
-  return features.lookup("avx") ? 8 : 4;
+  unsigned widest = features.lookup("avx512f") ? 16 : features.lookup("avx") ? 8 : 4;
+  const char *env = std::getenv("DNNC_VECTOR_WIDTH");
+  if (!env || !*env)
+    return widest;
+  std::string text(env);
+  if (text != "4" && text != "8" && text != "16")
+    throw DataError(fmt::format("DNNC_VECTOR_WIDTH: '{}' is not a vector width (4, 8 or 16 f32 lanes)", text));
+  unsigned lanes = static_cast<unsigned>(std::stoul(text));
+  if (lanes > widest)
+    throw DataError(fmt::format("DNNC_VECTOR_WIDTH: {} lanes, but this CPU's vectors hold {}", lanes, widest));
+  return lanes;
 }
 
 std::string hostCpuName() { return llvm::sys::getHostCPUName().str(); }

@@ -4,6 +4,8 @@
 #include "backend/llvm/KernelEmitter.h"
 #include "runtime/GemmSelect.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <functional>
@@ -131,7 +133,9 @@ protected:
   struct GemmTask {
     llvm::Value *aBase, *bBase, *cBase, *lda, *bColStride, *ldc, *n, *depth, *row0, *rowEnd;
   };
-  // C = A B for a B of at most ir::kNarrowColumns columns read by columns: dot products.
+  // C = A B as dot products (kir::Gemm::dotProducts: at most ir::kNarrowColumns columns of
+  // a B read by columns), where the panels' micro-kernels would use n of a vector's lanes
+  // and load an A element per FMA.
   void dotProducts(const kir::Gemm &g, const GemmTask &t);
   // Packs an implicit-GEMM convolution's B rows [k0, kEnd) for the two vectors of output
   // positions from p0 into `panel` (row k at (k - k0) * 2 vectors); `columnMasks`, when
@@ -338,6 +342,14 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
   // Prepacked B: all its columns (the panels' layout depends on them, not on the task's).
   llvm::Value *panelColumns = g.bPanels ? index(k_.buffers.at(static_cast<size_t>(g.b)).dims.back()) : nullptr;
   llvm::Value *row0 = index(g.row0), *rowEnd = b_.CreateAdd(row0, index(g.rows));
+  if (g.dotProducts) {
+    if (!bColStride || !g.ldb->asConst() || *g.ldb->asConst() != 1)
+      throw InternalError(fmt::format("{}: a GEMM of dot products must read B by columns", k_.name));
+    dotProducts(g, {aBase, bBase, cBase, lda, bColStride, ldc, n, depth, row0, rowEnd});
+    if (g.epilogue)
+      stmt(*g.epilogue);
+    return;
+  }
   llvm::Value *A = bufs_[g.a], *B = bufs_[g.b], *C = bufs_[g.c];
   llvm::AllocaInst *panel = entryAlloca(llvm::ArrayType::get(f32, kDepthBlock * 2 * vw), "panel");
   panel->setAlignment(llvm::Align(64));
@@ -445,6 +457,8 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
   if (g.im2col)
     imHeight = index(g.im2col->height), imWidth = index(g.im2col->width), imOutWidth = index(g.im2col->outWidth),
     imColumn0 = index(g.im2col->column0);
+  // At least one depth block, so that an empty sum still stores its zeros.
+  llvm::Value *depthBlocksEnd = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, depth, b_.getInt64(1));
   llvm::Value *stream = bColStride || g.bPanels || g.im2col ? b_.getFalse() : b_.CreateICmpSLE(index(g.rows), b_.getInt64(int64_t(kStreamRows)));
   auto *streamBB = llvm::BasicBlock::Create(ctx_, "gemm.stream", fn_), *packBB = llvm::BasicBlock::Create(ctx_, "gemm.packed", fn_),
        *doneBB = llvm::BasicBlock::Create(ctx_, "gemm.done", fn_);
@@ -466,27 +480,28 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
     onlyIf(b_.CreateICmpSLT(whole, columns), [&] { tile(whole, 1, true); });
   };
 
+  // forDepthBlocks(k0, kEnd, first) per block of kDepthBlock along k: both paths add up
+  // the same blocks, so a product's sums do not depend on which one (or variant) runs it.
+  auto forDepthBlocks = [&](const std::string &name, const std::function<void(llvm::Value *, llvm::Value *, llvm::Value *)> &body) {
+    forLoop(name, b_.getInt64(0), depthBlocksEnd, kDepthBlock, [&](llvm::Value *k0) {
+      body(k0, b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, depth, b_.CreateAdd(k0, b_.getInt64(kDepthBlock))),
+           b_.CreateICmpEQ(k0, b_.getInt64(0)));
+    });
+  };
+
   b_.SetInsertPoint(streamBB);
   if (!bColStride)
     rowTiles(kStreamRows, [&](llvm::Value *i0, unsigned R) {
       columnTiles(std::min(kMaxVectors, std::max(1u, kStreamAccumulators / R)), [&](llvm::Value *j0, unsigned V, bool masked) {
-        microKernel(i0, R, V, j0, b_.getInt64(0), depth, b_.getTrue(), b_.CreateInBoundsGEP(f32, B, b_.CreateAdd(bBase, j0)), ldb, masked);
+        llvm::Value *bRows = b_.CreateInBoundsGEP(f32, B, b_.CreateAdd(bBase, j0));
+        forDepthBlocks("sk0", [&](llvm::Value *k0, llvm::Value *kEnd, llvm::Value *first) {
+          microKernel(i0, R, V, j0, k0, kEnd, first, bRows, ldb, masked);
+        });
       });
     });
   b_.CreateBr(doneBB);
 
   b_.SetInsertPoint(packBB);
-  if (bColStride) {
-    // A narrow B read by columns (a classifier's prepacked weight, ir::kNarrowColumns; a
-    // fused transpose): dot products along K, whole vectors of depth, where the panel's
-    // micro-kernels would use n of a vector's lanes and load an A element per FMA.
-    auto *dotBB = llvm::BasicBlock::Create(ctx_, "gemm.dot", fn_), *panelBB = llvm::BasicBlock::Create(ctx_, "gemm.panel", fn_);
-    b_.CreateCondBr(b_.CreateICmpSLE(n, b_.getInt64(ir::kNarrowColumns)), dotBB, panelBB);
-    b_.SetInsertPoint(dotBB);
-    dotProducts(g, {aBase, bBase, cBase, lda, bColStride, ldc, n, depth, row0, rowEnd});
-    b_.CreateBr(doneBB);
-    b_.SetInsertPoint(panelBB);
-  }
   if (g.im2col && g.im2col->dilation == 1 && g.im2col->stride <= 4) {
     // A convolution whose input rows fit kBandFloats, a few output rows at a time: those
     // rows are copied, zero-padded on every side and split into the stride's s x s
@@ -588,12 +603,8 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
     }
     b_.SetInsertPoint(doneTailBB);
   };
-  // At least one depth block, so that an empty sum still stores its zeros.
-  llvm::Value *depthBlocksEnd = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, depth, b_.getInt64(1));
   auto packedPath = [&](bool packedA) {
-    forLoop("k0", b_.getInt64(0), depthBlocksEnd, kDepthBlock, [&](llvm::Value *k0) {
-      llvm::Value *kEnd = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, depth, b_.CreateAdd(k0, b_.getInt64(kDepthBlock)));
-      llvm::Value *first = b_.CreateICmpEQ(k0, b_.getInt64(0));
+    forDepthBlocks("k0", [&](llvm::Value *k0, llvm::Value *kEnd, llvm::Value *first) {
       if (packedA) {
         // A[rows, k0:kEnd] into micro-panels; a last panel's rows past the task repeat its
         // last row (never read back).
@@ -611,7 +622,7 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
           // kRows lanes stored at once. (Element by element, the copy took 14% of a
           // 1024^3 product, as long as its FMAs' gain from the packed layout.)
           auto depthAt = [&](llvm::Value *k) { return b_.CreateAdd(panelAt, b_.CreateMul(k, b_.getInt64(kRows))); };
-          llvm::Value *vectorEnd = kEnd;
+          llvm::Value *vectorEnd = k0; // depths [k0, vectorEnd) by transposes, the rest one at a time
           if (kRows <= vw) {
             vectorEnd = b_.CreateSub(kEnd, b_.CreateSRem(b_.CreateSub(kEnd, k0), b_.getInt64(vw)));
             llvm::Value *rowLanes = b_.CreateICmpSLT(iota, splat(b_.getInt64(kRows))); // a constant

@@ -811,6 +811,7 @@ StmtPtr Lowering::matmul(const ir::Op &mm) {
     g.bBase = sym::add(operandIndex(transposedB ? bSource->type.dims : b, full, c(0), c(0)),
                        sym::mul(col0, byColumns ? depth : c(1)));
     g.bPanels = panelsB && !narrowPanels; // B is rank 2: bBase is the task's first column
+    g.dotProducts = byColumns && isNarrow(n);
 
     g.cBase = sym::add(outIndex(full, c(0), c(0)), col0);
     g.row0 = row0, g.rows = sym::min(rowBlock, sym::sub(m, row0)), g.n = sym::min(colBlock, sym::sub(n, col0)), g.depth = depth;

@@ -234,9 +234,9 @@ void printStmt(const Kernel &k, const Stmt &s, int depth, std::string &out) {
       out += fmt::format("{}  b{}[{} + i*{} + j] = sum_k b{}[{} + i*{} + k] * b{}(k, {} + j) (prepacked in panels of {} columns)\n", pad,
                          g.c, g.cBase->str(), g.ldc->str(), g.a, g.aBase->str(), g.lda->str(), g.b, g.bBase->str(), kPanelColumns);
     else
-      out += fmt::format("{}  b{}[{} + i*{} + j] = sum_k b{}[{} + i*{} + k] * b{}[{} + k*{} + j{}]\n", pad, g.c, g.cBase->str(),
+      out += fmt::format("{}  b{}[{} + i*{} + j] = sum_k b{}[{} + i*{} + k] * b{}[{} + k*{} + j{}]{}\n", pad, g.c, g.cBase->str(),
                          g.ldc->str(), g.a, g.aBase->str(), g.lda->str(), g.b, g.bBase->str(), g.ldb->str(),
-                         g.bColStride ? "*" + g.bColStride->str() : "");
+                         g.bColStride ? "*" + g.bColStride->str() : "", g.dotProducts ? " (dot products)" : "");
     if (g.epilogue) {
       out += pad + "  then:\n";
       printStmt(k, *g.epilogue, depth + 2, out);

@@ -39,7 +39,7 @@ ValuePtr cast(ValuePtr a, DType t);
 // end emits with its own schedule (vector FMA micro-kernels on the CPU):
 //   C[c + i*ldc + j] = sum_k A[a + i*lda + k] * B[b + k*ldb + j*bColStride]
 // for i in [row0, row0 + rows), j in [0, n), k in [0, depth). A bColStride other than 1
-// reads B transposed in place (packing gathers its columns).
+// reads B transposed in place (packing gathers its columns, or see dotProducts).
 struct Stmt;
 constexpr int64_t kPanelColumns = ir::kPrepackPanel;
 struct Gemm {
@@ -51,6 +51,12 @@ struct Gemm {
   // panel's width: P, or N % P for a last, narrower panel (N: B's buffer's columns). bBase
   // is then the first column, ldb unused.
   bool bPanels = false;
+  // Each element a dot product along k: B is read by columns (bColStride, ldb 1) and has at
+  // most ir::kNarrowColumns columns (a narrow prepacked weight, a fused transpose). Decided
+  // per matmul, not per task, so that every task and variant sums in the same order (the
+  // CPU's order differs from its panels': docs/semantics.md). The GPU's kernels, which
+  // sum each element in one thread, do not need it.
+  bool dotProducts = false;
   // B is gathered from an image instead (implicit GEMM convolution, lower::Conv2dGemm):
   // B(k, j) is x[b + ci*height*width + ih*width + iw] for k = (ci*kh + ki)*kw + kj and
   // output position p = column0 + j = oh*outWidth + ow, at ih = oh*stride + ki*dilation -

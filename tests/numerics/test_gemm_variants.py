@@ -6,7 +6,8 @@ and one below, at and above every variant's task rows (16, 32, 64, 128) and colu
 128, 256, 512), the micro-kernel's rows (14 with AVX-512, then tiles of 8, 4, 2, 1) and the
 depth block (256). Each model is built once (dnnc build) and every
 variant and shape runs that one artifact: a variant is picked at launch, not compiled.
-Then `dnnc tune`'s table round trip: the table it writes is what --tune-table and
+The same at 8 and 4 lanes (DNNC_VECTOR_WIDTH), and every variant's result bit for bit
+alike. Then `dnnc tune`'s table round trip: the table it writes is what --tune-table and
 DNNC_TUNE_TABLE read, and the model's results do not depend on it."""
 import json
 import os
@@ -91,15 +92,18 @@ class Variants(unittest.TestCase):
         self.ref = Dnnc(self.exe, self.examples, "ref")
         self.cpu = Dnnc(self.exe, self.examples, "cpu", prebuilt=True)
 
+    def run_variant(self, v, model, weights, inputs):
+        os.environ["DNNC_GEMM_VARIANT"] = str(v)
+        try:
+            return self.cpu.run(model, weights, inputs, ("--threads", "2"))
+        finally:
+            del os.environ["DNNC_GEMM_VARIANT"]
+
     def each_variant(self, model, weights, inputs, where, outputs=1):
         want, p = self.ref.run(model, weights, inputs)
         self.assertEqual(p.returncode, 0, p.stderr)
         for v in range(VARIANTS):
-            os.environ["DNNC_GEMM_VARIANT"] = str(v)
-            try:
-                got, p = self.cpu.run(model, weights, inputs, ("--threads", "2"))
-            finally:
-                del os.environ["DNNC_GEMM_VARIANT"]
+            got, p = self.run_variant(v, model, weights, inputs)
             self.assertEqual(p.returncode, 0, f"{where}, variant {v}: {p.stderr}")
             self.assertEqual(len(got), outputs, f"{where}, variant {v}")
             for o in range(outputs):
@@ -167,6 +171,56 @@ class Variants(unittest.TestCase):
                 for m in (1, 5, 7, 17, 65):
                     self.each_variant(model, w, {"x": rng.standard_normal((m, depth)).astype(np.float32)},
                                       f"{expr} at N={shape[1] if expr == 'x @ w' else shape[0]}, M={m}")
+
+    def test_narrower_vectors(self):
+        # The kernels an AVX2 (8 lanes: tiles of 6 rows, sums of 8 accumulators in two
+        # groups) or SSE host (4 lanes) would run, built here with DNNC_VECTOR_WIDTH: tile
+        # and depth edges, the dot products, and a narrow and a wide prepacked param.
+        rng = np.random.default_rng(8)
+        shapes = [(7, 3, 5), (15, 257, 63), (17, 255, 65), (41, 129, 97), (18, 33, 11), (6, 15, 3), (7, 64, 13), (1, 512, 16),
+                  (3, 40, 300)]
+        with tempfile.TemporaryDirectory() as d:
+            for lanes in ("8", "4"):
+                os.environ["DNNC_VECTOR_WIDTH"] = lanes
+                try:
+                    self.cpu = Dnnc(self.exe, self.examples, "cpu", prebuilt=True)
+                    for name in ("plain", "transposed_epilogue"):
+                        header, args, result, expr, shape_of = MODELS[name]
+                        model = write(d, f"{name}{lanes}", header, args, result, expr)
+                        for m, k, n in shapes:
+                            inputs = {a: rng.standard_normal(s).astype(np.float32) for a, s in shape_of(m, k, n).items()}
+                            self.each_variant(model, None, inputs, f"{lanes} lanes: {name} at M={m}, K={k}, N={n}")
+                    for (header, args, result, expr), shape in (PARAM_TAILS[2], PARAM_TAILS[0]):
+                        model = write(d, f"param{shape[1]}_{lanes}", header, args, result, expr)
+                        w = {"w": rng.standard_normal(shape).astype(np.float32)}
+                        for m in (5, 17):
+                            self.each_variant(model, w, {"x": rng.standard_normal((m, shape[0])).astype(np.float32)},
+                                              f"{lanes} lanes: {expr} at N={shape[1]}, M={m}")
+                finally:
+                    del os.environ["DNNC_VECTOR_WIDTH"]
+
+    def test_same_bits_in_every_variant(self):
+        # A product sums in one order whatever variant runs it (so a result does not depend
+        # on --threads or the tune table): every variant's output equals variant 0's bit for
+        # bit. The transposed N = 80 has a last block of 16 columns (which once took the dot
+        # products in some variants only); N = 10 is the dot products' in all.
+        rng = np.random.default_rng(7)
+        with tempfile.TemporaryDirectory() as d:
+            cases = [(write(d, "plain", *MODELS["plain"][:4]), None,
+                      {"a": rng.standard_normal((33, 300)), "b": rng.standard_normal((300, 80))}),
+                     (write(d, "transposed", *MODELS["transposed_epilogue"][:4]), None,
+                      {"a": rng.standard_normal((64, 300)), "b": rng.standard_normal((80, 300))}),
+                     (write(d, "narrow", *PARAM_TAILS[2][0]), {"w": rng.standard_normal((512, 10)).astype(np.float32)},
+                      {"x": rng.standard_normal((65, 512))})]
+            for model, weights, inputs in cases:
+                inputs = {k: v.astype(np.float32) for k, v in inputs.items()}
+                outs = []
+                for v in range(VARIANTS):
+                    got, p = self.run_variant(v, model, weights, inputs)
+                    self.assertEqual(p.returncode, 0, p.stderr)
+                    outs.append(got[0])
+                for v in range(1, VARIANTS):
+                    np.testing.assert_array_equal(outs[v], outs[0], f"{model}: variant {v} against variant 0")
 
     def test_prepacked_param_slices(self):
         rng = np.random.default_rng(6)
