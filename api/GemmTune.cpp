@@ -176,6 +176,9 @@ TuneReport tuneGemm(GemmTimer &timer, double minSeconds, const std::function<voi
   TuneReport r;
   r.table.cpu = rt::hostCpuSlug();
   r.table.lanes = backend::hostVectorWidth();
+  if (r.table.lanes != backend::widestHostVectorWidth()) // a table for this CPU's own kernels only
+    throw DataError(fmt::format("dnnc tune times the kernels this CPU runs; DNNC_VECTOR_WIDTH={} (for tests) would fit others",
+                                r.table.lanes));
   rt::ThreadPool one(1);
   int64_t panelColumns = 0;
   for (const rt::GemmVariant &var : rt::gemmVariants())

@@ -90,7 +90,7 @@ public:
   std::string artifactPayload(const std::vector<const kir::Kernel *> &kernels, const TargetOptions &,
                               rt::ArtifactInfo &info) const override {
     info.arch = hostCpuName();
-    unsigned width = hostVectorWidth();
+    unsigned width = widestHostVectorWidth(); // the instructions the code uses, whatever its tiling
     info.vectorIsa = width >= 16 ? "avx512f" : width >= 8 ? "avx2" : "sse2";
     ScratchDir scratch;
     return linkSharedObject(compileHostObject(kernels), scratch.path);

@@ -38,6 +38,7 @@ inline constexpr int64_t kGemmMaxRows = 128;
 enum class GemmB : uint8_t {
   Rows,     // a [K, N] matrix in rows: packed by each task, read in place at few rows
   Gathered, // transposed, or an image's windows (implicit GEMM): packed by each task at any M
+            // (also a B of dot products, kir::Gemm::dotProducts, which packs nothing: not modelled)
   Panels,   // a weight prepacked when the model loaded (ir/transforms/Prepack.h): nothing to pack
 };
 // The cost model of one variant: one task of `rows x cols` columns over depth K, of which

@@ -141,9 +141,13 @@ std::vector<KernelFn> CpuModule::lookup(const std::vector<const kir::Kernel *> &
 
 const std::string &CpuModule::llvmIR() const { return impl_->ir; }
 
-unsigned hostVectorWidth() {
+unsigned widestHostVectorWidth() {
   llvm::StringMap<bool> features = llvm::sys::getHostCPUFeatures();
-  unsigned widest = features.lookup("avx512f") ? 16 : features.lookup("avx") ? 8 : 4;
+  return features.lookup("avx512f") ? 16 : features.lookup("avx") ? 8 : 4;
+}
+
+unsigned hostVectorWidth() {
+  unsigned widest = widestHostVectorWidth();
   const char *env = std::getenv("DNNC_VECTOR_WIDTH");
   if (!env || !*env)
     return widest;

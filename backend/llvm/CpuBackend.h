@@ -39,9 +39,12 @@ std::string compileHostObject(const std::vector<const kir::Kernel *> &kernels);
 std::string hostCpuName();
 // The host's name and vector width, as LLVM sees them (for reports and benchmarks).
 std::string hostDescription();
-// f32 lanes in the host's widest vector register (16 with AVX-512, 8 with AVX), or fewer
-// where DNNC_VECTOR_WIDTH says (4 or 8: the kernels an AVX2 or SSE host would run, tested
-// on a wider one); a value that is not 4, 8 or 16, or wider than the host's, is a DataError.
+// f32 lanes in the host's widest vector register (16 with AVX-512, 8 with AVX).
+unsigned widestHostVectorWidth();
+// The lanes the CPU kernels are built for: the widest, or fewer where DNNC_VECTOR_WIDTH
+// says (4 or 8: the tiling and sums of an SSE or AVX2 host, for tests; the code still uses
+// this host's instructions). A value that is not 4, 8 or 16, or wider than the host's, is
+// a DataError.
 unsigned hostVectorWidth();
 
 } // namespace dnnc::backend

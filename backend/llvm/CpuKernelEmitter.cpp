@@ -36,8 +36,8 @@ void transposeSquare(llvm::IRBuilder<> &b, std::vector<llvm::Value *> &rows) {
 
 // Lane i of the result is the sum of the lanes of vectors[i] (as many vectors as lanes, a
 // power of two): log2(lanes) rounds, each adding the halves of every pair's segments (2
-// shuffles and an add per pair), 2 lanes - 1 adds in all, where reducing each vector
-// alone takes log2(lanes) shuffles and adds per vector.
+// shuffles and an add per pair), lanes - 1 adds and 2 (lanes - 1) shuffles in all, where
+// reducing each vector alone takes log2(lanes) shuffles and adds per vector.
 llvm::Value *sumEach(llvm::IRBuilder<> &b, std::vector<llvm::Value *> vectors) {
   const unsigned lanes = static_cast<unsigned>(vectors.size());
   for (unsigned segment = lanes; segment > 1; segment /= 2) { // each vector: lanes / segment sums' partials
@@ -587,7 +587,7 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
     b_.SetInsertPoint(windowsBB);
   }
   // tile(i0, R, V) over the rows of a two-vector panel from column j0: V = 2, or in a
-  // masked tail of at most one vector (a classifier's 10 columns) V = 1, where two-vector
+  // masked tail of at most one vector (a B in rows with 10 columns) V = 1, where two-vector
   // tiles spent half their FMAs on masked-off lanes.
   auto panelTiles = [&](llvm::Value *j0, bool masked, const std::function<void(llvm::Value *, unsigned, unsigned)> &tile) {
     auto tiles = [&](unsigned V) { rowTiles(kRows, [&](llvm::Value *i0, unsigned R) { tile(i0, R, V); }); };

@@ -197,7 +197,8 @@ private:
   StmtPtr attention();
   StmtPtr window(bool conv);
   StmtPtr copyFlat();
-  // With `panels`, stores the [K, N] result in the prepacked GEMM panels (kir::Gemm::bPanels).
+  // With `panels`, stores the [K, N] result in the prepacked GEMM panels (kir::Gemm::bPanels),
+  // or transposed where N is at most ir::kNarrowColumns (read as dot products).
   StmtPtr transpose(bool panels = false);
   StmtPtr concat(bool stack);
   StmtPtr split();

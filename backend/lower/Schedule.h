@@ -24,7 +24,8 @@ struct ScheduleOptions {
   // thread; the GPU tiles a task's columns across its block already.
   int64_t gemmColumnBlock = 0;
   // Params a matmul multiplies by are prepacked (ir/transforms/Prepack.h) into the CPU
-  // GEMM's panels; the GPU stages B through shared memory and keeps it as it is.
+  // GEMM's panels (a narrow one transposed, for dot products); the GPU stages B through
+  // shared memory and keeps it as it is.
   bool packedWeights = false;
   // The attention op (ir/transforms/FuseAttention.h) replaces the unfused ops: each back
   // end has a kernel for it (tiled over query rows, online softmax; the GPU's a thread

@@ -1,6 +1,6 @@
 // Prepacking constant weights: a matmul whose B is a param (or a param's transpose, or a
 // slice w[l] of a param) reads it from a `prepack` op, which the CPU lowers to its GEMM's
-// panel layout. Params are constants once the model loads, so the runtime runs each
+// panel layout (a narrow B's: transposed). Params are constants once the model loads, so the runtime runs each
 // prepack kernel once for the params it is given and keeps its result between calls
 // (planned memory: see MemoryPlan.h), and the GEMM reads the panels without packing B
 // again on every call.

@@ -815,10 +815,16 @@ int cmdTune(int argc, char **argv) {
     std::cerr << "dnnc: error: --min-time takes seconds from 0.001 to 10\n";
     return kUsage;
   }
-  api::GemmTimer timer;
-  api::TuneReport r = api::tuneGemm(timer, minTime, [](const rt::GemmVariant &v) {
-    std::cerr << fmt::format("timing {} ({} rows x {} columns per task{})\n", v.name, v.rows, v.cols, v.packA ? ", A packed" : "");
-  });
+  api::TuneReport r;
+  try {
+    api::GemmTimer timer;
+    r = api::tuneGemm(timer, minTime, [](const rt::GemmVariant &v) {
+      std::cerr << fmt::format("timing {} ({} rows x {} columns per task{})\n", v.name, v.rows, v.cols, v.packA ? ", A packed" : "");
+    });
+  } catch (const DataError &e) {
+    std::cerr << "dnnc: error: " << e.what() << "\n";
+    return kUserError;
+  }
   std::string text = rt::gemmTableToJson(r.table);
   if (vm.count("print")) {
     std::cout << text;
