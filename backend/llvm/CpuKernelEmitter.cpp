@@ -163,6 +163,13 @@ private:
   void collapsedChunk(const std::vector<const kir::Stmt *> &nest);
   // v in every lane of a host vector; the lane numbers 0, 1, ... (i64).
   llvm::Value *splat(llvm::Value *v) { return b_.CreateVectorSplat(vectorWidth_, v); }
+  // A vector of f32 lanes from ptr (4-byte aligned); with a mask, only its lanes (0 elsewhere).
+  llvm::Value *loadLanes(llvm::Value *ptr, llvm::Value *mask) {
+    auto *vec = llvm::FixedVectorType::get(b_.getFloatTy(), vectorWidth_);
+    if (mask)
+      return b_.CreateMaskedLoad(vec, ptr, llvm::Align(4), mask, llvm::Constant::getNullValue(vec));
+    return b_.CreateAlignedLoad(vec, ptr, llvm::Align(4));
+  }
   llvm::Value *laneNumbers() {
     std::vector<llvm::Constant *> lanes;
     for (unsigned l = 0; l < vectorWidth_; ++l)
@@ -287,26 +294,6 @@ void CpuKernelEmitter::collapsedChunk(const std::vector<const kir::Stmt *> &nest
   });
 }
 
-// The GEMM schedule. Micro-kernels hold R rows x V vectors of C in registers and, for
-// each k, broadcast one A element per row and multiply it into V vectors of B's row k with
-// FMAs. Rows go in tiles of the path's height, then one tile of each smaller power of two
-// the remainder needs, so no row is computed twice. Two paths, chosen per call:
-// - packed (more than kStreamRows rows): blocks of kDepthBlock along k, panels of two
-//   vectors of columns packed first (zero-padded), so that every tile of kRows rows
-//   streams the panel from L1 with no cache-set conflicts;
-// - streamed (at most kStreamRows rows: a batch of 1, a matrix-vector product): packing
-//   would cost as much as the product, so the micro-kernels read B where it lies, as wide
-//   as the registers allow (V = kStreamAccumulators / R vectors, up to 16 vectors, 256 columns,
-//   for one row): B's rows are read once each, in contiguous runs, at memory bandwidth.
-//   (Reading B in place with 8 or more rows, two vectors wide, ran slower than packing:
-//   each pass over a panel strides B's rows through the same cache sets.)
-// B read transposed is always packed (packing gathers its columns). Column tails use
-// masked loads and stores.
-// A variant that packs A (g.packA nonzero at run time, runtime/GemmSelect.h) copies the
-// task's rows of each depth block into micro-panels of kRows rows, k-major (row r of a
-// panel at k is kRows * (k - k0) + r), before the block's column loop: the packed path's
-// micro-kernels then read A at constant offsets from one pointer, contiguously, instead of
-// kRows rows lda apart (which, at lda = 1024, share L1 sets with the panel of B).
 void CpuKernelEmitter::tiles(const std::string &name, llvm::Value *begin, llvm::Value *end, unsigned top,
                              const std::function<void(llvm::Value *, unsigned)> &tile) {
   llvm::Value *i = b_.CreateSub(end, b_.CreateSRem(b_.CreateSub(end, begin), b_.getInt64(top)));
@@ -328,6 +315,26 @@ void CpuKernelEmitter::tiles(const std::string &name, llvm::Value *begin, llvm::
   }
 }
 
+// The GEMM schedule. Micro-kernels hold R rows x V vectors of C in registers and, for
+// each k, broadcast one A element per row and multiply it into V vectors of B's row k with
+// FMAs. Rows go in tiles of the path's height, then one tile of each smaller power of two
+// the remainder needs, so no row is computed twice. Two paths, chosen per call:
+// - packed (more than kStreamRows rows): blocks of kDepthBlock along k, panels of two
+//   vectors of columns packed first (zero-padded), so that every tile of kRows rows
+//   streams the panel from L1 with no cache-set conflicts;
+// - streamed (at most kStreamRows rows: a batch of 1, a matrix-vector product): packing
+//   would cost as much as the product, so the micro-kernels read B where it lies, as wide
+//   as the registers allow (V = kStreamAccumulators / R vectors, up to 16 vectors, 256 columns,
+//   for one row): B's rows are read once each, in contiguous runs, at memory bandwidth.
+//   (Reading B in place with 8 or more rows, two vectors wide, ran slower than packing:
+//   each pass over a panel strides B's rows through the same cache sets.)
+// B read transposed is always packed (packing gathers its columns). Column tails use
+// masked loads and stores.
+// A variant that packs A (g.packA nonzero at run time, runtime/GemmSelect.h) copies the
+// task's rows of each depth block into micro-panels of kRows rows, k-major (row r of a
+// panel at k is kRows * (k - k0) + r), before the block's column loop: the packed path's
+// micro-kernels then read A at constant offsets from one pointer, contiguously, instead of
+// kRows rows lda apart (which, at lda = 1024, share L1 sets with the panel of B).
 void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
   const int64_t kDepthBlock = 256;
   // The runtime's cost model (runtime/GemmSelect.h) assumes this same cutoff.
@@ -386,11 +393,6 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
     }
     b_.SetInsertPoint(joinBB);
   };
-  auto loadVec = [&](llvm::Value *ptr, llvm::Value *mask) -> llvm::Value * {
-    if (mask)
-      return b_.CreateMaskedLoad(vec, ptr, align, mask, llvm::Constant::getNullValue(vec));
-    return b_.CreateAlignedLoad(vec, ptr, align);
-  };
   // C[i0:i0+R, j0:j0+V vectors] (+)= A[i0:i0+R, k0:kEnd] x B[k0:kEnd, ...], B's row k at
   // bRows + k * bStride, or at bRows + bOffsets[k] when given; `first` says whether to
   // store rather than add to C. With packedA, A's rows come from the micro-panels (A row
@@ -421,7 +423,7 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
                                                             : b_.CreateMul(k, bStride));
       std::vector<llvm::Value *> bv;
       for (unsigned v = 0; v < V; ++v)
-        bv.push_back(loadVec(b_.CreateGEP(f32, bRow, b_.getInt64(v * vw)), masks[v]));
+        bv.push_back(loadLanes(b_.CreateGEP(f32, bRow, b_.getInt64(v * vw)), masks[v]));
       for (unsigned r = 0; r < R; ++r) {
         llvm::Value *aAt = b_.CreateAdd(aRows[r], packedA ? b_.CreateMul(k, aStep) : k);
         llvm::Value *av = b_.CreateVectorSplat(vw, b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, aSource, aAt)));
@@ -442,7 +444,7 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
       for (unsigned v = 0; v < V; ++v) {
         llvm::Value *ptr = b_.CreateInBoundsGEP(f32, C, b_.CreateAdd(cRow, b_.getInt64(v * vw)));
         llvm::Value *sum = b_.CreateLoad(vec, acc[r * V + v]);
-        sum = b_.CreateSelect(first, sum, b_.CreateFAdd(sum, loadVec(ptr, masks[v])));
+        sum = b_.CreateSelect(first, sum, b_.CreateFAdd(sum, loadLanes(ptr, masks[v])));
         if (masked)
           b_.CreateMaskedStore(sum, ptr, align, masks[v]);
         else
@@ -673,7 +675,7 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
             if (!bColStride) {
               llvm::Value *bRow = b_.CreateAdd(bBase, b_.CreateAdd(b_.CreateMul(k, ldb), j0));
               for (unsigned h = 0; h < 2; ++h)
-                b_.CreateAlignedStore(loadVec(b_.CreateInBoundsGEP(f32, B, b_.CreateAdd(bRow, b_.getInt64(h * vw))), masks[h]),
+                b_.CreateAlignedStore(loadLanes(b_.CreateInBoundsGEP(f32, B, b_.CreateAdd(bRow, b_.getInt64(h * vw))), masks[h]),
                                       b_.CreateInBoundsGEP(f32, panel, b_.CreateAdd(packedRow, b_.getInt64(h * vw))), llvm::Align(64));
               return;
             }
@@ -739,12 +741,7 @@ void CpuKernelEmitter::dotProducts(const kir::Gemm &g, const GemmTask &t) {
     for (unsigned k = 0; k < R * J; ++k)
       b_.CreateStore(llvm::Constant::getNullValue(vec), acc[k]);
     auto step = [&](llvm::Value *k, llvm::Value *mask) {
-      auto load = [&](llvm::Value *base) -> llvm::Value * {
-        llvm::Value *at = b_.CreateInBoundsGEP(f32, base, k);
-        if (mask)
-          return b_.CreateMaskedLoad(vec, at, align, mask, llvm::Constant::getNullValue(vec));
-        return b_.CreateAlignedLoad(vec, at, align);
-      };
+      auto load = [&](llvm::Value *base) { return loadLanes(b_.CreateInBoundsGEP(f32, base, k), mask); };
       std::vector<llvm::Value *> a;
       for (unsigned r = 0; r < R; ++r)
         a.push_back(load(aRow[r]));
@@ -756,9 +753,9 @@ void CpuKernelEmitter::dotProducts(const kir::Gemm &g, const GemmTask &t) {
     };
     forLoop("dk", b_.getInt64(0), whole, vw, [&](llvm::Value *k) { step(k, nullptr); });
     onlyIf(b_.CreateICmpSLT(whole, t.depth), [&] { step(whole, tailLanes); });
-    // Groups of vw sums (padded with zeros): sum a = r * J + j in lane a % vw of group a / vw.
+    // Groups of vw sums, padded with -0 (x + -0 is x for every x, so the pads' adds fold
+    // away): sum a = r * J + j in lane a % vw of group a / vw.
     std::vector<llvm::Value *> sums;
-    // (-0 pads: x + -0 is x for every x, so the pads' adds fold away.)
     llvm::Value *pad = llvm::ConstantFP::get(vec, -0.0);
     for (unsigned a0 = 0; a0 < R * J; a0 += vw) {
       std::vector<llvm::Value *> group;
@@ -1018,11 +1015,6 @@ void CpuKernelEmitter::attentionStmt(const kir::Attention &a) {
   llvm::Value *iota = laneNumbers();
   auto at = [&](llvm::Value *base, llvm::Value *i) { return b_.CreateInBoundsGEP(f32, base, i); };
   auto i = [&](int64_t v) { return b_.getInt64(v); };
-  auto loadVec = [&](llvm::Value *ptr, llvm::Value *mask) -> llvm::Value * {
-    if (mask)
-      return b_.CreateMaskedLoad(vec, ptr, align, mask, zeroVec);
-    return b_.CreateAlignedLoad(vec, ptr, align);
-  };
   auto storeVec = [&](llvm::Value *v, llvm::Value *ptr, llvm::Value *mask) {
     if (mask)
       b_.CreateMaskedStore(v, ptr, align, mask);
@@ -1160,14 +1152,14 @@ void CpuKernelEmitter::attentionStmt(const kir::Attention &a) {
             llvm::Value *corr = b_.CreateVectorSplat(vw, b_.CreateLoad(f32, at(corrs, lane)));
             for (unsigned u = 0; u < kPvVectors; ++u) {
               ptrs.push_back(at(oRow(b_.CreateAdd(r0, i(r))), b_.CreateAdd(y0, i(u * vw))));
-              b_.CreateStore(b_.CreateFMul(loadVec(ptrs.back(), masks[u]), corr), acc[r * kPvVectors + u]);
+              b_.CreateStore(b_.CreateFMul(loadLanes(ptrs.back(), masks[u]), corr), acc[r * kPvVectors + u]);
             }
           }
           forLoop("att.pj", i(0), n, 1, [&](llvm::Value *jj) {
             llvm::Value *vRow = at(vTile, b_.CreateAdd(b_.CreateMul(jj, dv), y0));
             std::vector<llvm::Value *> vv;
             for (unsigned u = 0; u < kPvVectors; ++u)
-              vv.push_back(loadVec(at(vRow, i(u * vw)), masks[u]));
+              vv.push_back(loadLanes(at(vRow, i(u * vw)), masks[u]));
             llvm::Value *pRow = b_.CreateMul(jj, i(lanes));
             for (unsigned r = 0; r < R; ++r) {
               llvm::Value *p = b_.CreateVectorSplat(vw, b_.CreateLoad(f32, at(sT, b_.CreateAdd(pRow, pLanes[r]))));
@@ -1237,10 +1229,10 @@ void CpuKernelEmitter::attentionStmt(const kir::Attention &a) {
         llvm::Value *wv = b_.CreateVectorSplat(vw, w);
         rowVectorsOf("att.hidden", [&](llvm::Value *y0, llvm::Value *mask) {
           llvm::Value *ptr = at(oRow(row), y0);
-          b_.CreateStore(b_.CreateFMul(loadVec(ptr, mask), b_.CreateVectorSplat(vw, corr)), acc[0]);
+          b_.CreateStore(b_.CreateFMul(loadLanes(ptr, mask), b_.CreateVectorSplat(vw, corr)), acc[0]);
           forLoop("att.hj", end, keys, 1, [&](llvm::Value *j) {
             llvm::Value *vRow = at(V, b_.CreateAdd(vBase, b_.CreateAdd(b_.CreateMul(j, dv), y0)));
-            b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {wv, loadVec(vRow, mask), b_.CreateLoad(vec, acc[0])}), acc[0]);
+            b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {wv, loadLanes(vRow, mask), b_.CreateLoad(vec, acc[0])}), acc[0]);
           });
           storeVec(b_.CreateLoad(vec, acc[0]), ptr, mask);
         });
@@ -1250,7 +1242,7 @@ void CpuKernelEmitter::attentionStmt(const kir::Attention &a) {
       llvm::Value *l = b_.CreateVectorSplat(vw, b_.CreateLoad(f32, sumAt));
       rowVectorsOf("att.norm", [&](llvm::Value *y0, llvm::Value *mask) {
         llvm::Value *ptr = at(oRow(row), y0);
-        storeVec(b_.CreateFDiv(loadVec(ptr, mask), l), ptr, mask);
+        storeVec(b_.CreateFDiv(loadLanes(ptr, mask), l), ptr, mask);
       });
     });
   });

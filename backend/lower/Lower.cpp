@@ -994,9 +994,10 @@ StmtPtr Lowering::transpose(bool panels) {
     ExprRef width = sym::min(p, sym::sub(n, sym::mul(panel, p)));
     Dims lead(idx.begin(), idx.end() - 2), leadDims(o.begin(), o.end() - 2);
     ExprRef matrix = sym::mul(kir::flatIndex(leadDims, lead), sym::mul(depth, n));
-    at = sym::add(matrix, sym::add(sym::mul(panel, sym::mul(depth, p)), sym::add(sym::mul(k, width), sym::mod(j, p))));
     if (isNarrow(n)) // transposed: column j's K values from j K on
       at = sym::add(matrix, sym::add(sym::mul(j, depth), k));
+    else
+      at = sym::add(matrix, sym::add(sym::mul(panel, sym::mul(depth, p)), sym::add(sym::mul(k, width), sym::mod(j, p))));
   }
   return loopNest(o, idx, one(kir::store(out(), at, read(0, inIdx))));
 }

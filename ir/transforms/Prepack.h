@@ -1,9 +1,9 @@
 // Prepacking constant weights: a matmul whose B is a param (or a param's transpose, or a
 // slice w[l] of a param) reads it from a `prepack` op, which the CPU lowers to its GEMM's
-// panel layout (a narrow B's: transposed). Params are constants once the model loads, so the runtime runs each
-// prepack kernel once for the params it is given and keeps its result between calls
-// (planned memory: see MemoryPlan.h), and the GEMM reads the panels without packing B
-// again on every call.
+// panel layout (a narrow B's: transposed). Params are constants once the model loads, so
+// the runtime runs each prepack kernel once for the params it is given and keeps its
+// result between calls (planned memory: see MemoryPlan.h), and the GEMM reads the panels
+// without packing B again on every call.
 //
 // Contract: changes no value (prepack(w, perm) is transpose(w, perm); only the layout a
 // target stores differs). Applies to f32 matmuls whose B is a rank-2 param, transpose(w)
