@@ -196,6 +196,11 @@ class Variants(unittest.TestCase):
                         for m in (5, 17):
                             self.each_variant(model, w, {"x": rng.standard_normal((m, shape[0])).astype(np.float32)},
                                               f"{lanes} lanes: {expr} at N={shape[1]}, M={m}")
+                    if lanes == "4":  # below any AVX host's width: a tune table is for the CPU's own kernels
+                        p = subprocess.run([self.exe, "tune", "--print"], capture_output=True, text=True, timeout=600)
+                        self.assertEqual(p.returncode, 1, p.stderr)
+                        self.assertEqual(p.stderr, "dnnc: error: dnnc tune times the kernels this CPU runs; DNNC_VECTOR_WIDTH=4 "
+                                                   "(for tests) would fit others\n")
                 finally:
                     del os.environ["DNNC_VECTOR_WIDTH"]
 
