@@ -96,7 +96,7 @@ public:
     return linkSharedObject(compileHostObject(kernels), scratch.path);
   }
   ModuleText moduleText(const std::vector<const kir::Kernel *> &kernels, const TargetOptions &) const override {
-    return {CpuModule::compile(kernels)->llvmIR(), ""};
+    return {hostLLVMIR(kernels), ""};
   }
   std::string builtFor(const TargetOptions &) const override { return "this CPU"; }
 };
@@ -162,7 +162,7 @@ public:
     throw DataError("cuda-sim runs only inside dnnc: there are no artifacts for it");
   }
   ModuleText moduleText(const std::vector<const kir::Kernel *> &kernels, const TargetOptions &) const override {
-    return {CpuModule::compile(kernels, true)->llvmIR(), ""};
+    return {hostLLVMIR(kernels, true), ""};
   }
   std::string builtFor(const TargetOptions &) const override { return "the GPU simulator"; }
 };

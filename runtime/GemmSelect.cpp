@@ -232,14 +232,17 @@ std::string hostCpuSlug() {
   return slug.empty() ? "unknown-cpu" : slug;
 }
 
+std::string dnncCacheFolder() {
+  if (const char *xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
+    return std::string(xdg) + "/dnnc";
+  const char *home = std::getenv("HOME");
+  return std::string(home && *home ? home : ".") + "/.cache/dnnc";
+}
+
 std::string defaultGemmTablePath() {
   if (const char *env = std::getenv("DNNC_TUNE_TABLE"); env && *env)
     return env;
-  std::string file = "dnnc/tune-" + hostCpuSlug() + ".json";
-  if (const char *xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
-    return std::string(xdg) + "/" + file;
-  const char *home = std::getenv("HOME");
-  return std::string(home && *home ? home : ".") + "/.cache/" + file;
+  return dnncCacheFolder() + "/tune-" + hostCpuSlug() + ".json";
 }
 
 namespace {

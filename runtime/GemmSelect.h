@@ -94,8 +94,11 @@ std::string gemmTableToJson(const GemmTable &t);
 GemmTable parseGemmTable(const std::string &text, const std::string &name);
 // This CPU's model name (/proc/cpuinfo) as a file-name part, e.g. "intel-xeon-platinum-8481c".
 std::string hostCpuSlug();
+// Where dnnc keeps what it learns on this machine (the tune table, compiled kernels):
+// $XDG_CACHE_HOME/dnnc, else ~/.cache/dnnc.
+std::string dnncCacheFolder();
 // Where `dnnc tune` writes and the runtime looks: $DNNC_TUNE_TABLE, else
-// $XDG_CACHE_HOME/dnnc/tune-<cpu>.json, else ~/.cache/dnnc/tune-<cpu>.json.
+// dnncCacheFolder()/tune-<cpu>.json.
 std::string defaultGemmTablePath();
 
 // The table at defaultGemmTablePath() when there is one, else the built-in one. Throws

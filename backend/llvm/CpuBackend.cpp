@@ -5,15 +5,19 @@
 #include "runtime/GpuSimulator.h"
 
 #include "backend/llvm/KernelEmitter.h"
+#include "backend/llvm/ObjectCache.h"
 #include "base/Error.h"
 
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/IR/DiagnosticInfo.h>
+#include <llvm/IR/GlobalAlias.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
+#include <llvm/Linker/Linker.h>
+#include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
@@ -21,9 +25,15 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
+#include <cctype>
 #include <cstdlib>
+#include <functional>
+#include <map>
+#include <optional>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 
 namespace dnnc::backend {
 namespace {
@@ -39,11 +49,22 @@ void initializeLLVM() {
 } // namespace
 
 struct CpuModule::Impl {
-  std::unique_ptr<llvm::orc::LLJIT> jit;
-  std::string ir;
+  std::unique_ptr<llvm::orc::LLJIT> jit; // null when every kernel's code was compiled before
+  // Kernels whose code an earlier module of this process compiled: that module, kept
+  // alive, and the symbol it has the code under.
+  std::map<std::string, std::pair<std::shared_ptr<const Impl>, std::string>> borrowed;
+
+  KernelFn lookup(const std::string &name) const {
+    if (auto it = borrowed.find(name); it != borrowed.end())
+      return it->second.first->lookup(it->second.second);
+    auto sym = jit ? jit->lookup(name) : llvm::Expected<llvm::orc::ExecutorAddr>(llvm::createStringError("no code"));
+    if (!sym)
+      throw InternalError("kernel " + name + " did not compile: " + errorText(sym.takeError()));
+    return sym->toPtr<KernelFn>();
+  }
 };
 
-CpuModule::CpuModule(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CpuModule::CpuModule(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CpuModule::~CpuModule() = default;
 
 namespace {
@@ -60,35 +81,141 @@ llvm::orc::JITTargetMachineBuilder hostTarget(bool pic) {
   return std::move(*jtmb);
 }
 
-// Every kernel in one module, optimized for the host.
-std::unique_ptr<llvm::Module> hostModule(const std::vector<const kir::Kernel *> &kernels, llvm::LLVMContext &ctx,
-                                         llvm::TargetMachine &tm, bool simulatedGpu = false) {
-  // Optimization remarks ("loop not vectorized") are not the user's business.
-  ctx.setDiagnosticHandlerCallBack([](const llvm::DiagnosticInfo *, void *) {});
+// Distinct codes optimized and compiled by LLVM in this process (not those from the cache).
+std::atomic<size_t> distinctCodesCompiled{0};
+
+std::unique_ptr<llvm::TargetMachine> targetMachine(llvm::orc::JITTargetMachineBuilder &jtmb) {
+  auto tm = jtmb.createTargetMachine();
+  if (!tm)
+    throw InternalError("LLVM has no target machine for this host: " + errorText(tm.takeError()));
+  return std::move(*tm);
+}
+
+std::unique_ptr<llvm::Module> emptyModule(llvm::LLVMContext &ctx, const llvm::TargetMachine &tm) {
   auto module = std::make_unique<llvm::Module>("dnnc", ctx);
   module->setDataLayout(tm.createDataLayout());
   module->setTargetTriple(tm.getTargetTriple().str());
-  for (const kir::Kernel *k : kernels)
-    if (simulatedGpu)
-      emitSimulatedGpuKernel(*module, *k);
-    else
-      emitCpuKernel(*module, *k, hostVectorWidth());
-  optimize(*module, tm);
   return module;
 }
+
+// What decides a kernel's code: the text of a module holding it alone (the function, the
+// helpers and constants it uses, their attributes and metadata), its values unnamed and its
+// own name replaced. Kernels with equal keys compile to the same code on this host: an op
+// repeated in every layer, a training step's update of each param, the ops every recompute
+// version shares.
+std::string codeKey(const llvm::Module &m, const std::string &kernel, bool simulatedGpu) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  m.print(os, nullptr);
+  std::string key = simulatedGpu ? "simulated GPU\n" : "CPU\n", ref = "@" + kernel;
+  size_t at = 0;
+  for (size_t hit; (hit = text.find(ref, at)) != std::string::npos; at = hit + ref.size()) {
+    size_t after = hit + ref.size();
+    bool whole = after == text.size() || !(std::isalnum(static_cast<unsigned char>(text[after])) || text[after] == '_');
+    key.append(text, at, hit - at).append(whole ? "@kernel" : ref);
+  }
+  return key.append(text, at, std::string::npos);
+}
+
+// The kernels in one module, each distinct code once: a kernel whose key an earlier one
+// has is an alias of it. `compiledBefore(kernel, key)` may claim a kernel whose code is
+// already compiled elsewhere; the module then leaves it out. With `names`, values keep the
+// kernel IR's names (for reading; equal kernels then rarely match). Not yet optimized.
+struct HostModule {
+  std::unique_ptr<llvm::Module> module;
+  std::vector<std::pair<std::string, std::string>> compiled; // kernel and key of each code compiled here
+  std::string contents; // what decides the module: its kernels' names and keys, its aliases
+};
+
+HostModule hostModule(const std::vector<const kir::Kernel *> &kernels, llvm::LLVMContext &ctx, llvm::TargetMachine &tm,
+                      bool simulatedGpu, bool names,
+                      const std::function<bool(const std::string &, const std::string &)> &compiledBefore = {}) {
+  // Optimization remarks ("loop not vectorized") are not the user's business.
+  ctx.setDiagnosticHandlerCallBack([](const llvm::DiagnosticInfo *, void *) {});
+  ctx.setDiscardValueNames(!names);
+  HostModule out{emptyModule(ctx, tm), {}, ""};
+  std::unordered_map<std::string, std::string> kernelWithKey;
+  std::vector<std::pair<std::string, std::string>> aliases; // kernel, the kernel with its code
+  for (const kir::Kernel *k : kernels) {
+    auto alone = emptyModule(ctx, tm);
+    if (simulatedGpu)
+      emitSimulatedGpuKernel(*alone, *k);
+    else
+      emitCpuKernel(*alone, *k, hostVectorWidth());
+    std::string key = codeKey(*alone, k->name, simulatedGpu);
+    if (auto it = kernelWithKey.find(key); it != kernelWithKey.end()) {
+      aliases.emplace_back(k->name, it->second);
+      continue;
+    }
+    if (compiledBefore && compiledBefore(k->name, key))
+      continue;
+    if (llvm::Linker::linkModules(*out.module, std::move(alone)))
+      throw InternalError("LLVM cannot link kernel " + k->name + " into the module");
+    kernelWithKey.emplace(key, k->name);
+    out.contents += "kernel " + k->name + "\n" + key;
+    out.compiled.emplace_back(k->name, std::move(key));
+  }
+  for (const auto &[name, target] : aliases) {
+    llvm::GlobalAlias::create(llvm::GlobalValue::ExternalLinkage, name, out.module->getFunction(target));
+    out.contents += "alias " + name + " = " + target + "\n";
+  }
+  return out;
+}
+
+// The module as an object file for `tm`: from the object cache when it has it, else
+// optimized (O3) and compiled by LLVM, and then cached.
+std::string objectFile(HostModule &host, llvm::TargetMachine &tm) {
+  std::optional<ObjectCache> cache = ObjectCache::fromEnvironment();
+  std::string key;
+  if (cache) {
+    key = cache->keyOf(fmt::format("{}\n{}\n{}\nrelocation {}\n{}", tm.getTargetTriple().str(), tm.getTargetCPU().str(),
+                                   tm.getTargetFeatureString().str(), static_cast<int>(tm.getRelocationModel()), host.contents));
+    if (std::optional<std::string> object = cache->load(key))
+      return std::move(*object);
+  }
+  optimize(*host.module, tm);
+  llvm::SmallString<0> object;
+  llvm::raw_svector_ostream os(object);
+  llvm::legacy::PassManager pm;
+  if (tm.addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::ObjectFile))
+    throw InternalError("LLVM cannot emit object code for this host");
+  pm.run(*host.module);
+  distinctCodesCompiled += host.compiled.size();
+  if (cache)
+    cache->store(key, object.str());
+  return object.str().str();
+}
+
+// Code compiled by earlier modules of this process, by key, for as long as the module lives.
+struct CompiledCode {
+  std::weak_ptr<const CpuModule::Impl> module;
+  std::string symbol;
+};
+std::mutex compiledCodeMutex;
+std::unordered_map<std::string, CompiledCode> compiledCode;
 
 } // namespace
 
 std::unique_ptr<CpuModule> CpuModule::compile(const std::vector<const kir::Kernel *> &kernels, bool simulatedGpu) {
   llvm::orc::JITTargetMachineBuilder jtmb = hostTarget(false);
-  auto tm = jtmb.createTargetMachine();
-  if (!tm)
-    throw InternalError("LLVM has no target machine for this host: " + errorText(tm.takeError()));
+  auto tm = targetMachine(jtmb);
   auto ctx = std::make_unique<llvm::LLVMContext>();
-  auto module = hostModule(kernels, *ctx, **tm, simulatedGpu);
-  auto impl = std::make_unique<Impl>();
-  llvm::raw_string_ostream os(impl->ir);
-  module->print(os, nullptr);
+  auto impl = std::make_shared<Impl>();
+  HostModule host = hostModule(kernels, *ctx, *tm, simulatedGpu, false, [&](const std::string &kernel, const std::string &key) {
+    std::lock_guard lock(compiledCodeMutex);
+    auto it = compiledCode.find(key);
+    if (it == compiledCode.end())
+      return false;
+    std::shared_ptr<const Impl> owner = it->second.module.lock();
+    if (!owner) {
+      compiledCode.erase(it);
+      return false;
+    }
+    impl->borrowed.emplace(kernel, std::make_pair(std::move(owner), it->second.symbol));
+    return true;
+  });
+  if (host.module->empty() && host.module->alias_empty())
+    return std::unique_ptr<CpuModule>(new CpuModule(std::move(impl)));
   auto jit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(jtmb)).create();
   if (!jit)
     throw InternalError("cannot start the LLVM JIT: " + errorText(jit.takeError()));
@@ -105,32 +232,41 @@ std::unique_ptr<CpuModule> CpuModule::compile(const std::vector<const kir::Kerne
     if (auto err = dylib.define(llvm::orc::absoluteSymbols(std::move(hooks))))
       throw InternalError("cannot give the JIT the GPU simulator's hooks: " + errorText(std::move(err)));
   }
-  if (auto err = impl->jit->addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(ctx))))
-    throw InternalError("the JIT rejected the module: " + errorText(std::move(err)));
+  std::string object = objectFile(host, *tm);
+  if (auto err = impl->jit->addObjectFile(llvm::MemoryBuffer::getMemBufferCopy(object, "dnnc-kernels")))
+    throw InternalError("the JIT rejected the kernels' object: " + errorText(std::move(err)));
+  {
+    std::lock_guard lock(compiledCodeMutex);
+    std::erase_if(compiledCode, [](const auto &entry) { return entry.second.module.expired(); });
+    for (auto &[kernel, key] : host.compiled)
+      compiledCode[std::move(key)] = {impl, kernel};
+  }
   return std::unique_ptr<CpuModule>(new CpuModule(std::move(impl)));
 }
 
 std::string compileHostObject(const std::vector<const kir::Kernel *> &kernels) {
-  auto tm = hostTarget(true).createTargetMachine();
-  if (!tm)
-    throw InternalError("LLVM has no target machine for this host: " + errorText(tm.takeError()));
+  auto jtmb = hostTarget(true);
+  auto tm = targetMachine(jtmb);
   llvm::LLVMContext ctx;
-  auto module = hostModule(kernels, ctx, **tm);
-  llvm::SmallString<0> object;
-  llvm::raw_svector_ostream os(object);
-  llvm::legacy::PassManager pm;
-  if ((*tm)->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::ObjectFile))
-    throw InternalError("LLVM cannot emit object code for this host");
-  pm.run(*module);
-  return object.str().str();
+  HostModule host = hostModule(kernels, ctx, *tm, false, false);
+  return objectFile(host, *tm);
 }
 
-KernelFn CpuModule::lookup(const std::string &name) const {
-  auto sym = impl_->jit->lookup(name);
-  if (!sym)
-    throw InternalError("kernel " + name + " did not compile: " + errorText(sym.takeError()));
-  return sym->toPtr<KernelFn>();
+std::string hostLLVMIR(const std::vector<const kir::Kernel *> &kernels, bool simulatedGpu) {
+  auto jtmb = hostTarget(false);
+  auto tm = targetMachine(jtmb);
+  llvm::LLVMContext ctx;
+  HostModule host = hostModule(kernels, ctx, *tm, simulatedGpu, true);
+  optimize(*host.module, *tm);
+  std::string ir;
+  llvm::raw_string_ostream os(ir);
+  host.module->print(os, nullptr);
+  return ir;
 }
+
+KernelFn CpuModule::lookup(const std::string &name) const { return impl_->lookup(name); }
+
+size_t CpuModule::codesCompiled() { return distinctCodesCompiled; }
 
 std::vector<KernelFn> CpuModule::lookup(const std::vector<const kir::Kernel *> &kernels) const {
   std::vector<KernelFn> fns;
@@ -138,8 +274,6 @@ std::vector<KernelFn> CpuModule::lookup(const std::vector<const kir::Kernel *> &
     fns.push_back(lookup(k->name));
   return fns;
 }
-
-const std::string &CpuModule::llvmIR() const { return impl_->ir; }
 
 unsigned widestHostVectorWidth() {
   llvm::StringMap<bool> features = llvm::sys::getHostCPUFeatures();

@@ -16,20 +16,26 @@ using rt::KernelFn; // runtime/KernelAbi.h: the calling convention
 
 class CpuModule {
 public:
-  // Compiles every kernel into one module. Throws InternalError if LLVM rejects it.
+  // Compiles every kernel into one module. Kernels whose code is the same (codeKey in
+  // CpuBackend.cpp) compile once: in this module, or not at all while an earlier module of
+  // this process that compiled it lives. Throws InternalError if LLVM rejects the code.
   // simulatedGpu: with the GPU's work mapping, for rt::SimulatedGpuDevice.
   static std::unique_ptr<CpuModule> compile(const std::vector<const kir::Kernel *> &kernels, bool simulatedGpu = false);
   ~CpuModule();
   KernelFn lookup(const std::string &name) const;
   std::vector<KernelFn> lookup(const std::vector<const kir::Kernel *> &kernels) const; // in their order
-  // The optimized LLVM IR, as text (`dnnc emit --emit=llvm`).
-  const std::string &llvmIR() const;
+  // How many distinct codes compile() has compiled in this process (for tests).
+  static size_t codesCompiled();
+  struct Impl; // named by CpuBackend.cpp's table of the process's compiled code
 
 private:
-  struct Impl;
-  explicit CpuModule(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  explicit CpuModule(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;
 };
+
+// The optimized LLVM IR of the kernels' module, as text, its values named after the kernel
+// IR's (`dnnc emit --emit=llvm`).
+std::string hostLLVMIR(const std::vector<const kir::Kernel *> &kernels, bool simulatedGpu = false);
 
 // The kernels as an ELF object of position-independent code for this host (exported
 // symbols named after the kernels), for a shared object in a built artifact.

@@ -1,0 +1,135 @@
+// Kernels with the same code compile once (backend/llvm/CpuBackend.h): within one module
+// their names share a function, and a later module borrows the code of an earlier one that
+// still lives. Across processes the object cache (backend/llvm/ObjectCache.h) keeps them.
+#include "backend/llvm/CpuBackend.h"
+#include "tests/unit/LoweredKernels.h"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+using namespace dnnc;
+
+namespace {
+
+// exp(x) and exp(y) lower to kernels that differ only in their names and buffers' names.
+const char *kTwins = R"(dim N;
+model main(x: f32[N], y: f32[N]) -> (f32[N], f32[N], f32[N]) {
+  return (exp(x), exp(y), -x);
+}
+)";
+
+std::vector<float> call(backend::KernelFn fn, std::vector<float> in) {
+  std::vector<float> out(in.size());
+  std::vector<uint8_t *> bufs{reinterpret_cast<uint8_t *>(in.data()), reinterpret_cast<uint8_t *>(out.data())};
+  int64_t n = static_cast<int64_t>(in.size());
+  fn(bufs.data(), &n, 0, n);
+  return out;
+}
+
+// DNNC_CACHE_DIR set for a scope (the object cache off unless named).
+struct CacheDir {
+  std::string old;
+  bool had;
+  explicit CacheDir(const std::string &dir) : had(std::getenv("DNNC_CACHE_DIR") != nullptr) {
+    if (had)
+      old = std::getenv("DNNC_CACHE_DIR");
+    ::setenv("DNNC_CACHE_DIR", dir.c_str(), 1);
+  }
+  ~CacheDir() { had ? ::setenv("DNNC_CACHE_DIR", old.c_str(), 1) : ::unsetenv("DNNC_CACHE_DIR"); }
+};
+
+std::vector<std::filesystem::path> objectsIn(const std::filesystem::path &dir) {
+  std::vector<std::filesystem::path> objects;
+  for (const auto &entry : std::filesystem::directory_iterator(dir))
+    objects.push_back(entry.path());
+  return objects;
+}
+
+} // namespace
+
+TEST_CASE("kernels with the same code compile once", "[cpu][codegen]") {
+  auto program = test::lowerUnfused(kTwins, "cpu");
+  std::vector<const kir::Kernel *> kernels = program->kernels.kernelPointers();
+  REQUIRE(kernels.size() == 3);
+  std::vector<float> x{0.0f, 1.0f, -2.0f, 0.5f, 3.0f};
+  CacheDir off("off");
+
+  size_t before = backend::CpuModule::codesCompiled();
+  auto first = backend::CpuModule::compile(kernels);
+  CHECK(backend::CpuModule::codesCompiled() - before == 2); // exp once, the negation once
+  const std::string expX = kernels[0]->name, expY = kernels[1]->name, neg = kernels[2]->name;
+  REQUIRE(neg.find("_neg") != std::string::npos);
+  REQUIRE(expX != expY);
+  CHECK(first->lookup(expX) == first->lookup(expY));
+  CHECK(first->lookup(expX) != first->lookup(neg));
+  CHECK(call(first->lookup(expY), x)[1] == Approx(std::exp(1.0f)).epsilon(1e-6));
+  CHECK(call(first->lookup(neg), x)[2] == 2.0f);
+
+  SECTION("a later module borrows the code of one that lives") {
+    auto second = backend::CpuModule::compile(kernels);
+    CHECK(backend::CpuModule::codesCompiled() - before == 2);
+    CHECK(second->lookup(kernels) == first->lookup(kernels));
+    first.reset(); // the second keeps the code alive
+    CHECK(call(second->lookup(neg), x)[4] == -3.0f);
+  }
+  SECTION("once the module is gone, its code compiles again") {
+    first.reset();
+    auto again = backend::CpuModule::compile(kernels);
+    CHECK(backend::CpuModule::codesCompiled() - before == 4);
+    CHECK(call(again->lookup(expX), x)[3] == Approx(std::exp(0.5f)).epsilon(1e-6));
+  }
+  SECTION("the GPU simulator's kernels share code among themselves, not with the CPU's") {
+    auto gpu = test::lowerUnfused(kTwins, "cuda-sim");
+    std::vector<const kir::Kernel *> simulatedKernels = gpu->kernels.kernelPointers();
+    auto simulated = backend::CpuModule::compile(simulatedKernels, true);
+    CHECK(backend::CpuModule::codesCompiled() - before == 4);
+    CHECK(simulated->lookup(simulatedKernels[0]->name) == simulated->lookup(simulatedKernels[1]->name));
+  }
+}
+
+TEST_CASE("the object cache keeps compiled kernels between modules that never lived together", "[cpu][codegen]") {
+  auto program = test::lowerUnfused(kTwins, "cpu");
+  std::vector<const kir::Kernel *> kernels = program->kernels.kernelPointers();
+  std::vector<float> x{0.0f, 1.0f, -2.0f, 0.5f, 3.0f};
+  std::filesystem::path dir = std::filesystem::temp_directory_path() / "dnnc_object_cache_test";
+  std::filesystem::remove_all(dir);
+  CacheDir cache(dir.string());
+
+  size_t before = backend::CpuModule::codesCompiled();
+  backend::CpuModule::compile(kernels).reset();
+  CHECK(backend::CpuModule::codesCompiled() - before == 2);
+  REQUIRE(objectsIn(dir).size() == 1);
+  auto cached = backend::CpuModule::compile(kernels); // nothing lives to borrow from: the file
+  CHECK(backend::CpuModule::codesCompiled() - before == 2);
+  CHECK(call(cached->lookup(kernels[2]->name), x)[2] == 2.0f);
+  CHECK(cached->lookup(kernels[0]->name) == cached->lookup(kernels[1]->name));
+  cached.reset();
+
+  SECTION("a damaged object is a miss, and is written again") {
+    std::filesystem::path object = objectsIn(dir)[0];
+    std::filesystem::resize_file(object, std::filesystem::file_size(object) / 2);
+    auto again = backend::CpuModule::compile(kernels);
+    CHECK(backend::CpuModule::codesCompiled() - before == 4);
+    CHECK(call(again->lookup(kernels[1]->name), x)[1] == Approx(std::exp(1.0f)).epsilon(1e-6));
+    again.reset();
+    backend::CpuModule::compile(kernels).reset();
+    CHECK(backend::CpuModule::codesCompiled() - before == 4);
+  }
+  SECTION("other kernels are other objects") {
+    backend::CpuModule::compile({kernels[2]}).reset();
+    CHECK(backend::CpuModule::codesCompiled() - before == 3);
+    CHECK(objectsIn(dir).size() == 2);
+  }
+  SECTION("a folder that cannot be written is no error") {
+    CacheDir unwritable("/proc/dnnc-cache");
+    auto module = backend::CpuModule::compile(kernels);
+    CHECK(backend::CpuModule::codesCompiled() - before == 4);
+    CHECK(call(module->lookup(kernels[2]->name), x)[4] == -3.0f);
+  }
+  std::filesystem::remove_all(dir);
+}
