@@ -25,14 +25,17 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cstdlib>
+#include <exception>
 #include <functional>
 #include <map>
-#include <optional>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 
 namespace dnnc::backend {
@@ -117,27 +120,43 @@ std::string codeKey(const llvm::Module &m, const std::string &kernel, bool simul
   return key.append(text, at, std::string::npos);
 }
 
-// The kernels in one module, each distinct code once: a kernel whose key an earlier one
-// has is an alias of it. `compiledBefore(kernel, key)` may claim a kernel whose code is
-// already compiled elsewhere; the module then leaves it out. With `names`, values keep the
-// kernel IR's names (for reading; equal kernels then rarely match). Not yet optimized.
+// A share of a module's kernels, in an LLVM context of its own, so that the shares
+// optimize and compile on threads of their own.
 struct HostModule {
+  std::unique_ptr<llvm::LLVMContext> ctx;
   std::unique_ptr<llvm::Module> module;
   std::vector<std::pair<std::string, std::string>> compiled; // kernel and key of each code compiled here
   std::string contents; // what decides the module: its kernels' names and keys, its aliases
 };
 
-HostModule hostModule(const std::vector<const kir::Kernel *> &kernels, llvm::LLVMContext &ctx, llvm::TargetMachine &tm,
-                      bool simulatedGpu, bool names,
-                      const std::function<bool(const std::string &, const std::string &)> &compiledBefore = {}) {
-  // Optimization remarks ("loop not vectorized") are not the user's business.
-  ctx.setDiagnosticHandlerCallBack([](const llvm::DiagnosticInfo *, void *) {});
-  ctx.setDiscardValueNames(!names);
-  HostModule out{emptyModule(ctx, tm), {}, ""};
-  std::unordered_map<std::string, std::string> kernelWithKey;
-  std::vector<std::pair<std::string, std::string>> aliases; // kernel, the kernel with its code
-  for (const kir::Kernel *k : kernels) {
-    auto alone = emptyModule(ctx, tm);
+// How many shares to cut `kernels` kernels into: one per core, at least 16 kernels each.
+size_t sharesFor(size_t kernels) {
+  size_t cores = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
+  return std::clamp<size_t>(kernels / 16, 1, cores);
+}
+
+// The kernels in `shares` modules (kernel i in share i % shares), each distinct code once:
+// a kernel whose key an earlier one has is an alias of it. `compiledBefore(kernel, key)`
+// may claim a kernel whose code is already compiled elsewhere; the modules then leave it
+// out. With `names`, values keep the kernel IR's names (for reading; equal kernels then
+// rarely match). Not yet optimized.
+std::vector<HostModule> hostModules(const std::vector<const kir::Kernel *> &kernels, const llvm::TargetMachine &tm,
+                                    bool simulatedGpu, bool names, size_t shares,
+                                    const std::function<bool(const std::string &, const std::string &)> &compiledBefore = {}) {
+  std::vector<HostModule> out(shares);
+  for (HostModule &share : out) {
+    share.ctx = std::make_unique<llvm::LLVMContext>();
+    // Optimization remarks ("loop not vectorized") are not the user's business.
+    share.ctx->setDiagnosticHandlerCallBack([](const llvm::DiagnosticInfo *, void *) {});
+    share.ctx->setDiscardValueNames(!names);
+    share.module = emptyModule(*share.ctx, tm);
+  }
+  std::unordered_map<std::string, std::pair<size_t, std::string>> kernelWithKey; // the share and kernel with the code
+  std::vector<std::pair<std::string, std::pair<size_t, std::string>>> aliases;
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const kir::Kernel *k = kernels[i];
+    HostModule &share = out[i % shares];
+    auto alone = emptyModule(*share.ctx, tm);
     if (simulatedGpu)
       emitSimulatedGpuKernel(*alone, *k);
     else
@@ -149,41 +168,80 @@ HostModule hostModule(const std::vector<const kir::Kernel *> &kernels, llvm::LLV
     }
     if (compiledBefore && compiledBefore(k->name, key))
       continue;
-    if (llvm::Linker::linkModules(*out.module, std::move(alone)))
+    if (llvm::Linker::linkModules(*share.module, std::move(alone)))
       throw InternalError("LLVM cannot link kernel " + k->name + " into the module");
-    kernelWithKey.emplace(key, k->name);
-    out.contents += "kernel " + k->name + "\n" + key;
-    out.compiled.emplace_back(k->name, std::move(key));
+    kernelWithKey.emplace(key, std::make_pair(i % shares, k->name));
+    share.contents += "kernel " + k->name + "\n" + key;
+    share.compiled.emplace_back(k->name, std::move(key));
   }
   for (const auto &[name, target] : aliases) {
-    llvm::GlobalAlias::create(llvm::GlobalValue::ExternalLinkage, name, out.module->getFunction(target));
-    out.contents += "alias " + name + " = " + target + "\n";
+    HostModule &share = out[target.first];
+    llvm::GlobalAlias::create(llvm::GlobalValue::ExternalLinkage, name, share.module->getFunction(target.second));
+    share.contents += "alias " + name + " = " + target.second + "\n";
   }
   return out;
 }
 
-// The module as an object file for `tm`: from the object cache when it has it, else
-// optimized (O3) and compiled by LLVM, and then cached.
-std::string objectFile(HostModule &host, llvm::TargetMachine &tm) {
+// Each share with code (every share with `emptyToo`) as an object file for the host: from
+// the object cache when it has it, else optimized (O3) and compiled by LLVM, one thread per
+// share, and then cached.
+std::vector<std::string> objectFiles(std::vector<HostModule> &shares, llvm::orc::JITTargetMachineBuilder &jtmb,
+                                     bool emptyToo = false) {
   std::optional<ObjectCache> cache = ObjectCache::fromEnvironment();
-  std::string key;
-  if (cache) {
-    key = cache->keyOf(fmt::format("{}\n{}\n{}\nrelocation {}\n{}", tm.getTargetTriple().str(), tm.getTargetCPU().str(),
-                                   tm.getTargetFeatureString().str(), static_cast<int>(tm.getRelocationModel()), host.contents));
-    if (std::optional<std::string> object = cache->load(key))
-      return std::move(*object);
+  std::vector<std::string> objects, keys;
+  std::vector<size_t> toCompile;
+  std::vector<std::unique_ptr<llvm::TargetMachine>> machines;
+  for (size_t i = 0; i < shares.size(); ++i) {
+    if (!emptyToo && shares[i].module->empty() && shares[i].module->alias_empty())
+      continue;
+    auto tm = targetMachine(jtmb);
+    std::string key;
+    if (cache) {
+      key = cache->keyOf(fmt::format("{}\n{}\n{}\nrelocation {}\n{}", tm->getTargetTriple().str(), tm->getTargetCPU().str(),
+                                     tm->getTargetFeatureString().str(), static_cast<int>(tm->getRelocationModel()),
+                                     shares[i].contents));
+      if (std::optional<std::string> object = cache->load(key)) {
+        objects.push_back(std::move(*object));
+        continue;
+      }
+    }
+    toCompile.push_back(i);
+    keys.push_back(std::move(key));
+    machines.push_back(std::move(tm));
   }
-  optimize(*host.module, tm);
-  llvm::SmallString<0> object;
-  llvm::raw_svector_ostream os(object);
-  llvm::legacy::PassManager pm;
-  if (tm.addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::ObjectFile))
-    throw InternalError("LLVM cannot emit object code for this host");
-  pm.run(*host.module);
-  distinctCodesCompiled += host.compiled.size();
-  if (cache)
-    cache->store(key, object.str());
-  return object.str().str();
+  std::vector<std::string> compiled(toCompile.size());
+  std::vector<std::exception_ptr> failures(toCompile.size());
+  auto compileShare = [&](size_t j) {
+    try {
+      llvm::Module &m = *shares[toCompile[j]].module;
+      optimize(m, *machines[j]);
+      llvm::SmallString<0> object;
+      llvm::raw_svector_ostream os(object);
+      llvm::legacy::PassManager pm;
+      if (machines[j]->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::ObjectFile))
+        throw InternalError("LLVM cannot emit object code for this host");
+      pm.run(m);
+      compiled[j] = object.str().str();
+    } catch (...) {
+      failures[j] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t j = 1; j < toCompile.size(); ++j)
+    threads.emplace_back(compileShare, j);
+  if (!toCompile.empty())
+    compileShare(0);
+  for (std::thread &t : threads)
+    t.join();
+  for (size_t j = 0; j < toCompile.size(); ++j) {
+    if (failures[j])
+      std::rethrow_exception(failures[j]);
+    distinctCodesCompiled += shares[toCompile[j]].compiled.size();
+    if (cache)
+      cache->store(keys[j], compiled[j]);
+    objects.push_back(std::move(compiled[j]));
+  }
+  return objects;
 }
 
 // Code compiled by earlier modules of this process, by key, for as long as the module lives.
@@ -198,23 +256,24 @@ std::unordered_map<std::string, CompiledCode> compiledCode;
 
 std::unique_ptr<CpuModule> CpuModule::compile(const std::vector<const kir::Kernel *> &kernels, bool simulatedGpu) {
   llvm::orc::JITTargetMachineBuilder jtmb = hostTarget(false);
-  auto tm = targetMachine(jtmb);
-  auto ctx = std::make_unique<llvm::LLVMContext>();
   auto impl = std::make_shared<Impl>();
-  HostModule host = hostModule(kernels, *ctx, *tm, simulatedGpu, false, [&](const std::string &kernel, const std::string &key) {
-    std::lock_guard lock(compiledCodeMutex);
-    auto it = compiledCode.find(key);
-    if (it == compiledCode.end())
-      return false;
-    std::shared_ptr<const Impl> owner = it->second.module.lock();
-    if (!owner) {
-      compiledCode.erase(it);
-      return false;
-    }
-    impl->borrowed.emplace(kernel, std::make_pair(std::move(owner), it->second.symbol));
-    return true;
-  });
-  if (host.module->empty() && host.module->alias_empty())
+  std::vector<HostModule> shares =
+      hostModules(kernels, *targetMachine(jtmb), simulatedGpu, false, sharesFor(kernels.size()),
+                  [&](const std::string &kernel, const std::string &key) {
+                    std::lock_guard lock(compiledCodeMutex);
+                    auto it = compiledCode.find(key);
+                    if (it == compiledCode.end())
+                      return false;
+                    std::shared_ptr<const Impl> owner = it->second.module.lock();
+                    if (!owner) {
+                      compiledCode.erase(it);
+                      return false;
+                    }
+                    impl->borrowed.emplace(kernel, std::make_pair(std::move(owner), it->second.symbol));
+                    return true;
+                  });
+  std::vector<std::string> objects = objectFiles(shares, jtmb);
+  if (objects.empty())
     return std::unique_ptr<CpuModule>(new CpuModule(std::move(impl)));
   auto jit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(jtmb)).create();
   if (!jit)
@@ -232,35 +291,34 @@ std::unique_ptr<CpuModule> CpuModule::compile(const std::vector<const kir::Kerne
     if (auto err = dylib.define(llvm::orc::absoluteSymbols(std::move(hooks))))
       throw InternalError("cannot give the JIT the GPU simulator's hooks: " + errorText(std::move(err)));
   }
-  std::string object = objectFile(host, *tm);
-  if (auto err = impl->jit->addObjectFile(llvm::MemoryBuffer::getMemBufferCopy(object, "dnnc-kernels")))
-    throw InternalError("the JIT rejected the kernels' object: " + errorText(std::move(err)));
+  for (const std::string &object : objects)
+    if (auto err = impl->jit->addObjectFile(llvm::MemoryBuffer::getMemBufferCopy(object, "dnnc-kernels")))
+      throw InternalError("the JIT rejected the kernels' object: " + errorText(std::move(err)));
   {
     std::lock_guard lock(compiledCodeMutex);
     std::erase_if(compiledCode, [](const auto &entry) { return entry.second.module.expired(); });
-    for (auto &[kernel, key] : host.compiled)
-      compiledCode[std::move(key)] = {impl, kernel};
+    for (HostModule &share : shares)
+      for (auto &[kernel, key] : share.compiled)
+        compiledCode[std::move(key)] = {impl, kernel};
   }
   return std::unique_ptr<CpuModule>(new CpuModule(std::move(impl)));
 }
 
+// One share: an artifact's shared object is linked from one object file.
 std::string compileHostObject(const std::vector<const kir::Kernel *> &kernels) {
   auto jtmb = hostTarget(true);
-  auto tm = targetMachine(jtmb);
-  llvm::LLVMContext ctx;
-  HostModule host = hostModule(kernels, ctx, *tm, false, false);
-  return objectFile(host, *tm);
+  std::vector<HostModule> shares = hostModules(kernels, *targetMachine(jtmb), false, false, 1);
+  return std::move(objectFiles(shares, jtmb, true).at(0));
 }
 
 std::string hostLLVMIR(const std::vector<const kir::Kernel *> &kernels, bool simulatedGpu) {
   auto jtmb = hostTarget(false);
   auto tm = targetMachine(jtmb);
-  llvm::LLVMContext ctx;
-  HostModule host = hostModule(kernels, ctx, *tm, simulatedGpu, true);
-  optimize(*host.module, *tm);
+  std::vector<HostModule> shares = hostModules(kernels, *tm, simulatedGpu, true, 1);
+  optimize(*shares[0].module, *tm);
   std::string ir;
   llvm::raw_string_ostream os(ir);
-  host.module->print(os, nullptr);
+  shares[0].module->print(os, nullptr);
   return ir;
 }
 

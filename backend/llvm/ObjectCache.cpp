@@ -83,11 +83,14 @@ void trim(const fs::path &folder) {
 } // namespace
 
 std::optional<ObjectCache> ObjectCache::fromEnvironment() {
+  auto set = [](const char *name) { return std::getenv(name) && *std::getenv(name); };
   std::string folder;
-  if (const char *env = std::getenv("DNNC_CACHE_DIR"); env && *env)
-    folder = env;
-  else
+  if (set("DNNC_CACHE_DIR"))
+    folder = std::getenv("DNNC_CACHE_DIR");
+  else if (set("XDG_CACHE_HOME") || set("HOME"))
     folder = rt::dnncCacheFolder() + "/kernels";
+  else
+    return std::nullopt; // no home to keep it in (not the working folder)
   if (folder == "off" || binaryIdentity().empty())
     return std::nullopt;
   ObjectCache cache;

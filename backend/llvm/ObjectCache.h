@@ -4,9 +4,10 @@
 // code keys, names and aliases), the target machine (CPU, features, relocation model),
 // LLVM's version and the dnnc binary that compiled it (its size and modification time,
 // ccache's compiler check). The folder is $DNNC_CACHE_DIR, else the kernels folder under
-// dnncCacheFolder() (runtime/GemmSelect.h); DNNC_CACHE_DIR=off turns the cache off. It
-// keeps at most kObjectCacheBytes, dropping the least recently used objects. A failure to
-// read or write it is a miss, never an error: the cache only saves time.
+// dnncCacheFolder() (runtime/GemmSelect.h). DNNC_CACHE_DIR=off turns the cache off, as
+// does an environment with neither XDG_CACHE_HOME nor HOME. It keeps at most
+// kObjectCacheBytes, dropping the least recently used objects. A failure to read or write
+// it is a miss, never an error: the cache only saves time.
 #pragma once
 
 #include <cstdint>

@@ -9,7 +9,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
+#include <map>
+#include <string>
 #include <vector>
 
 using namespace dnnc;
@@ -131,5 +132,57 @@ TEST_CASE("the object cache keeps compiled kernels between modules that never li
     CHECK(backend::CpuModule::codesCompiled() - before == 4);
     CHECK(call(module->lookup(kernels[2]->name), x)[4] == -3.0f);
   }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a large module compiles in shares on several threads, its twins aliased across them", "[cpu][codegen]") {
+  // 18 unary ops on x and on y: 36 kernels, 18 codes, twins in neighbouring shares.
+  const std::vector<std::string> ops{"exp", "log", "tanh", "sigmoid", "relu", "abs", "sqrt", "sin", "cos",
+                                     "floor", "ceil", "round", "sign", "erf", "gelu", "silu", "rsqrt", "neg"};
+  std::string results, types;
+  for (const std::string &op : ops)
+    for (const char *v : {"x", "y"}) {
+      results += (results.empty() ? "" : ", ") + op + "(" + v + ")";
+      types += std::string(types.empty() ? "" : ", ") + "f32[N]";
+    }
+  std::string text = "dim N;\nmodel main(x: f32[N], y: f32[N]) -> (" + types + ") {\n  return (" + results + ");\n}\n";
+  auto program = test::lowerUnfused(text.c_str(), "cpu");
+  std::vector<const kir::Kernel *> kernels = program->kernels.kernelPointers();
+  REQUIRE(kernels.size() == 36);
+  CacheDir off("off");
+  size_t before = backend::CpuModule::codesCompiled();
+  auto module = backend::CpuModule::compile(kernels);
+  CHECK(backend::CpuModule::codesCompiled() - before == 18);
+  std::vector<float> x{0.25f, 1.0f, 2.0f, 0.5f, 3.0f};
+  for (size_t i = 0; i < kernels.size(); i += 2) {
+    INFO(kernels[i]->name << " and " << kernels[i + 1]->name);
+    CHECK(module->lookup(kernels[i]->name) == module->lookup(kernels[i + 1]->name));
+    CHECK(call(module->lookup(kernels[i + 1]->name), x) == call(module->lookup(kernels[i]->name), x));
+  }
+  CHECK(call(module->lookup(kernels[0]->name), x)[1] == Approx(std::exp(1.0f)).epsilon(1e-6));
+  CHECK(call(module->lookup(kernels[35]->name), x)[2] == -2.0f);
+}
+
+TEST_CASE("with neither HOME nor XDG_CACHE_HOME, no object is written anywhere", "[cpu][codegen]") {
+  auto program = test::lowerUnfused(kTwins, "cpu");
+  std::filesystem::path dir = std::filesystem::temp_directory_path() / "dnnc_object_cache_homeless";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::filesystem::path cwd = std::filesystem::current_path();
+  std::map<std::string, std::string> saved;
+  for (const char *name : {"HOME", "XDG_CACHE_HOME", "DNNC_CACHE_DIR"})
+    if (const char *value = std::getenv(name)) {
+      saved[name] = value;
+      ::unsetenv(name);
+    }
+  std::filesystem::current_path(dir);
+  size_t before = backend::CpuModule::codesCompiled();
+  backend::CpuModule::compile(program->kernels.kernelPointers()).reset();
+  backend::CpuModule::compile(program->kernels.kernelPointers()).reset();
+  CHECK(backend::CpuModule::codesCompiled() - before == 4); // compiled twice: no cache
+  CHECK(std::filesystem::is_empty(dir));
+  std::filesystem::current_path(cwd);
+  for (const auto &[name, value] : saved)
+    ::setenv(name.c_str(), value.c_str(), 1);
   std::filesystem::remove_all(dir);
 }
