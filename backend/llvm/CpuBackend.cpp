@@ -25,6 +25,8 @@
 
 #include <fmt/format.h>
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cctype>
@@ -35,6 +37,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 
@@ -72,15 +75,18 @@ CpuModule::~CpuModule() = default;
 
 namespace {
 
-// The host's target description; position-independent code when it goes into a shared object.
-llvm::orc::JITTargetMachineBuilder hostTarget(bool pic) {
+// The host's target description: position-independent code in the small code model, what
+// LLJIT asks for when it links with JITLink (x86-64 ELF) and what a shared object needs.
+// (A JIT target machine left to its defaults would use the large code model: every
+// constant and call through a 64-bit absolute address.)
+llvm::orc::JITTargetMachineBuilder hostTarget() {
   initializeLLVM();
   auto jtmb = llvm::orc::JITTargetMachineBuilder::detectHost();
   if (!jtmb)
     throw InternalError("LLVM cannot describe this host: " + errorText(jtmb.takeError()));
   jtmb->setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
-  if (pic)
-    jtmb->setRelocationModel(llvm::Reloc::PIC_);
+  jtmb->setRelocationModel(llvm::Reloc::PIC_);
+  jtmb->setCodeModel(llvm::CodeModel::Small);
   return std::move(*jtmb);
 }
 
@@ -129,10 +135,12 @@ struct HostModule {
   std::string contents; // what decides the module: its kernels' names and keys, its aliases
 };
 
-// How many shares to cut `kernels` kernels into: one per core, at least 16 kernels each.
+// How many shares to cut `kernels` kernels into: one per core this process may run on (16
+// at most), at least 16 kernels each.
 size_t sharesFor(size_t kernels) {
-  size_t cores = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 16);
-  return std::clamp<size_t>(kernels / 16, 1, cores);
+  cpu_set_t allowed;
+  size_t cores = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : std::thread::hardware_concurrency();
+  return std::clamp<size_t>(kernels / 16, 1, std::clamp<size_t>(cores, 1, 16));
 }
 
 // The kernels in `shares` modules (kernel i in share i % shares), each distinct code once:
@@ -227,10 +235,19 @@ std::vector<std::string> objectFiles(std::vector<HostModule> &shares, llvm::orc:
     }
   };
   std::vector<std::thread> threads;
-  for (size_t j = 1; j < toCompile.size(); ++j)
-    threads.emplace_back(compileShare, j);
-  if (!toCompile.empty())
-    compileShare(0);
+  std::vector<size_t> here; // the shares this thread compiles: the first, and any whose thread did not start
+  for (size_t j = 0; j < toCompile.size(); ++j) {
+    try {
+      if (j > 0) {
+        threads.emplace_back(compileShare, j);
+        continue;
+      }
+    } catch (const std::system_error &) { // out of threads (a container's pids limit)
+    }
+    here.push_back(j);
+  }
+  for (size_t j : here)
+    compileShare(j);
   for (std::thread &t : threads)
     t.join();
   for (size_t j = 0; j < toCompile.size(); ++j) {
@@ -255,11 +272,15 @@ std::unordered_map<std::string, CompiledCode> compiledCode;
 } // namespace
 
 std::unique_ptr<CpuModule> CpuModule::compile(const std::vector<const kir::Kernel *> &kernels, bool simulatedGpu) {
-  llvm::orc::JITTargetMachineBuilder jtmb = hostTarget(false);
+  llvm::orc::JITTargetMachineBuilder jtmb = hostTarget();
   auto impl = std::make_shared<Impl>();
   std::vector<HostModule> shares =
       hostModules(kernels, *targetMachine(jtmb), simulatedGpu, false, sharesFor(kernels.size()),
                   [&](const std::string &kernel, const std::string &key) {
+                    // The simulator's shared memory is a mutable global of the module:
+                    // modules that may run at once on two threads must not share it.
+                    if (simulatedGpu)
+                      return false;
                     std::lock_guard lock(compiledCodeMutex);
                     auto it = compiledCode.find(key);
                     if (it == compiledCode.end())
@@ -299,20 +320,21 @@ std::unique_ptr<CpuModule> CpuModule::compile(const std::vector<const kir::Kerne
     std::erase_if(compiledCode, [](const auto &entry) { return entry.second.module.expired(); });
     for (HostModule &share : shares)
       for (auto &[kernel, key] : share.compiled)
-        compiledCode[std::move(key)] = {impl, kernel};
+        if (!simulatedGpu)
+          compiledCode[std::move(key)] = {impl, kernel};
   }
   return std::unique_ptr<CpuModule>(new CpuModule(std::move(impl)));
 }
 
 // One share: an artifact's shared object is linked from one object file.
 std::string compileHostObject(const std::vector<const kir::Kernel *> &kernels) {
-  auto jtmb = hostTarget(true);
+  auto jtmb = hostTarget();
   std::vector<HostModule> shares = hostModules(kernels, *targetMachine(jtmb), false, false, 1);
   return std::move(objectFiles(shares, jtmb, true).at(0));
 }
 
 std::string hostLLVMIR(const std::vector<const kir::Kernel *> &kernels, bool simulatedGpu) {
-  auto jtmb = hostTarget(false);
+  auto jtmb = hostTarget();
   auto tm = targetMachine(jtmb);
   std::vector<HostModule> shares = hostModules(kernels, *tm, simulatedGpu, true, 1);
   optimize(*shares[0].module, *tm);

@@ -5,6 +5,7 @@
 #include <llvm/ADT/StringExtras.h>
 #include <llvm/Config/llvm-config.h>
 #include <llvm/Support/SHA256.h>
+#include <llvm/TargetParser/Host.h>
 
 #include <dlfcn.h>
 #include <sys/stat.h>
@@ -12,11 +13,12 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <sstream>
 #include <vector>
 
@@ -25,20 +27,28 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The binary holding this code (dnnc, or the library a Python process loaded), as size and
-// modification time; "" when it cannot be found. A rebuilt dnnc never reads its
-// predecessor's objects.
+// The size and modification time of the file holding `code` (/proc/self/exe when it is
+// the executable), or "" when there is none to find.
+std::string fileIdentity(const void *code) {
+  Dl_info info{};
+  std::string path = "/proc/self/exe";
+  if (dladdr(code, &info) && info.dli_fname && info.dli_fname[0] == '/')
+    path = info.dli_fname;
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0)
+    return std::string();
+  return path + " " + std::to_string(st.st_size) + " " + std::to_string(st.st_mtim.tv_sec) + "." +
+         std::to_string(st.st_mtim.tv_nsec);
+}
+
+// The binary holding this code (dnnc, or the library a Python process loaded) and the
+// LLVM library it runs: a rebuilt dnnc or an upgraded LLVM never reads its predecessor's
+// objects. "" when either cannot be found.
 const std::string &binaryIdentity() {
   static const std::string identity = [] {
-    Dl_info info{};
-    std::string path = "/proc/self/exe";
-    if (dladdr(reinterpret_cast<void *>(&binaryIdentity), &info) && info.dli_fname && info.dli_fname[0] == '/')
-      path = info.dli_fname;
-    struct stat st{};
-    if (::stat(path.c_str(), &st) != 0)
-      return std::string();
-    return path + " " + std::to_string(st.st_size) + " " + std::to_string(st.st_mtim.tv_sec) + "." +
-           std::to_string(st.st_mtim.tv_nsec);
+    std::string dnnc = fileIdentity(reinterpret_cast<const void *>(&binaryIdentity));
+    std::string llvm = fileIdentity(reinterpret_cast<const void *>(&llvm::sys::getHostCPUName));
+    return dnnc.empty() || llvm.empty() ? std::string() : dnnc + "\n" + llvm;
   }();
   return identity;
 }
@@ -53,22 +63,39 @@ std::string_view bytes(const std::array<uint8_t, 32> &digest) {
   return {reinterpret_cast<const char *>(digest.data()), digest.size()};
 }
 
+bool isObjectName(const std::string &name) {
+  return name.size() == 66 && name.ends_with(".o") &&
+         std::all_of(name.begin(), name.end() - 2, [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+}
+
 // Drops the least recently used objects (a hit touches its file) until the folder holds
-// at most 90% of kObjectCacheBytes.
+// at most 90% of kObjectCacheBytes, and the partial files of writers killed over an hour
+// ago. Only the files it names itself: the folder may be shared with others.
 void trim(const fs::path &folder) {
   std::error_code ec;
   std::vector<std::pair<fs::file_time_type, fs::path>> objects;
   uint64_t total = 0;
-  for (const auto &entry : fs::directory_iterator(folder, ec)) {
-    if (entry.path().extension() != ".o")
-      continue;
-    uint64_t size = entry.file_size(ec);
+  auto stale = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    fs::file_time_type time = it->last_write_time(ec);
     if (ec)
+      return;
+    if (name.size() > 70 && isObjectName(name.substr(0, 64) + ".o") && name.compare(64, 4, ".tmp") == 0) {
+      if (time < stale)
+        fs::remove(it->path(), ec);
+      ec.clear();
       continue;
+    }
+    if (!isObjectName(name))
+      continue;
+    uint64_t size = it->file_size(ec);
+    if (ec)
+      return;
     total += size;
-    objects.emplace_back(entry.last_write_time(ec), entry.path());
+    objects.emplace_back(time, it->path());
   }
-  if (total <= kObjectCacheBytes)
+  if (ec || total <= kObjectCacheBytes)
     return;
   std::sort(objects.begin(), objects.end());
   for (const auto &[time, path] : objects) {
@@ -105,7 +132,7 @@ std::string ObjectCache::keyOf(std::string_view what) const {
 }
 
 // A file holds the SHA-256 of the object, then the object: a torn or damaged file is a miss.
-std::optional<std::string> ObjectCache::load(const std::string &key) const {
+std::optional<std::string> ObjectCache::load(const std::string &key) const try {
   fs::path path = fs::path(folder_) / (key + ".o");
   std::ifstream in(path, std::ios::binary);
   if (!in)
@@ -118,17 +145,19 @@ std::optional<std::string> ObjectCache::load(const std::string &key) const {
   std::error_code ec;
   fs::last_write_time(path, fs::file_time_type::clock::now(), ec);
   return file.substr(32);
+} catch (const std::exception &) { // out of memory, a file system's error: a miss
+  return std::nullopt;
 }
 
 // Written under a name of its own and renamed into place, so that processes sharing the
 // folder never read half an object.
-void ObjectCache::store(const std::string &key, std::string_view object) const {
+void ObjectCache::store(const std::string &key, std::string_view object) const try {
   std::error_code ec;
   fs::create_directories(folder_, ec);
   if (ec)
     return;
-  std::random_device random;
-  fs::path temporary = fs::path(folder_) / (key + ".tmp" + std::to_string(::getpid()) + "-" + std::to_string(random()));
+  static std::atomic<uint64_t> written{0};
+  fs::path temporary = fs::path(folder_) / (key + ".tmp" + std::to_string(::getpid()) + "-" + std::to_string(written++));
   {
     std::ofstream out(temporary, std::ios::binary);
     out << bytes(sha256(object)) << object;
@@ -142,6 +171,7 @@ void ObjectCache::store(const std::string &key, std::string_view object) const {
   if (ec)
     fs::remove(temporary, ec);
   trim(folder_);
+} catch (const std::exception &) { // out of memory, a file system's error: not kept
 }
 
 } // namespace dnnc::backend
