@@ -63,7 +63,9 @@ struct CpuModule::Impl {
   KernelFn lookup(const std::string &name) const {
     if (auto it = borrowed.find(name); it != borrowed.end())
       return it->second.first->lookup(it->second.second);
-    auto sym = jit ? jit->lookup(name) : llvm::Expected<llvm::orc::ExecutorAddr>(llvm::createStringError("no code"));
+    if (!jit)
+      throw InternalError("kernel " + name + " was not compiled");
+    auto sym = jit->lookup(name);
     if (!sym)
       throw InternalError("kernel " + name + " did not compile: " + errorText(sym.takeError()));
     return sym->toPtr<KernelFn>();
@@ -196,27 +198,28 @@ std::vector<HostModule> hostModules(const std::vector<const kir::Kernel *> &kern
 std::vector<std::string> objectFiles(std::vector<HostModule> &shares, llvm::orc::JITTargetMachineBuilder &jtmb,
                                      bool emptyToo = false) {
   std::optional<ObjectCache> cache = ObjectCache::fromEnvironment();
+  std::string target;
+  if (cache) {
+    auto tm = targetMachine(jtmb);
+    target = fmt::format("{}\n{}\n{}\nrelocation {}\n", tm->getTargetTriple().str(), tm->getTargetCPU().str(),
+                         tm->getTargetFeatureString().str(), static_cast<int>(tm->getRelocationModel()));
+  }
   std::vector<std::string> objects, keys;
   std::vector<size_t> toCompile;
-  std::vector<std::unique_ptr<llvm::TargetMachine>> machines;
   for (size_t i = 0; i < shares.size(); ++i) {
     if (!emptyToo && shares[i].module->empty() && shares[i].module->alias_empty())
       continue;
-    auto tm = targetMachine(jtmb);
-    std::string key;
-    if (cache) {
-      key = cache->keyOf(fmt::format("{}\n{}\n{}\nrelocation {}\n{}", tm->getTargetTriple().str(), tm->getTargetCPU().str(),
-                                     tm->getTargetFeatureString().str(), static_cast<int>(tm->getRelocationModel()),
-                                     shares[i].contents));
-      if (std::optional<std::string> object = cache->load(key)) {
-        objects.push_back(std::move(*object));
-        continue;
-      }
+    std::string key = cache ? cache->keyOf(target + shares[i].contents) : "";
+    if (std::optional<std::string> object = cache ? cache->load(key) : std::nullopt) {
+      objects.push_back(std::move(*object));
+      continue;
     }
     toCompile.push_back(i);
     keys.push_back(std::move(key));
-    machines.push_back(std::move(tm));
   }
+  std::vector<std::unique_ptr<llvm::TargetMachine>> machines; // one per thread
+  for (size_t j = 0; j < toCompile.size(); ++j)
+    machines.push_back(targetMachine(jtmb));
   std::vector<std::string> compiled(toCompile.size());
   std::vector<std::exception_ptr> failures(toCompile.size());
   auto compileShare = [&](size_t j) {
@@ -235,19 +238,16 @@ std::vector<std::string> objectFiles(std::vector<HostModule> &shares, llvm::orc:
     }
   };
   std::vector<std::thread> threads;
-  std::vector<size_t> here; // the shares this thread compiles: the first, and any whose thread did not start
-  for (size_t j = 0; j < toCompile.size(); ++j) {
+  std::vector<size_t> here{0}; // the shares this thread compiles: the first, and any whose thread did not start
+  for (size_t j = 1; j < toCompile.size(); ++j)
     try {
-      if (j > 0) {
-        threads.emplace_back(compileShare, j);
-        continue;
-      }
+      threads.emplace_back(compileShare, j);
     } catch (const std::system_error &) { // out of threads (a container's pids limit)
+      here.push_back(j);
     }
-    here.push_back(j);
-  }
   for (size_t j : here)
-    compileShare(j);
+    if (j < toCompile.size())
+      compileShare(j);
   for (std::thread &t : threads)
     t.join();
   for (size_t j = 0; j < toCompile.size(); ++j) {
@@ -315,13 +315,12 @@ std::unique_ptr<CpuModule> CpuModule::compile(const std::vector<const kir::Kerne
   for (const std::string &object : objects)
     if (auto err = impl->jit->addObjectFile(llvm::MemoryBuffer::getMemBufferCopy(object, "dnnc-kernels")))
       throw InternalError("the JIT rejected the kernels' object: " + errorText(std::move(err)));
-  {
+  if (!simulatedGpu) { // what other modules may borrow
     std::lock_guard lock(compiledCodeMutex);
     std::erase_if(compiledCode, [](const auto &entry) { return entry.second.module.expired(); });
     for (HostModule &share : shares)
       for (auto &[kernel, key] : share.compiled)
-        if (!simulatedGpu)
-          compiledCode[std::move(key)] = {impl, kernel};
+        compiledCode[std::move(key)] = {impl, kernel};
   }
   return std::unique_ptr<CpuModule>(new CpuModule(std::move(impl)));
 }

@@ -1,5 +1,6 @@
 #include "backend/llvm/ObjectCache.h"
 
+#include "base/TensorIO.h"
 #include "runtime/GemmSelect.h"
 
 #include <llvm/ADT/StringExtras.h>
@@ -9,17 +10,13 @@
 
 #include <dlfcn.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 namespace dnnc::backend {
@@ -81,7 +78,7 @@ void trim(const fs::path &folder) {
     fs::file_time_type time = it->last_write_time(ec);
     if (ec)
       return;
-    if (name.size() > 70 && isObjectName(name.substr(0, 64) + ".o") && name.compare(64, 4, ".tmp") == 0) {
+    if (name.ends_with(".tmp") && isObjectName(name.substr(0, name.size() - 4))) {
       if (time < stale)
         fs::remove(it->path(), ec);
       ec.clear();
@@ -134,42 +131,24 @@ std::string ObjectCache::keyOf(std::string_view what) const {
 // A file holds the SHA-256 of the object, then the object: a torn or damaged file is a miss.
 std::optional<std::string> ObjectCache::load(const std::string &key) const try {
   fs::path path = fs::path(folder_) / (key + ".o");
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return std::nullopt;
-  std::stringstream content;
-  content << in.rdbuf();
-  std::string file = content.str();
+  std::string file = rt::readFile(path.string());
   if (file.size() <= 32 || bytes(sha256(std::string_view(file).substr(32))) != std::string_view(file).substr(0, 32))
     return std::nullopt;
   std::error_code ec;
   fs::last_write_time(path, fs::file_time_type::clock::now(), ec);
   return file.substr(32);
-} catch (const std::exception &) { // out of memory, a file system's error: a miss
+} catch (const std::exception &) { // no such object, out of memory, a file system's error: a miss
   return std::nullopt;
 }
 
-// Written under a name of its own and renamed into place, so that processes sharing the
-// folder never read half an object.
+// Written through a temporary file, so that processes sharing the folder never read half
+// an object.
 void ObjectCache::store(const std::string &key, std::string_view object) const try {
   std::error_code ec;
   fs::create_directories(folder_, ec);
   if (ec)
     return;
-  static std::atomic<uint64_t> written{0};
-  fs::path temporary = fs::path(folder_) / (key + ".tmp" + std::to_string(::getpid()) + "-" + std::to_string(written++));
-  {
-    std::ofstream out(temporary, std::ios::binary);
-    out << bytes(sha256(object)) << object;
-    if (!out.flush()) {
-      out.close();
-      fs::remove(temporary, ec);
-      return;
-    }
-  }
-  fs::rename(temporary, fs::path(folder_) / (key + ".o"), ec);
-  if (ec)
-    fs::remove(temporary, ec);
+  rt::writeFileAtomically((fs::path(folder_) / (key + ".o")).string(), std::string(bytes(sha256(object))).append(object));
   trim(folder_);
 } catch (const std::exception &) { // out of memory, a file system's error: not kept
 }
