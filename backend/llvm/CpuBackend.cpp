@@ -8,6 +8,7 @@
 #include "backend/llvm/ObjectCache.h"
 #include "base/Error.h"
 
+#include <llvm/ADT/StringExtras.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
@@ -18,6 +19,7 @@
 #include <llvm/IR/Module.h>
 #include <llvm/Linker/Linker.h>
 #include <llvm/Support/MemoryBuffer.h>
+#include <llvm/Support/SHA256.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
@@ -28,6 +30,8 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <atomic>
 #include <cctype>
 #include <cstdlib>
@@ -55,20 +59,28 @@ void initializeLLVM() {
 } // namespace
 
 struct CpuModule::Impl {
-  std::unique_ptr<llvm::orc::LLJIT> jit; // null when every kernel's code was compiled before
-  // Kernels whose code an earlier module of this process compiled: that module, kept
-  // alive, and the symbol it has the code under.
-  std::map<std::string, std::pair<std::shared_ptr<const Impl>, std::string>> borrowed;
+  std::unique_ptr<llvm::orc::LLJIT> jit; // null when every code was compiled before
+  // Each kernel's code, by its symbol (a hash of the code, codeSymbol below): kernels with
+  // the same code have the same symbol.
+  std::unordered_map<std::string, std::string> symbols;
+  // Codes an earlier module of this process compiled, kept alive, by symbol.
+  std::unordered_map<std::string, std::shared_ptr<const Impl>> borrowed;
 
-  KernelFn lookup(const std::string &name) const {
-    if (auto it = borrowed.find(name); it != borrowed.end())
-      return it->second.first->lookup(it->second.second);
+  KernelFn code(const std::string &symbol) const {
+    if (auto it = borrowed.find(symbol); it != borrowed.end())
+      return it->second->code(symbol);
     if (!jit)
-      throw InternalError("kernel " + name + " was not compiled");
-    auto sym = jit->lookup(name);
+      throw InternalError("code " + symbol + " was not compiled");
+    auto sym = jit->lookup(symbol);
     if (!sym)
-      throw InternalError("kernel " + name + " did not compile: " + errorText(sym.takeError()));
+      throw InternalError("code " + symbol + " did not compile: " + errorText(sym.takeError()));
     return sym->toPtr<KernelFn>();
+  }
+  KernelFn lookup(const std::string &name) const {
+    auto it = symbols.find(name);
+    if (it == symbols.end())
+      throw InternalError("kernel " + name + " was not compiled");
+    return code(it->second);
   }
 };
 
@@ -109,6 +121,25 @@ std::unique_ptr<llvm::Module> emptyModule(llvm::LLVMContext &ctx, const llvm::Ta
   return module;
 }
 
+std::unique_ptr<llvm::LLVMContext> newContext(bool names) {
+  auto ctx = std::make_unique<llvm::LLVMContext>();
+  // Optimization remarks ("loop not vectorized") are not the user's business.
+  ctx->setDiagnosticHandlerCallBack([](const llvm::DiagnosticInfo *, void *) {});
+  ctx->setDiscardValueNames(!names);
+  return ctx;
+}
+
+// A module holding kernel `k` alone. `lanes`: the CPU kernels' vector width.
+std::unique_ptr<llvm::Module> moduleOf(const kir::Kernel &k, llvm::LLVMContext &ctx, const llvm::TargetMachine &tm,
+                                       bool simulatedGpu, unsigned lanes) {
+  auto alone = emptyModule(ctx, tm);
+  if (simulatedGpu)
+    emitSimulatedGpuKernel(*alone, k);
+  else
+    emitCpuKernel(*alone, k, lanes);
+  return alone;
+}
+
 // What decides a kernel's code: the text of a module holding it alone (the function, the
 // helpers and constants it uses, their attributes and metadata), its values unnamed and its
 // own name replaced. Kernels with equal keys compile to the same code on this host: an op
@@ -128,75 +159,68 @@ std::string codeKey(const llvm::Module &m, const std::string &kernel, bool simul
   return key.append(text, at, std::string::npos);
 }
 
-// A share of a module's kernels, in an LLVM context of its own, so that the shares
+// The symbol a code is compiled under in the JIT: named by its key alone, so that neither
+// the kernels' names (which number them in program order) nor their order decide an object.
+std::string codeSymbol(const std::string &key) {
+  std::array<uint8_t, 32> digest = llvm::SHA256::hash(llvm::arrayRefFromStringRef(key));
+  return "dnnc_" + llvm::toHex(llvm::ArrayRef<uint8_t>(digest).take_front(16), true);
+}
+
+// A module for LLVM to optimize and compile, in an LLVM context of its own, so that modules
 // optimize and compile on threads of their own.
 struct HostModule {
   std::unique_ptr<llvm::LLVMContext> ctx;
   std::unique_ptr<llvm::Module> module;
-  std::vector<std::pair<std::string, std::string>> compiled; // kernel and key of each code compiled here
-  std::string contents; // what decides the module: its kernels' names and keys, its aliases
 };
 
-// How many shares to cut `kernels` kernels into: one per core this process may run on (16
-// at most), at least 16 kernels each.
-size_t sharesFor(size_t kernels) {
-  cpu_set_t allowed;
-  size_t cores = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : std::thread::hardware_concurrency();
-  return std::clamp<size_t>(kernels / 16, 1, std::clamp<size_t>(cores, 1, 16));
-}
+// A module to compile to one object file: what decides the object (its codes' keys and the
+// names they go by), how many distinct codes it holds, and how to build it for a target.
+struct ObjectJob {
+  std::string contents;
+  size_t codes = 0;
+  std::function<HostModule(const llvm::TargetMachine &)> build;
+};
 
-// The kernels in `shares` modules (kernel i in share i % shares), each distinct code once:
-// a kernel whose key an earlier one has is an alias of it. `compiledBefore(kernel, key)`
-// may claim a kernel whose code is already compiled elsewhere; the modules then leave it
-// out. With `names`, values keep the kernel IR's names (for reading; equal kernels then
-// rarely match). Not yet optimized.
-std::vector<HostModule> hostModules(const std::vector<const kir::Kernel *> &kernels, const llvm::TargetMachine &tm,
-                                    bool simulatedGpu, bool names, size_t shares,
-                                    const std::function<bool(const std::string &, const std::string &)> &compiledBefore = {}) {
-  std::vector<HostModule> out(shares);
-  for (HostModule &share : out) {
-    share.ctx = std::make_unique<llvm::LLVMContext>();
-    // Optimization remarks ("loop not vectorized") are not the user's business.
-    share.ctx->setDiagnosticHandlerCallBack([](const llvm::DiagnosticInfo *, void *) {});
-    share.ctx->setDiscardValueNames(!names);
-    share.module = emptyModule(*share.ctx, tm);
-  }
-  std::unordered_map<std::string, std::pair<size_t, std::string>> kernelWithKey; // the share and kernel with the code
-  std::vector<std::pair<std::string, std::pair<size_t, std::string>>> aliases;
-  for (size_t i = 0; i < kernels.size(); ++i) {
-    const kir::Kernel *k = kernels[i];
-    HostModule &share = out[i % shares];
-    auto alone = emptyModule(*share.ctx, tm);
-    if (simulatedGpu)
-      emitSimulatedGpuKernel(*alone, *k);
-    else
-      emitCpuKernel(*alone, *k, hostVectorWidth());
+// The kernels in one module, each distinct code once, named after its first kernel: a
+// later kernel with the same key is an alias of it. With `names`, values keep the kernel
+// IR's names (for reading; equal kernels then rarely match). Not yet optimized.
+ObjectJob namedModule(const std::vector<const kir::Kernel *> &kernels, const llvm::TargetMachine &tm, bool simulatedGpu,
+                      bool names) {
+  auto built = std::make_shared<HostModule>();
+  built->ctx = newContext(names);
+  built->module = emptyModule(*built->ctx, tm);
+  ObjectJob job;
+  std::unordered_map<std::string, std::string> kernelWithKey;
+  unsigned lanes = hostVectorWidth();
+  for (const kir::Kernel *k : kernels) {
+    auto alone = moduleOf(*k, *built->ctx, tm, simulatedGpu, lanes);
     std::string key = codeKey(*alone, k->name, simulatedGpu);
     if (auto it = kernelWithKey.find(key); it != kernelWithKey.end()) {
-      aliases.emplace_back(k->name, it->second);
+      llvm::GlobalAlias::create(llvm::GlobalValue::ExternalLinkage, k->name, built->module->getFunction(it->second));
+      job.contents += "alias " + k->name + " = " + it->second + "\n";
       continue;
     }
-    if (compiledBefore && compiledBefore(k->name, key))
-      continue;
-    if (llvm::Linker::linkModules(*share.module, std::move(alone)))
+    if (llvm::Linker::linkModules(*built->module, std::move(alone)))
       throw InternalError("LLVM cannot link kernel " + k->name + " into the module");
-    kernelWithKey.emplace(key, std::make_pair(i % shares, k->name));
-    share.contents += "kernel " + k->name + "\n" + key;
-    share.compiled.emplace_back(k->name, std::move(key));
+    job.contents += "kernel " + k->name + "\n" + key;
+    kernelWithKey.emplace(std::move(key), k->name);
+    ++job.codes;
   }
-  for (const auto &[name, target] : aliases) {
-    HostModule &share = out[target.first];
-    llvm::GlobalAlias::create(llvm::GlobalValue::ExternalLinkage, name, share.module->getFunction(target.second));
-    share.contents += "alias " + name + " = " + target.second + "\n";
-  }
-  return out;
+  job.build = [built](const llvm::TargetMachine &) { return std::move(*built); };
+  return job;
 }
 
-// Each share with code (every share with `emptyToo`) as an object file for the host: from
-// the object cache when it has it, else optimized (O3) and compiled by LLVM, one thread per
-// share, and then cached.
-std::vector<std::string> objectFiles(std::vector<HostModule> &shares, llvm::orc::JITTargetMachineBuilder &jtmb,
-                                     bool emptyToo = false) {
+// How many threads this process may run at once: the cores it may run on, 16 at most.
+size_t coresAllowed() {
+  cpu_set_t allowed;
+  size_t cores = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : std::thread::hardware_concurrency();
+  return std::clamp<size_t>(cores, 1, 16);
+}
+
+// Each job as an object file for the host: from the object cache when it has it, else
+// built, optimized (O3) and compiled by LLVM on a pool of threads (one per core), and then
+// cached.
+std::vector<std::string> objectFiles(std::vector<ObjectJob> &jobs, llvm::orc::JITTargetMachineBuilder &jtmb) {
   std::optional<ObjectCache> cache = ObjectCache::fromEnvironment();
   std::string target;
   if (cache) {
@@ -206,10 +230,8 @@ std::vector<std::string> objectFiles(std::vector<HostModule> &shares, llvm::orc:
   }
   std::vector<std::string> objects, keys;
   std::vector<size_t> toCompile;
-  for (size_t i = 0; i < shares.size(); ++i) {
-    if (!emptyToo && shares[i].module->empty() && shares[i].module->alias_empty())
-      continue;
-    std::string key = cache ? cache->keyOf(target + shares[i].contents) : "";
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    std::string key = cache ? cache->keyOf(target + jobs[i].contents) : "";
     if (std::optional<std::string> object = cache ? cache->load(key) : std::nullopt) {
       objects.push_back(std::move(*object));
       continue;
@@ -217,43 +239,43 @@ std::vector<std::string> objectFiles(std::vector<HostModule> &shares, llvm::orc:
     toCompile.push_back(i);
     keys.push_back(std::move(key));
   }
-  std::vector<std::unique_ptr<llvm::TargetMachine>> machines; // one per thread
-  for (size_t j = 0; j < toCompile.size(); ++j)
+  std::vector<std::unique_ptr<llvm::TargetMachine>> machines; // one per worker
+  for (size_t w = 0; w < std::min(toCompile.size(), coresAllowed()); ++w)
     machines.push_back(targetMachine(jtmb));
   std::vector<std::string> compiled(toCompile.size());
   std::vector<std::exception_ptr> failures(toCompile.size());
-  auto compileShare = [&](size_t j) {
-    try {
-      llvm::Module &m = *shares[toCompile[j]].module;
-      optimize(m, *machines[j]);
-      llvm::SmallString<0> object;
-      llvm::raw_svector_ostream os(object);
-      llvm::legacy::PassManager pm;
-      if (machines[j]->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::ObjectFile))
-        throw InternalError("LLVM cannot emit object code for this host");
-      pm.run(m);
-      compiled[j] = object.str().str();
-    } catch (...) {
-      failures[j] = std::current_exception();
-    }
+  std::atomic<size_t> next{0};
+  auto work = [&](llvm::TargetMachine &tm) {
+    for (size_t j; (j = next++) < toCompile.size();)
+      try {
+        HostModule host = jobs[toCompile[j]].build(tm);
+        optimize(*host.module, tm);
+        llvm::SmallString<0> object;
+        llvm::raw_svector_ostream os(object);
+        llvm::legacy::PassManager pm;
+        if (tm.addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::ObjectFile))
+          throw InternalError("LLVM cannot emit object code for this host");
+        pm.run(*host.module);
+        compiled[j] = object.str().str();
+      } catch (...) {
+        failures[j] = std::current_exception();
+      }
   };
   std::vector<std::thread> threads;
-  std::vector<size_t> here{0}; // the shares this thread compiles: the first, and any whose thread did not start
-  for (size_t j = 1; j < toCompile.size(); ++j)
+  for (size_t w = 1; w < machines.size(); ++w)
     try {
-      threads.emplace_back(compileShare, j);
-    } catch (const std::system_error &) { // out of threads (a container's pids limit)
-      here.push_back(j);
+      threads.emplace_back(work, std::ref(*machines[w]));
+    } catch (const std::system_error &) { // out of threads (a container's pids limit): fewer workers
+      break;
     }
-  for (size_t j : here)
-    if (j < toCompile.size())
-      compileShare(j);
+  if (!machines.empty())
+    work(*machines[0]);
   for (std::thread &t : threads)
     t.join();
   for (size_t j = 0; j < toCompile.size(); ++j) {
     if (failures[j])
       std::rethrow_exception(failures[j]);
-    distinctCodesCompiled += shares[toCompile[j]].compiled.size();
+    distinctCodesCompiled += jobs[toCompile[j]].codes;
     if (cache)
       cache->store(keys[j], compiled[j]);
     objects.push_back(std::move(compiled[j]));
@@ -261,39 +283,79 @@ std::vector<std::string> objectFiles(std::vector<HostModule> &shares, llvm::orc:
   return objects;
 }
 
-// Code compiled by earlier modules of this process, by key, for as long as the module lives.
-struct CompiledCode {
-  std::weak_ptr<const CpuModule::Impl> module;
-  std::string symbol;
-};
+// Codes compiled by earlier modules of this process, by symbol, for as long as the module lives.
 std::mutex compiledCodeMutex;
-std::unordered_map<std::string, CompiledCode> compiledCode;
+std::unordered_map<std::string, std::weak_ptr<const CpuModule::Impl>> compiledCode;
+
+// The module of this process that has compiled `symbol` and still lives, if any.
+std::shared_ptr<const CpuModule::Impl> compiledBefore(const std::string &symbol) {
+  std::lock_guard lock(compiledCodeMutex);
+  auto it = compiledCode.find(symbol);
+  if (it == compiledCode.end())
+    return nullptr;
+  std::shared_ptr<const CpuModule::Impl> owner = it->second.lock();
+  if (!owner)
+    compiledCode.erase(it);
+  return owner;
+}
+
+// Distinct codes per object file, about: a model's edit misses the object cache for the
+// object its new code lands in, not for the whole model.
+constexpr size_t kCodesPerObject = 8;
 
 } // namespace
 
 std::unique_ptr<CpuModule> CpuModule::compile(const std::vector<const kir::Kernel *> &kernels, bool simulatedGpu) {
   llvm::orc::JITTargetMachineBuilder jtmb = hostTarget();
   auto impl = std::make_shared<Impl>();
-  std::vector<HostModule> shares =
-      hostModules(kernels, *targetMachine(jtmb), simulatedGpu, false, sharesFor(kernels.size()),
-                  [&](const std::string &kernel, const std::string &key) {
-                    // The simulator's shared memory is a mutable global of the module:
-                    // modules that may run at once on two threads must not share it.
-                    if (simulatedGpu)
-                      return false;
-                    std::lock_guard lock(compiledCodeMutex);
-                    auto it = compiledCode.find(key);
-                    if (it == compiledCode.end())
-                      return false;
-                    std::shared_ptr<const Impl> owner = it->second.module.lock();
-                    if (!owner) {
-                      compiledCode.erase(it);
-                      return false;
-                    }
-                    impl->borrowed.emplace(kernel, std::make_pair(std::move(owner), it->second.symbol));
-                    return true;
-                  });
-  std::vector<std::string> objects = objectFiles(shares, jtmb);
+  unsigned lanes = hostVectorWidth();
+  std::map<std::string, std::pair<const kir::Kernel *, std::string>> codes; // the codes to compile here, by symbol
+  {
+    auto tm = targetMachine(jtmb);
+    auto scratch = newContext(false); // each kernel's key, once
+    for (const kir::Kernel *k : kernels) {
+      std::string key = codeKey(*moduleOf(*k, *scratch, *tm, simulatedGpu, lanes), k->name, simulatedGpu);
+      std::string symbol = codeSymbol(key);
+      impl->symbols[k->name] = symbol;
+      if (codes.contains(symbol) || impl->borrowed.contains(symbol))
+        continue;
+      // The simulator's shared memory is a mutable global of the module: modules that may
+      // run at once on two threads must not share it.
+      if (std::shared_ptr<const Impl> owner = simulatedGpu ? nullptr : compiledBefore(symbol)) {
+        impl->borrowed.emplace(symbol, std::move(owner));
+        continue;
+      }
+      codes.emplace(symbol, std::make_pair(k, std::move(key)));
+    }
+  }
+  // The codes go into objects by their symbols' hash, a power of two of them: an added or
+  // changed code changes one object.
+  size_t objectCount = std::bit_floor(std::clamp<size_t>(codes.size() / kCodesPerObject, 1, 64));
+  std::vector<std::vector<std::pair<std::string, const kir::Kernel *>>> objectCodes(objectCount);
+  for (const auto &[symbol, code] : codes)
+    objectCodes[std::stoul(symbol.substr(5, 8), nullptr, 16) % objectCount].emplace_back(symbol, code.first);
+  std::vector<ObjectJob> jobs;
+  for (auto &inObject : objectCodes) {
+    if (inObject.empty())
+      continue;
+    ObjectJob job;
+    for (const auto &[symbol, kernel] : inObject)
+      job.contents += "code " + symbol + "\n" + codes.at(symbol).second;
+    job.codes = inObject.size();
+    job.build = [inObject = std::move(inObject), simulatedGpu, lanes](const llvm::TargetMachine &tm) {
+      HostModule host{newContext(false), nullptr};
+      host.module = emptyModule(*host.ctx, tm);
+      for (const auto &[symbol, kernel] : inObject) {
+        auto alone = moduleOf(*kernel, *host.ctx, tm, simulatedGpu, lanes);
+        alone->getFunction(kernel->name)->setName(symbol);
+        if (llvm::Linker::linkModules(*host.module, std::move(alone)))
+          throw InternalError("LLVM cannot link kernel " + kernel->name + " into the module");
+      }
+      return host;
+    };
+    jobs.push_back(std::move(job));
+  }
+  std::vector<std::string> objects = objectFiles(jobs, jtmb);
   if (objects.empty())
     return std::unique_ptr<CpuModule>(new CpuModule(std::move(impl)));
   auto jit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(jtmb)).create();
@@ -317,29 +379,29 @@ std::unique_ptr<CpuModule> CpuModule::compile(const std::vector<const kir::Kerne
       throw InternalError("the JIT rejected the kernels' object: " + errorText(std::move(err)));
   if (!simulatedGpu) { // what other modules may borrow
     std::lock_guard lock(compiledCodeMutex);
-    std::erase_if(compiledCode, [](const auto &entry) { return entry.second.module.expired(); });
-    for (HostModule &share : shares)
-      for (auto &[kernel, key] : share.compiled)
-        compiledCode[std::move(key)] = {impl, kernel};
+    std::erase_if(compiledCode, [](const auto &entry) { return entry.second.expired(); });
+    for (const auto &entry : codes)
+      compiledCode[entry.first] = impl;
   }
   return std::unique_ptr<CpuModule>(new CpuModule(std::move(impl)));
 }
 
-// One share: an artifact's shared object is linked from one object file.
+// One object: an artifact's shared object is linked from one object file, its symbols the
+// kernels' names.
 std::string compileHostObject(const std::vector<const kir::Kernel *> &kernels) {
   auto jtmb = hostTarget();
-  std::vector<HostModule> shares = hostModules(kernels, *targetMachine(jtmb), false, false, 1);
-  return std::move(objectFiles(shares, jtmb, true).at(0));
+  std::vector<ObjectJob> jobs{namedModule(kernels, *targetMachine(jtmb), false, false)};
+  return std::move(objectFiles(jobs, jtmb).at(0));
 }
 
 std::string hostLLVMIR(const std::vector<const kir::Kernel *> &kernels, bool simulatedGpu) {
   auto jtmb = hostTarget();
   auto tm = targetMachine(jtmb);
-  std::vector<HostModule> shares = hostModules(kernels, *tm, simulatedGpu, true, 1);
-  optimize(*shares[0].module, *tm);
+  HostModule host = namedModule(kernels, *tm, simulatedGpu, true).build(*tm);
+  optimize(*host.module, *tm);
   std::string ir;
   llvm::raw_string_ostream os(ir);
-  shares[0].module->print(os, nullptr);
+  host.module->print(os, nullptr);
   return ir;
 }
 

@@ -16,10 +16,11 @@ using rt::KernelFn; // runtime/KernelAbi.h: the calling convention
 
 class CpuModule {
 public:
-  // Compiles every kernel into one module. Kernels whose code is the same (codeKey in
-  // CpuBackend.cpp) compile once: in this module, or (CPU kernels) not at all while an
-  // earlier module of this process that compiled it lives. Throws InternalError if LLVM
-  // rejects the code.
+  // Compiles every kernel. Kernels whose code is the same (codeKey in CpuBackend.cpp)
+  // compile once: in this module, or (CPU kernels) not at all while an earlier module of
+  // this process that compiled it lives. The codes go into objects by a hash of their keys
+  // and compile on a thread per core, each object from the object cache when it has it.
+  // Throws InternalError if LLVM rejects the code.
   // simulatedGpu: with the GPU's work mapping, for rt::SimulatedGpuDevice.
   static std::unique_ptr<CpuModule> compile(const std::vector<const kir::Kernel *> &kernels, bool simulatedGpu = false);
   ~CpuModule();

@@ -24,9 +24,13 @@ model main(x: f32[N], y: f32[N]) -> (f32[N], f32[N], f32[N]) {
 }
 )";
 
-std::vector<float> call(backend::KernelFn fn, std::vector<float> in) {
+// An elementwise kernel of its inputs, one or two vectors of N.
+std::vector<float> call(backend::KernelFn fn, std::vector<float> in, std::vector<float> second = {}) {
   std::vector<float> out(in.size());
-  std::vector<uint8_t *> bufs{reinterpret_cast<uint8_t *>(in.data()), reinterpret_cast<uint8_t *>(out.data())};
+  std::vector<uint8_t *> bufs{reinterpret_cast<uint8_t *>(in.data())};
+  if (!second.empty())
+    bufs.push_back(reinterpret_cast<uint8_t *>(second.data()));
+  bufs.push_back(reinterpret_cast<uint8_t *>(out.data()));
   int64_t n = static_cast<int64_t>(in.size());
   fn(bufs.data(), &n, 0, n);
   return out;
@@ -135,24 +139,32 @@ TEST_CASE("the object cache keeps compiled kernels between modules that never li
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("a large module compiles in shares on several threads, its twins aliased across them", "[cpu][codegen]") {
-  // 18 unary ops on x and on y: 36 kernels, 18 codes, twins in neighbouring shares.
-  const std::vector<std::string> ops{"exp", "log", "tanh", "sigmoid", "relu", "abs", "sqrt", "sin", "cos",
-                                     "floor", "ceil", "round", "sign", "erf", "gelu", "silu", "rsqrt", "neg"};
-  std::string results, types;
+// A model returning `first` (when given), then each unary op of `ops` on x and on y.
+std::string unaryOpsModel(const std::vector<std::string> &ops, const std::string &first = "") {
+  std::string results = first, types = first.empty() ? "" : "f32[N]";
   for (const std::string &op : ops)
     for (const char *v : {"x", "y"}) {
       results += (results.empty() ? "" : ", ") + op + "(" + v + ")";
       types += std::string(types.empty() ? "" : ", ") + "f32[N]";
     }
-  std::string text = "dim N;\nmodel main(x: f32[N], y: f32[N]) -> (" + types + ") {\n  return (" + results + ");\n}\n";
-  auto program = test::lowerUnfused(text.c_str(), "cpu");
+  return "dim N;\nmodel main(x: f32[N], y: f32[N]) -> (" + types + ") {\n  return (" + results + ");\n}\n";
+}
+
+const std::vector<std::string> kUnaryOps{"exp",   "log",  "tanh",  "sigmoid", "relu", "abs",  "sqrt",  "sin",   "cos",
+                                         "floor", "ceil", "round", "sign",    "erf",  "gelu", "silu",  "rsqrt", "neg"};
+
+TEST_CASE("a large module compiles as several objects on several threads, twins sharing a code", "[cpu][codegen]") {
+  // 18 unary ops on x and on y: 36 kernels, 18 codes, in two objects.
+  auto program = test::lowerUnfused(unaryOpsModel(kUnaryOps).c_str(), "cpu");
   std::vector<const kir::Kernel *> kernels = program->kernels.kernelPointers();
   REQUIRE(kernels.size() == 36);
-  CacheDir off("off");
+  std::filesystem::path dir = std::filesystem::temp_directory_path() / "dnnc_object_cache_large";
+  std::filesystem::remove_all(dir);
+  CacheDir cache(dir.string());
   size_t before = backend::CpuModule::codesCompiled();
   auto module = backend::CpuModule::compile(kernels);
   CHECK(backend::CpuModule::codesCompiled() - before == 18);
+  CHECK(objectsIn(dir).size() == 2);
   std::vector<float> x{0.25f, 1.0f, 2.0f, 0.5f, 3.0f};
   for (size_t i = 0; i < kernels.size(); i += 2) {
     INFO(kernels[i]->name << " and " << kernels[i + 1]->name);
@@ -161,6 +173,28 @@ TEST_CASE("a large module compiles in shares on several threads, its twins alias
   }
   CHECK(call(module->lookup(kernels[0]->name), x)[1] == Approx(std::exp(1.0f)).epsilon(1e-6));
   CHECK(call(module->lookup(kernels[35]->name), x)[2] == -2.0f);
+  module.reset();
+
+  SECTION("the same codes in another order hit the cache") {
+    std::vector<const kir::Kernel *> reversed(kernels.rbegin(), kernels.rend());
+    auto again = backend::CpuModule::compile(reversed);
+    CHECK(backend::CpuModule::codesCompiled() - before == 18);
+    CHECK(call(again->lookup(kernels[0]->name), x)[1] == Approx(std::exp(1.0f)).epsilon(1e-6));
+  }
+  SECTION("an edit recompiles the object its new code lands in, not the model") {
+    // One op more, first: every kernel after it is renamed (numbered one later).
+    auto changed = test::lowerUnfused(unaryOpsModel(kUnaryOps, "x + y").c_str(), "cpu");
+    std::vector<const kir::Kernel *> changedKernels = changed->kernels.kernelPointers();
+    REQUIRE(changedKernels.size() == 37);
+    REQUIRE(changedKernels[1]->name != kernels[0]->name);
+    auto recompiled = backend::CpuModule::compile(changedKernels);
+    size_t compiled = backend::CpuModule::codesCompiled() - before - 18;
+    CHECK(compiled >= 1);
+    CHECK(compiled < 19);
+    CHECK(call(recompiled->lookup(changedKernels[0]->name), x, x)[2] == 4.0f);
+    CHECK(call(recompiled->lookup(changedKernels[36]->name), x)[2] == -2.0f);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("with neither HOME nor XDG_CACHE_HOME, no object is written anywhere", "[cpu][codegen]") {
