@@ -128,7 +128,8 @@ TEST_CASE("the object cache keeps compiled kernels between modules that never li
   SECTION("other kernels are other objects") {
     backend::CpuModule::compile({kernels[2]}).reset();
     CHECK(backend::CpuModule::codesCompiled() - before == 3);
-    CHECK(objectsIn(dir).size() == 2);
+    CHECK(objectsIn(dir).size() > 1);
+  CHECK(objectsIn(dir).size() <= 16);
   }
   SECTION("a folder that cannot be written is no error") {
     CacheDir unwritable("/proc/dnnc-cache");
@@ -154,7 +155,8 @@ const std::vector<std::string> kUnaryOps{"exp",   "log",  "tanh",  "sigmoid", "r
                                          "floor", "ceil", "round", "sign",    "erf",  "gelu", "silu",  "rsqrt", "neg"};
 
 TEST_CASE("a large module compiles as several objects on several threads, twins sharing a code", "[cpu][codegen]") {
-  // 18 unary ops on x and on y: 36 kernels, 18 codes, in two objects.
+  // 18 unary ops on x and on y: 36 kernels, 18 codes, in 16 objects by their hash (some
+  // of them empty).
   auto program = test::lowerUnfused(unaryOpsModel(kUnaryOps).c_str(), "cpu");
   std::vector<const kir::Kernel *> kernels = program->kernels.kernelPointers();
   REQUIRE(kernels.size() == 36);
@@ -164,7 +166,8 @@ TEST_CASE("a large module compiles as several objects on several threads, twins 
   size_t before = backend::CpuModule::codesCompiled();
   auto module = backend::CpuModule::compile(kernels);
   CHECK(backend::CpuModule::codesCompiled() - before == 18);
-  CHECK(objectsIn(dir).size() == 2);
+  CHECK(objectsIn(dir).size() > 1);
+  CHECK(objectsIn(dir).size() <= 16);
   std::vector<float> x{0.25f, 1.0f, 2.0f, 0.5f, 3.0f};
   for (size_t i = 0; i < kernels.size(); i += 2) {
     INFO(kernels[i]->name << " and " << kernels[i + 1]->name);
@@ -190,7 +193,7 @@ TEST_CASE("a large module compiles as several objects on several threads, twins 
     auto recompiled = backend::CpuModule::compile(changedKernels);
     size_t compiled = backend::CpuModule::codesCompiled() - before - 18;
     CHECK(compiled >= 1);
-    CHECK(compiled < 19);
+    CHECK(compiled <= 9); // the new code and those sharing its object: a few of the 18
     CHECK(call(recompiled->lookup(changedKernels[0]->name), x, x)[2] == 4.0f);
     CHECK(call(recompiled->lookup(changedKernels[36]->name), x)[2] == -2.0f);
   }
