@@ -12,6 +12,7 @@
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/Bitcode/BitcodeWriter.h>
 #include <llvm/IR/DiagnosticInfo.h>
 #include <llvm/IR/GlobalAlias.h>
 #include <llvm/IR/LegacyPassManager.h>
@@ -33,7 +34,6 @@
 #include <array>
 #include <bit>
 #include <atomic>
-#include <cctype>
 #include <cstdlib>
 #include <exception>
 #include <functional>
@@ -141,23 +141,26 @@ std::unique_ptr<llvm::Module> moduleOf(const kir::Kernel &k, llvm::LLVMContext &
   return alone;
 }
 
-// What decides a kernel's code: the text of a module holding it alone (the function, the
-// helpers and constants it uses, their attributes and metadata), its values unnamed and its
-// own name replaced. Kernels with equal keys compile to the same code on this host: an op
+// What decides a kernel's code: a module holding it alone (the function, the helpers and
+// constants it uses, their attributes and metadata) as bitcode, its values unnamed and the
+// names made from the kernel's (the function, a GPU kernel's shared memory) the same for
+// every kernel. Kernels with equal keys compile to the same code on this host: an op
 // repeated in every layer, a training step's update of each param, the ops every recompute
-// version shares.
-std::string codeKey(const llvm::Module &m, const std::string &kernel, bool simulatedGpu) {
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  m.print(os, nullptr);
-  std::string key = simulatedGpu ? "simulated GPU\n" : "CPU\n", ref = "@" + kernel;
-  size_t at = 0;
-  for (size_t hit; (hit = text.find(ref, at)) != std::string::npos; at = hit + ref.size()) {
-    size_t after = hit + ref.size();
-    bool whole = after == text.size() || !(std::isalnum(static_cast<unsigned char>(text[after])) || text[after] == '_');
-    key.append(text, at, hit - at).append(whole ? "@kernel" : ref);
-  }
-  return key.append(text, at, std::string::npos);
+// version shares. (Bitcode, not the module's text: the printer costs 4x more.)
+std::string codeKey(llvm::Module &m, const std::string &kernel, bool simulatedGpu) {
+  std::vector<std::pair<llvm::GlobalValue *, std::string>> renamed;
+  for (llvm::GlobalValue &g : m.global_values())
+    if (g.getName() == kernel || g.getName().starts_with(kernel + "."))
+      renamed.emplace_back(&g, g.getName().str());
+  for (const auto &[g, name] : renamed)
+    g->setName("kernel" + name.substr(kernel.size()));
+  std::string key = simulatedGpu ? "simulated GPU\n" : "CPU\n";
+  llvm::raw_string_ostream os(key);
+  llvm::WriteBitcodeToFile(m, os);
+  os.flush();
+  for (const auto &[g, name] : renamed)
+    g->setName(name);
+  return key;
 }
 
 // The symbol a code is compiled under in the JIT: named by its key alone, so that neither
@@ -175,10 +178,12 @@ struct HostModule {
 };
 
 // A module to compile to one object file: what decides the object (its codes' keys and the
-// names they go by), how many distinct codes it holds, and how to build it for a target.
+// names they go by), how many distinct codes it holds, their keys' bytes (a measure of the
+// work), and how to build it for a target.
 struct ObjectJob {
   std::string contents;
   size_t codes = 0;
+  size_t keyBytes = 0;
   std::function<HostModule(const llvm::TargetMachine &)> build;
 };
 
@@ -204,6 +209,7 @@ ObjectJob namedModule(const std::vector<const kir::Kernel *> &kernels, const llv
     if (llvm::Linker::linkModules(*built->module, std::move(alone)))
       throw InternalError("LLVM cannot link kernel " + k->name + " into the module");
     job.contents += "kernel " + k->name + "\n" + key;
+    job.keyBytes += key.size();
     kernelWithKey.emplace(std::move(key), k->name);
     ++job.codes;
   }
@@ -229,11 +235,10 @@ std::vector<std::string> objectFiles(std::vector<ObjectJob> &jobs, llvm::orc::JI
     target = fmt::format("{}\n{}\n{}\nrelocation {}\n", tm->getTargetTriple().str(), tm->getTargetCPU().str(),
                          tm->getTargetFeatureString().str(), static_cast<int>(tm->getRelocationModel()));
   }
-  // The largest modules (by their keys' text) first: the threads then finish together.
+  // The largest modules first: the threads then finish together.
   std::vector<size_t> bySize(jobs.size());
   std::iota(bySize.begin(), bySize.end(), 0);
-  std::stable_sort(bySize.begin(), bySize.end(),
-                   [&](size_t a, size_t b) { return jobs[a].contents.size() > jobs[b].contents.size(); });
+  std::stable_sort(bySize.begin(), bySize.end(), [&](size_t a, size_t b) { return jobs[a].keyBytes > jobs[b].keyBytes; });
   std::vector<std::string> objects, keys;
   std::vector<size_t> toCompile;
   for (size_t i : bySize) {
@@ -318,7 +323,7 @@ std::unique_ptr<CpuModule> CpuModule::compile(const std::vector<const kir::Kerne
   llvm::orc::JITTargetMachineBuilder jtmb = hostTarget();
   auto impl = std::make_shared<Impl>();
   unsigned lanes = hostVectorWidth();
-  std::map<std::string, std::pair<const kir::Kernel *, std::string>> codes; // the codes to compile here, by symbol
+  std::map<std::string, std::pair<const kir::Kernel *, size_t>> codes; // the codes to compile here, by symbol: a kernel, its key's bytes
   {
     auto tm = targetMachine(jtmb);
     auto scratch = newContext(false); // each kernel's key, once
@@ -334,7 +339,7 @@ std::unique_ptr<CpuModule> CpuModule::compile(const std::vector<const kir::Kerne
         impl->borrowed.emplace(symbol, std::move(owner));
         continue;
       }
-      codes.emplace(symbol, std::make_pair(k, std::move(key)));
+      codes.emplace(symbol, std::make_pair(k, key.size()));
     }
   }
   // The codes go into objects by their symbols' hash, a power of two of them: an added or
@@ -348,8 +353,10 @@ std::unique_ptr<CpuModule> CpuModule::compile(const std::vector<const kir::Kerne
     if (inObject.empty())
       continue;
     ObjectJob job;
-    for (const auto &[symbol, kernel] : inObject)
-      job.contents += "code " + symbol + "\n" + codes.at(symbol).second;
+    for (const auto &[symbol, kernel] : inObject) {
+      job.contents += "code " + symbol + "\n";
+      job.keyBytes += codes.at(symbol).second;
+    }
     job.codes = inObject.size();
     job.build = [inObject = std::move(inObject), simulatedGpu, lanes](const llvm::TargetMachine &tm) {
       HostModule host{newContext(false), nullptr};
