@@ -132,12 +132,19 @@ public:
     return "";
   }
   std::unique_ptr<rt::Device> makeDevice(const lower::LoweredGraph &lowered, const TargetOptions &options) const override {
-    return std::make_unique<rt::CudaDevice>(compilePtx(lowered.kernelPointers(), options.arch).ptx, lowered.kernelInfos());
+    PtxModule ptx = compilePtx(lowered.kernelPointers(), options.arch);
+    std::vector<rt::KernelInfo> kernels = lowered.kernelInfos();
+    for (rt::KernelInfo &k : kernels)
+      if (auto it = ptx.entries.find(k.name); it != ptx.entries.end())
+        k.entry = it->second;
+    return std::make_unique<rt::CudaDevice>(ptx.ptx, kernels);
   }
   std::string artifactPayload(const std::vector<const kir::Kernel *> &kernels, const TargetOptions &options,
                               rt::ArtifactInfo &info) const override {
     info.arch = options.arch;
-    return compilePtx(kernels, options.arch).ptx;
+    PtxModule ptx = compilePtx(kernels, options.arch);
+    info.entries = std::move(ptx.entries);
+    return std::move(ptx.ptx);
   }
   ModuleText moduleText(const std::vector<const kir::Kernel *> &kernels, const TargetOptions &options) const override {
     PtxModule ptx = compilePtx(kernels, options.arch);

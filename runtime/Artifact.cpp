@@ -18,6 +18,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <fstream>
+#include <set>
 
 namespace dnnc::rt {
 namespace {
@@ -26,8 +27,9 @@ using nlohmann::json;
 
 constexpr char kMagic[8] = {'D', 'N', 'N', 'C', 'A', 'R', 'T', '1'};
 constexpr size_t kPrefix = sizeof kMagic + 3 * sizeof(uint64_t);
-// 2: kernels carry their GPU grid; 3: CPU GEMMs their shape (runtime/GemmSelect.h); 4: and how they read B
-constexpr int kFormat = 4;
+// 2: kernels carry their GPU grid; 3: CPU GEMMs their shape (runtime/GemmSelect.h); 4: and how they read B;
+// 5: a GPU kernel with an earlier kernel's code names the entry it launches
+constexpr int kFormat = 5;
 
 uint64_t fnv1a(const char *data, size_t n, uint64_t h = 1469598103934665603ull) {
   for (size_t k = 0; k < n; ++k)
@@ -121,7 +123,7 @@ void writeArtifact(const std::string &path, const ir::Graph &g, const std::map<c
     if (auto it = kernelOf.find(ops[k]); it != kernelOf.end())
       opOf[it->second] = static_cast<int64_t>(k);
   json table = json::array();
-  for (size_t k = 0; k < kernels.size(); ++k)
+  for (size_t k = 0; k < kernels.size(); ++k) {
     table.push_back({{"name", kernels[k].name}, {"op", opOf[k]}, {"dims", kernels[k].dims},
                      {"parallel_extent", ir::exprToJson(kernels[k].parallelExtent)}, {"work", ir::exprToJson(kernels[k].work)},
                      {"grid", {ir::exprToJson(kernels[k].gridX), ir::exprToJson(kernels[k].gridY)}},
@@ -129,6 +131,9 @@ void writeArtifact(const std::string &path, const ir::Graph &g, const std::map<c
                      {"gemm", {ir::exprToJson(kernels[k].gemmBatches), ir::exprToJson(kernels[k].gemmM),
                                ir::exprToJson(kernels[k].gemmN), ir::exprToJson(kernels[k].gemmK),
                                static_cast<int>(kernels[k].gemmB)}}});
+    if (auto it = info.entries.find(kernels[k].name); it != info.entries.end())
+      table.back()["entry"] = it->second;
+  }
   json offsets = json::array();
   for (const auto &[value, offset] : plan.offsets)
     offsets.push_back({value->id, ir::exprToJson(offset), plan.late.count(value) != 0, plan.kept.count(value) != 0});
@@ -199,6 +204,7 @@ ArtifactContents readArtifactBytes(const std::string &bytes, const std::string &
       if (b < 0 || b > static_cast<int64_t>(GemmB::Panels))
         throw DataError(fmt::format("'{}' has a kernel whose GEMM reads B in an unknown way ({})", path, b));
       last.gemmB = static_cast<GemmB>(b);
+      last.entry = k.value("entry", std::string());
       if (kernels.back().blockThreads < 1 || kernels.back().blockThreads > 1024)
         throw DataError(fmt::format("'{}' has a kernel with {} threads per block", path, kernels.back().blockThreads));
       opIndex.push_back(intOf(k.at("op"), path, "a kernel's op"));
@@ -230,6 +236,13 @@ ArtifactContents readArtifactBytes(const std::string &bytes, const std::string &
   } catch (const std::overflow_error &e) {
     throw DataError(fmt::format("'{}' has a malformed header: {}", path, e.what()));
   }
+  std::set<std::string> entries; // the kernels with entries of their own
+  for (const KernelInfo &k : kernels)
+    if (k.entry.empty())
+      entries.insert(k.name);
+  for (const KernelInfo &k : kernels)
+    if (!k.entry.empty() && !entries.count(k.entry))
+      throw DataError(fmt::format("'{}': kernel {} launches '{}', which is no entry of its kernels", path, k.name, k.entry));
   auto ops = ir::opsPostOrder(*graph);
   std::map<const ir::Op *, size_t> &kernelOf = c.kernelOf;
   for (size_t k = 0; k < kernels.size(); ++k) {

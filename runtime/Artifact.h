@@ -9,6 +9,7 @@
 
 #include "runtime/Executable.h"
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -18,6 +19,8 @@ struct ArtifactInfo {
   std::string target;  // "cpu" or "cuda"
   std::string arch;    // the host CPU's LLVM name, or the GPU architecture
   std::string vectorIsa; // cpu: the vector extension the kernels use ("avx512f", "avx2", "sse2")
+  // cuda: each kernel that launches another kernel's entry (the same code), and that entry
+  std::map<std::string, std::string> entries;
 };
 
 // Writes atomically (nothing is left behind on failure).

@@ -168,7 +168,7 @@ CudaDevice::CudaDevice(const std::string &ptx, const std::vector<KernelInfo> &ke
   check(d.moduleLoadData(&impl_->module, ptx.c_str()), "loading the PTX (cuModuleLoadData)");
   for (const KernelInfo &k : kernels) {
     CUfunction f;
-    check(d.moduleGetFunction(&f, impl_->module, k.name.c_str()), "cuModuleGetFunction");
+    check(d.moduleGetFunction(&f, impl_->module, (k.entry.empty() ? k.name : k.entry).c_str()), "cuModuleGetFunction");
     impl_->fns.push_back(f);
   }
 }

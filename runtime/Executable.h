@@ -36,6 +36,9 @@ struct KernelInfo {
   // binds its dims, and how it reads B. Null otherwise.
   sym::ExprRef gemmM = nullptr, gemmN = nullptr, gemmK = nullptr, gemmBatches = nullptr;
   GemmB gemmB = GemmB::Rows;
+  // A GPU kernel whose code an earlier kernel has: that kernel's PTX entry, which it
+  // launches ("" where it has an entry of its own).
+  std::string entry;
 };
 
 // A kernel's launch under `b` (every dim it names bound). Throws DataError when a size

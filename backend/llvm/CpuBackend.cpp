@@ -12,7 +12,6 @@
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
-#include <llvm/Bitcode/BitcodeWriter.h>
 #include <llvm/IR/DiagnosticInfo.h>
 #include <llvm/IR/GlobalAlias.h>
 #include <llvm/IR/LegacyPassManager.h>
@@ -141,28 +140,6 @@ std::unique_ptr<llvm::Module> moduleOf(const kir::Kernel &k, llvm::LLVMContext &
   return alone;
 }
 
-// What decides a kernel's code: a module holding it alone (the function, the helpers and
-// constants it uses, their attributes and metadata) as bitcode, its values unnamed and the
-// names made from the kernel's (the function, a GPU kernel's shared memory) the same for
-// every kernel. Kernels with equal keys compile to the same code on this host: an op
-// repeated in every layer, a training step's update of each param, the ops every recompute
-// version shares. (Bitcode, not the module's text: the printer costs 4x more.)
-std::string codeKey(llvm::Module &m, const std::string &kernel, bool simulatedGpu) {
-  std::vector<std::pair<llvm::GlobalValue *, std::string>> renamed;
-  for (llvm::GlobalValue &g : m.global_values())
-    if (g.getName() == kernel || g.getName().starts_with(kernel + "."))
-      renamed.emplace_back(&g, g.getName().str());
-  for (const auto &[g, name] : renamed)
-    g->setName("kernel" + name.substr(kernel.size()));
-  std::string key = simulatedGpu ? "simulated GPU\n" : "CPU\n";
-  llvm::raw_string_ostream os(key);
-  llvm::WriteBitcodeToFile(m, os);
-  os.flush();
-  for (const auto &[g, name] : renamed)
-    g->setName(name);
-  return key;
-}
-
 // The symbol a code is compiled under in the JIT: named by its key alone, so that neither
 // the kernels' names (which number them in program order) nor their order decide an object.
 std::string codeSymbol(const std::string &key) {
@@ -200,7 +177,7 @@ ObjectJob namedModule(const std::vector<const kir::Kernel *> &kernels, const llv
   unsigned lanes = hostVectorWidth();
   for (const kir::Kernel *k : kernels) {
     auto alone = moduleOf(*k, *built->ctx, tm, simulatedGpu, lanes);
-    std::string key = codeKey(*alone, k->name, simulatedGpu);
+    std::string key = codeKey(*alone, k->name, simulatedGpu ? "simulated GPU" : "CPU");
     if (auto it = kernelWithKey.find(key); it != kernelWithKey.end()) {
       llvm::GlobalAlias::create(llvm::GlobalValue::ExternalLinkage, k->name, built->module->getFunction(it->second));
       job.contents += "alias " + k->name + " = " + it->second + "\n";
@@ -328,7 +305,7 @@ std::unique_ptr<CpuModule> CpuModule::compile(const std::vector<const kir::Kerne
     auto tm = targetMachine(jtmb);
     auto scratch = newContext(false); // each kernel's key, once
     for (const kir::Kernel *k : kernels) {
-      std::string key = codeKey(*moduleOf(*k, *scratch, *tm, simulatedGpu, lanes), k->name, simulatedGpu);
+      std::string key = codeKey(*moduleOf(*k, *scratch, *tm, simulatedGpu, lanes), k->name, simulatedGpu ? "simulated GPU" : "CPU");
       std::string symbol = codeSymbol(key);
       impl->symbols[k->name] = symbol;
       if (codes.contains(symbol) || impl->borrowed.contains(symbol))

@@ -6,6 +6,7 @@
 #include "base/Error.h"
 #include "ir/graph/OpRegistry.h"
 
+#include <llvm/Bitcode/BitcodeWriter.h>
 #include <llvm/IR/Instructions.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Verifier.h>
@@ -499,6 +500,26 @@ void KernelEmitter::attentionStmt(const kir::Attention &) {
 llvm::AllocaInst *KernelEmitter::entryAlloca(llvm::Type *t, const std::string &name) {
   llvm::IRBuilder<> atEntry(entry_, entry_->begin());
   return atEntry.CreateAlloca(t, nullptr, name);
+}
+
+// What decides a kernel's code: a module holding it alone (the function, the helpers and
+// constants it uses, their attributes and metadata) as bitcode, its values unnamed and the
+// names made from the kernel's (the function, a GPU kernel's shared memory) the same for
+// every kernel. (Bitcode, not the module's text: the printer costs 4x more.)
+std::string codeKey(llvm::Module &m, const std::string &kernel, std::string_view device) {
+  std::vector<std::pair<llvm::GlobalValue *, std::string>> renamed;
+  for (llvm::GlobalValue &g : m.global_values())
+    if (g.getName() == kernel || g.getName().starts_with(kernel + "."))
+      renamed.emplace_back(&g, g.getName().str());
+  for (const auto &[g, name] : renamed)
+    g->setName("kernel" + name.substr(kernel.size()));
+  std::string key = std::string(device) + "\n";
+  llvm::raw_string_ostream os(key);
+  llvm::WriteBitcodeToFile(m, os);
+  os.flush();
+  for (const auto &[g, name] : renamed)
+    g->setName(name);
+  return key;
 }
 
 void optimize(llvm::Module &m, llvm::TargetMachine &tm) {

@@ -22,6 +22,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace llvm {
@@ -35,6 +36,12 @@ namespace dnnc::backend {
 void emitCpuKernel(llvm::Module &m, const kir::Kernel &k, unsigned vectorWidth);
 void emitNvptxKernel(llvm::Module &m, const kir::Kernel &k);
 void emitSimulatedGpuKernel(llvm::Module &m, const kir::Kernel &k);
+
+// The key of kernel `kernel`'s code, from `m`, a module holding it alone, for `device`
+// ("CPU", "simulated GPU", "NVPTX"): kernels with equal keys compile to the same code on
+// the device. An op repeated in every layer, a training step's update of each param and
+// the ops every recompute version shares are such twins.
+std::string codeKey(llvm::Module &m, const std::string &kernel, std::string_view device);
 
 // The O3 module pipeline for `tm`'s target.
 void optimize(llvm::Module &m, llvm::TargetMachine &tm);

@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
+#include <unordered_map>
 
 extern "C" {
 void LLVMInitializeNVPTXTargetInfo();
@@ -88,8 +89,28 @@ PtxModule compilePtx(const std::vector<const kir::Kernel *> &kernels, const std:
   auto module = std::make_unique<llvm::Module>("dnnc", ctx);
   module->setTargetTriple(triple);
   module->setDataLayout(tm->createDataLayout());
-  for (const kir::Kernel *k : kernels)
+  // Each distinct code once, as the entry of the first kernel with it; its twins launch
+  // that entry (PTX has no aliases of entries). The keys come from a context without
+  // value names, the module keeps them.
+  PtxModule out;
+  std::unordered_map<std::string, std::string> entryWithKey;
+  std::vector<std::string> names; // the entries
+  llvm::LLVMContext scratch;
+  scratch.setDiscardValueNames(true);
+  for (const kir::Kernel *k : kernels) {
+    llvm::Module alone("dnnc", scratch);
+    alone.setTargetTriple(triple);
+    alone.setDataLayout(module->getDataLayout());
+    emitNvptxKernel(alone, *k);
+    std::string key = codeKey(alone, k->name, "NVPTX");
+    if (auto it = entryWithKey.find(key); it != entryWithKey.end()) {
+      out.entries[k->name] = it->second;
+      continue;
+    }
     emitNvptxKernel(*module, *k);
+    entryWithKey.emplace(std::move(key), k->name);
+    names.push_back(k->name);
+  }
   auto buffer = llvm::MemoryBuffer::getFile(libdevice);
   if (!buffer)
     throw DataError(fmt::format("cannot read '{}': {}", libdevice, buffer.getError().message()));
@@ -100,15 +121,11 @@ PtxModule compilePtx(const std::vector<const kir::Kernel *> &kernels, const std:
   (*lib)->setDataLayout(module->getDataLayout());
   if (llvm::Linker::linkModules(*module, std::move(*lib), llvm::Linker::LinkOnlyNeeded))
     throw InternalError("cannot link libdevice into the kernels");
-  // Only the kernels are entry points; libdevice's functions may be inlined away.
-  std::vector<std::string> names;
-  for (const kir::Kernel *k : kernels)
-    names.push_back(k->name);
+  // Only the entries stay visible; libdevice's functions may be inlined away.
   llvm::internalizeModule(*module, [&](const llvm::GlobalValue &gv) {
     return std::find(names.begin(), names.end(), gv.getName().str()) != names.end();
   });
   optimize(*module, *tm);
-  PtxModule out;
   llvm::raw_string_ostream irText(out.llvmIR);
   module->print(irText, nullptr);
   llvm::SmallString<0> ptx;
@@ -118,6 +135,11 @@ PtxModule compilePtx(const std::vector<const kir::Kernel *> &kernels, const std:
     throw InternalError("the NVPTX target cannot emit PTX");
   pm.run(*module);
   out.ptx = ptx.str().str();
+  if (!out.entries.empty()) // for readers: where each twin's code is
+    out.ptx += "\n// kernels that launch another kernel's entry (the same code):\n";
+  for (const kir::Kernel *k : kernels)
+    if (auto it = out.entries.find(k->name); it != out.entries.end())
+      out.ptx += "// " + k->name + " launches " + it->second + "\n";
   return out;
 }
 

@@ -4,6 +4,7 @@
 
 #include "ir/kernel/Kernel.h"
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -15,8 +16,10 @@ const std::vector<std::string> &supportedArchs();
 std::string findLibdevice();
 
 struct PtxModule {
-  std::string ptx;    // one PTX module holding every kernel
+  std::string ptx;    // one PTX module holding every distinct kernel code
   std::string llvmIR; // the optimized LLVM IR it came from
+  // Each kernel whose code an earlier kernel has: the entry it launches, that kernel's.
+  std::map<std::string, std::string> entries;
 };
 // Throws DataError when `arch` is not supported or libdevice is missing.
 PtxModule compilePtx(const std::vector<const kir::Kernel *> &kernels, const std::string &arch);

@@ -364,8 +364,19 @@ class BadArtifacts(unittest.TestCase):
         return self.resealed_text(edit_text)
 
     def test_other_format(self):
-        self.fails("%d/m.dnnc", [], "has artifact format 1, this runtime reads format 4 (rebuild it with this dnnc)",
+        self.fails("%d/m.dnnc", [], "has artifact format 1, this runtime reads format 5 (rebuild it with this dnnc)",
                    {"m.dnnc": self.resealed(lambda h: h.update(format=1))})
+
+    def test_bad_entry(self):
+        """A kernel that launches another's entry (format 5: GPU twins) names a kernel with an
+        entry of its own, by a string."""
+        def entry(value):
+            def edit(h):
+                h["kernels"][1]["entry"] = value
+            return edit
+        self.fails("%d/m.dnnc", [], "launches 'k999_nothing', which is no entry of its kernels",
+                   {"m.dnnc": self.resealed(entry("k999_nothing"))})
+        self.fails("%d/m.dnnc", [], "has a malformed header", {"m.dnnc": self.resealed(entry(7))})
 
     def test_bad_gemm_b(self):
         """How a GEMM reads B (format 4): a known kind, an integer, present."""

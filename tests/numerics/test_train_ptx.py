@@ -12,8 +12,11 @@ AdamW, whose update has the most ops (the backward kernels do not depend on the 
 the transformer's steps take 10-25 s each to emit and assemble). Exits 77 (ctest: skipped)
 where the CUDA toolkit is not installed.
 """
+import json
 import os
+import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -65,6 +68,40 @@ class TrainPtx(unittest.TestCase):
                         q = subprocess.run([self.ptxas, f"-arch={arch}", ptx, "-o", os.path.join(d, "step.cubin")],
                                            capture_output=True, text=True, timeout=600)
                         self.assertEqual(q.returncode, 0, q.stderr)
+
+    def test_twins_launch_one_entry(self):
+        """Kernels with the same code (exp of x and of y) are one PTX entry: `dnnc emit
+        --emit=ptx` lists the twin in a comment, and a cuda artifact names the entry the
+        twin launches (format 5), in a PTX that ptxas assembles."""
+        model = "dim N;\nmodel main(x: f32[N], y: f32[N]) -> (f32[N], f32[N]) {\n  return (exp(x), exp(y));\n}\n"
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "twins.dnn")
+            with open(path, "w") as f:
+                f.write(model)
+            e = subprocess.run([self.exe, "emit", path, "--emit=ptx", "--no-fuse"], capture_output=True, text=True, timeout=300)
+            self.assertEqual(e.returncode, 0, e.stderr)
+            entries = re.findall(r"^\.visible \.entry (\w+)\(", e.stdout, re.M)
+            twins = re.findall(r"^// (\w+) launches (\w+)$", e.stdout, re.M)
+            self.assertEqual(len(entries), 1, e.stdout)
+            self.assertEqual(len(twins), 1)
+            self.assertEqual(twins[0][1], entries[0])
+            artifact = os.path.join(d, "twins.dnnc")
+            b = subprocess.run([self.exe, "build", path, "-o", artifact, "--target", "cuda", "--arch", "sm_80"],
+                               capture_output=True, text=True, timeout=300)
+            self.assertEqual(b.returncode, 0, b.stderr)
+            with open(artifact, "rb") as f:
+                data = f.read()
+            header_size, payload_size = struct.unpack("<QQ", data[8:24])
+            header = json.loads(data[32:32 + header_size])
+            self.assertEqual(header["format"], 5)
+            kernels = header["kernels"]
+            self.assertEqual([k.get("entry") for k in kernels], [None, kernels[0]["name"]])
+            ptx = os.path.join(d, "twins.ptx")
+            with open(ptx, "wb") as f:
+                f.write(data[32 + header_size:32 + header_size + payload_size])
+            q = subprocess.run([self.ptxas, "-arch=sm_80", ptx, "-o", os.path.join(d, "twins.cubin")], capture_output=True,
+                               text=True, timeout=300)
+            self.assertEqual(q.returncode, 0, q.stderr)
 
 
 if __name__ == "__main__":
