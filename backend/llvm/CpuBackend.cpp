@@ -269,6 +269,8 @@ std::vector<std::string> objectFiles(std::vector<ObjectJob> &jobs, llvm::orc::JI
       cache->store(keys[j], compiled[j]);
     objects.push_back(std::move(compiled[j]));
   }
+  if (cache && !toCompile.empty())
+    cache->trim();
   return objects;
 }
 

@@ -65,10 +65,10 @@ bool isObjectName(const std::string &name) {
          std::all_of(name.begin(), name.end() - 2, [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
 }
 
-// Drops the least recently used objects (a hit touches its file) until the folder holds
-// at most 90% of kObjectCacheBytes, and the partial files of writers killed over an hour
-// ago. Only the files it names itself: the folder may be shared with others.
-void trim(const fs::path &folder) {
+} // namespace
+
+void ObjectCache::trim(uint64_t limit) const try {
+  fs::path folder(folder_);
   std::error_code ec;
   std::vector<std::pair<fs::file_time_type, fs::path>> objects;
   uint64_t total = 0;
@@ -92,19 +92,18 @@ void trim(const fs::path &folder) {
     total += size;
     objects.emplace_back(time, it->path());
   }
-  if (ec || total <= kObjectCacheBytes)
+  if (ec || total <= limit)
     return;
   std::sort(objects.begin(), objects.end());
   for (const auto &[time, path] : objects) {
-    if (total <= kObjectCacheBytes / 10 * 9)
+    if (total <= limit / 10 * 9)
       break;
     uint64_t size = fs::file_size(path, ec);
     if (!ec && fs::remove(path, ec))
       total -= size;
   }
+} catch (const std::exception &) { // out of memory, a file system's error: trimmed another time
 }
-
-} // namespace
 
 std::optional<ObjectCache> ObjectCache::fromEnvironment() {
   auto set = [](const char *name) { return std::getenv(name) && *std::getenv(name); };
@@ -149,7 +148,6 @@ void ObjectCache::store(const std::string &key, std::string_view object) const t
   if (ec)
     return;
   rt::writeFileAtomically((fs::path(folder_) / (key + ".o")).string(), std::string(bytes(sha256(object))).append(object));
-  trim(folder_);
 } catch (const std::exception &) { // out of memory, a file system's error: not kept
 }
 

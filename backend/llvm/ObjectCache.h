@@ -28,6 +28,11 @@ public:
   std::string keyOf(std::string_view what) const;
   std::optional<std::string> load(const std::string &key) const;
   void store(const std::string &key, std::string_view object) const;
+  // Once the folder holds more than `limit` bytes of objects, drops the least recently
+  // used (a hit touches its file) until it holds at most 90% of it; and the partial files
+  // of writers killed over an hour ago. Only the files it names itself: the folder may be
+  // shared with others. A compile that stored objects calls it once: it lists the folder.
+  void trim(uint64_t limit = kObjectCacheBytes) const;
 
 private:
   std::string folder_;

@@ -2,14 +2,18 @@
 // their names share a function, and a later module borrows the code of an earlier one that
 // still lives. Across processes the object cache (backend/llvm/ObjectCache.h) keeps them.
 #include "backend/llvm/CpuBackend.h"
+#include "backend/llvm/ObjectCache.h"
 #include "tests/unit/LoweredKernels.h"
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -222,4 +226,37 @@ TEST_CASE("with neither HOME nor XDG_CACHE_HOME, no object is written anywhere",
   for (const auto &[name, value] : saved)
     ::setenv(name.c_str(), value.c_str(), 1);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("the object cache drops its least recently used objects past its limit, and only its own files", "[cpu][codegen]") {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / "dnnc_object_cache_trim";
+  fs::remove_all(dir);
+  CacheDir env(dir.string());
+  std::optional<backend::ObjectCache> cache = backend::ObjectCache::fromEnvironment();
+  REQUIRE(cache);
+  auto now = fs::file_time_type::clock::now();
+  std::vector<std::string> keys;
+  for (int i = 0; i < 4; ++i) { // 1032 bytes each (the object and its checksum), oldest first
+    keys.push_back(cache->keyOf("object " + std::to_string(i)));
+    cache->store(keys.back(), std::string(1000, char('a' + i)));
+    fs::last_write_time(dir / (keys.back() + ".o"), now - std::chrono::minutes(40 - i));
+  }
+  std::string partial = cache->keyOf("a writer killed") + ".o.tmp", fresh = cache->keyOf("a writer now") + ".o.tmp";
+  for (const std::string &name : {partial, fresh, std::string("notes.txt")})
+    std::ofstream(dir / name) << "x";
+  fs::last_write_time(dir / partial, now - std::chrono::hours(2));
+  CHECK(cache->load(keys[0]) == std::string(1000, 'a')); // a hit: now the most recent
+
+  cache->trim(5000); // under the limit: nothing goes but the killed writer's file
+  CHECK(objectsIn(dir).size() == 6);
+  CHECK_FALSE(fs::exists(dir / partial));
+  cache->trim(3000); // over: down to 2700 bytes, the least recently used first
+  CHECK(fs::exists(dir / (keys[0] + ".o")));
+  CHECK(fs::exists(dir / (keys[3] + ".o")));
+  CHECK_FALSE(cache->load(keys[1]));
+  CHECK_FALSE(cache->load(keys[2]));
+  CHECK(fs::exists(dir / fresh));
+  CHECK(fs::exists(dir / "notes.txt"));
+  fs::remove_all(dir);
 }
