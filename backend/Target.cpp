@@ -40,13 +40,25 @@ struct ScratchDir {
   }
 };
 
-// Links an object into a shared object with the system's compiler driver (which knows
-// where libm and the C runtime live); its messages go to stderr.
-std::string linkSharedObject(const std::string &object, const fs::path &dir) {
-  fs::path obj = dir / "kernels.o", so = dir / "kernels.so";
-  rt::writeFileAtomically(obj.string(), object);
+// Links objects into a shared object with the system's compiler driver (which knows where
+// libm and the C runtime live), each kernel's name defined as its code's symbol by a
+// linker script; its messages go to stderr.
+std::string linkSharedObject(const HostObjects &kernels, const fs::path &dir) {
+  fs::path so = dir / "kernels.so", names = dir / "kernels.ld";
+  std::vector<std::string> inputs;
+  for (const std::string &object : kernels.objects) {
+    inputs.push_back((dir / fmt::format("kernels{}.o", inputs.size())).string());
+    rt::writeFileAtomically(inputs.back(), object);
+  }
+  std::string script;
+  for (const auto &[kernel, symbol] : kernels.symbols)
+    script += kernel + " = " + symbol + ";\n";
+  rt::writeFileAtomically(names.string(), script);
+  inputs.push_back(names.string());
   for (const char *driver : {"cc", "gcc", "clang"}) {
-    std::vector<std::string> args{driver, "-shared", "-o", so.string(), obj.string(), "-lm"};
+    std::vector<std::string> args{driver, "-shared", "-o", so.string()};
+    args.insert(args.end(), inputs.begin(), inputs.end());
+    args.push_back("-lm");
     std::vector<char *> argv;
     for (std::string &a : args)
       argv.push_back(a.data());
@@ -93,7 +105,7 @@ public:
     unsigned width = widestHostVectorWidth(); // the instructions the code uses, whatever its tiling
     info.vectorIsa = width >= 16 ? "avx512f" : width >= 8 ? "avx2" : "sse2";
     ScratchDir scratch;
-    return linkSharedObject(compileHostObject(kernels), scratch.path);
+    return linkSharedObject(compileHostObjects(kernels), scratch.path);
   }
   ModuleText moduleText(const std::vector<const kir::Kernel *> &kernels, const TargetOptions &) const override {
     return {hostLLVMIR(kernels), ""};

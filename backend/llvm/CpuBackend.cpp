@@ -13,7 +13,6 @@
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/IR/DiagnosticInfo.h>
-#include <llvm/IR/GlobalAlias.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
@@ -40,6 +39,7 @@
 #include <numeric>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -164,36 +164,6 @@ struct ObjectJob {
   std::function<HostModule(const llvm::TargetMachine &)> build;
 };
 
-// The kernels in one module, each distinct code once, named after its first kernel: a
-// later kernel with the same key is an alias of it. With `names`, values keep the kernel
-// IR's names (for reading; equal kernels then rarely match). Not yet optimized.
-ObjectJob namedModule(const std::vector<const kir::Kernel *> &kernels, const llvm::TargetMachine &tm, bool simulatedGpu,
-                      bool names) {
-  auto built = std::make_shared<HostModule>();
-  built->ctx = newContext(names);
-  built->module = emptyModule(*built->ctx, tm);
-  ObjectJob job;
-  std::unordered_map<std::string, std::string> kernelWithKey;
-  unsigned lanes = hostVectorWidth();
-  for (const kir::Kernel *k : kernels) {
-    auto alone = moduleOf(*k, *built->ctx, tm, simulatedGpu, lanes);
-    std::string key = codeKey(*alone, k->name, simulatedGpu ? "simulated GPU" : "CPU");
-    if (auto it = kernelWithKey.find(key); it != kernelWithKey.end()) {
-      llvm::GlobalAlias::create(llvm::GlobalValue::ExternalLinkage, k->name, built->module->getFunction(it->second));
-      job.contents += "alias " + k->name + " = " + it->second + "\n";
-      continue;
-    }
-    if (llvm::Linker::linkModules(*built->module, std::move(alone)))
-      throw InternalError("LLVM cannot link kernel " + k->name + " into the module");
-    job.contents += "kernel " + k->name + "\n" + key;
-    job.keyBytes += key.size();
-    kernelWithKey.emplace(std::move(key), k->name);
-    ++job.codes;
-  }
-  job.build = [built](const llvm::TargetMachine &) { return std::move(*built); };
-  return job;
-}
-
 // How many threads this process may run at once: the cores it may run on, 16 at most.
 size_t coresAllowed() {
   cpu_set_t allowed;
@@ -296,26 +266,29 @@ std::shared_ptr<const CpuModule::Impl> compiledBefore(const std::string &symbol)
 // 23 objects as in 4.)
 constexpr size_t kMaxObjects = 64;
 
-} // namespace
-
-std::unique_ptr<CpuModule> CpuModule::compile(const std::vector<const kir::Kernel *> &kernels, bool simulatedGpu) {
-  llvm::orc::JITTargetMachineBuilder jtmb = hostTarget();
-  auto impl = std::make_shared<Impl>();
+// The kernels' codes as objects for this host: each kernel's code symbol into `symbols`,
+// and the object files of the codes that `borrow(symbol)` does not claim (the symbols of
+// those into `compiled`), each distinct code once, compiled on a thread per core or read
+// from the object cache.
+std::vector<std::string> codeObjects(const std::vector<const kir::Kernel *> &kernels, bool simulatedGpu,
+                                     llvm::orc::JITTargetMachineBuilder &jtmb,
+                                     std::unordered_map<std::string, std::string> &symbols,
+                                     const std::function<bool(const std::string &)> &borrow,
+                                     std::vector<std::string> &compiled) {
   unsigned lanes = hostVectorWidth();
   std::map<std::string, std::pair<const kir::Kernel *, size_t>> codes; // the codes to compile here, by symbol: a kernel, its key's bytes
+  std::set<std::string> borrowed;
   {
     auto tm = targetMachine(jtmb);
     auto scratch = newContext(false); // each kernel's key, once
     for (const kir::Kernel *k : kernels) {
       std::string key = codeKey(*moduleOf(*k, *scratch, *tm, simulatedGpu, lanes), k->name, simulatedGpu ? "simulated GPU" : "CPU");
       std::string symbol = codeSymbol(key);
-      impl->symbols[k->name] = symbol;
-      if (codes.contains(symbol) || impl->borrowed.contains(symbol))
+      symbols[k->name] = symbol;
+      if (codes.contains(symbol) || borrowed.contains(symbol))
         continue;
-      // The simulator's shared memory is a mutable global of the module: modules that may
-      // run at once on two threads must not share it.
-      if (std::shared_ptr<const Impl> owner = simulatedGpu ? nullptr : compiledBefore(symbol)) {
-        impl->borrowed.emplace(symbol, std::move(owner));
+      if (borrow && borrow(symbol)) {
+        borrowed.insert(symbol);
         continue;
       }
       codes.emplace(symbol, std::make_pair(k, key.size()));
@@ -350,7 +323,26 @@ std::unique_ptr<CpuModule> CpuModule::compile(const std::vector<const kir::Kerne
     };
     jobs.push_back(std::move(job));
   }
-  std::vector<std::string> objects = objectFiles(jobs, jtmb);
+  for (const auto &entry : codes)
+    compiled.push_back(entry.first);
+  return objectFiles(jobs, jtmb);
+}
+
+} // namespace
+
+std::unique_ptr<CpuModule> CpuModule::compile(const std::vector<const kir::Kernel *> &kernels, bool simulatedGpu) {
+  llvm::orc::JITTargetMachineBuilder jtmb = hostTarget();
+  auto impl = std::make_shared<Impl>();
+  std::vector<std::string> compiled;
+  std::vector<std::string> objects = codeObjects(kernels, simulatedGpu, jtmb, impl->symbols, [&](const std::string &symbol) {
+    // The simulator's shared memory is a mutable global of the module: modules that may
+    // run at once on two threads must not share it.
+    std::shared_ptr<const Impl> owner = simulatedGpu ? nullptr : compiledBefore(symbol);
+    if (!owner)
+      return false;
+    impl->borrowed.emplace(symbol, std::move(owner));
+    return true;
+  }, compiled);
   if (objects.empty())
     return std::unique_ptr<CpuModule>(new CpuModule(std::move(impl)));
   auto jit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(jtmb)).create();
@@ -375,28 +367,35 @@ std::unique_ptr<CpuModule> CpuModule::compile(const std::vector<const kir::Kerne
   if (!simulatedGpu) { // what other modules may borrow
     std::lock_guard lock(compiledCodeMutex);
     std::erase_if(compiledCode, [](const auto &entry) { return entry.second.expired(); });
-    for (const auto &entry : codes)
-      compiledCode[entry.first] = impl;
+    for (const std::string &symbol : compiled)
+      compiledCode[symbol] = impl;
   }
   return std::unique_ptr<CpuModule>(new CpuModule(std::move(impl)));
 }
 
-// One object: an artifact's shared object is linked from one object file, its symbols the
-// kernels' names.
-std::string compileHostObject(const std::vector<const kir::Kernel *> &kernels) {
+HostObjects compileHostObjects(const std::vector<const kir::Kernel *> &kernels) {
   auto jtmb = hostTarget();
-  std::vector<ObjectJob> jobs{namedModule(kernels, *targetMachine(jtmb), false, false)};
-  return std::move(objectFiles(jobs, jtmb).at(0));
+  HostObjects out;
+  std::unordered_map<std::string, std::string> symbols;
+  std::vector<std::string> compiled;
+  out.objects = codeObjects(kernels, false, jtmb, symbols, {}, compiled);
+  out.symbols.insert(symbols.begin(), symbols.end());
+  return out;
 }
 
 std::string hostLLVMIR(const std::vector<const kir::Kernel *> &kernels, bool simulatedGpu) {
   auto jtmb = hostTarget();
   auto tm = targetMachine(jtmb);
-  HostModule host = namedModule(kernels, *tm, simulatedGpu, true).build(*tm);
-  optimize(*host.module, *tm);
+  auto ctx = newContext(true); // the values keep the kernel IR's names, for reading
+  auto module = emptyModule(*ctx, *tm);
+  unsigned lanes = hostVectorWidth();
+  for (const kir::Kernel *k : kernels)
+    if (llvm::Linker::linkModules(*module, moduleOf(*k, *ctx, *tm, simulatedGpu, lanes)))
+      throw InternalError("LLVM cannot link kernel " + k->name + " into the module");
+  optimize(*module, *tm);
   std::string ir;
   llvm::raw_string_ostream os(ir);
-  host.module->print(os, nullptr);
+  module->print(os, nullptr);
   return ir;
 }
 

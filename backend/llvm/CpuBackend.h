@@ -6,6 +6,7 @@
 #include "runtime/KernelAbi.h"
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,13 +36,19 @@ private:
   std::shared_ptr<Impl> impl_;
 };
 
-// The optimized LLVM IR of the kernels' module, as text, its values named after the kernel
-// IR's (`dnnc emit --emit=llvm`).
+// The optimized LLVM IR of the kernels in one module, as text, its values named after the
+// kernel IR's (`dnnc emit --emit=llvm`).
 std::string hostLLVMIR(const std::vector<const kir::Kernel *> &kernels, bool simulatedGpu = false);
 
-// The kernels as an ELF object of position-independent code for this host (exported
-// symbols named after the kernels), for a shared object in a built artifact.
-std::string compileHostObject(const std::vector<const kir::Kernel *> &kernels);
+// The kernels as ELF objects of position-independent code for this host, as CpuModule
+// compiles them (each distinct code once, under its symbol, from the object cache where it
+// has them), and each kernel's code symbol: a built artifact's shared object links them
+// and gives each kernel's name to its code.
+struct HostObjects {
+  std::vector<std::string> objects;
+  std::map<std::string, std::string> symbols; // kernel name -> its code's symbol
+};
+HostObjects compileHostObjects(const std::vector<const kir::Kernel *> &kernels);
 
 // LLVM's name for the host CPU ("skylake-avx512").
 std::string hostCpuName();
