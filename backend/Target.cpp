@@ -41,20 +41,21 @@ struct ScratchDir {
 };
 
 // Links objects into a shared object with the system's compiler driver (which knows where
-// libm and the C runtime live), each kernel's name defined as its code's symbol by a
-// linker script; its messages go to stderr.
+// libm and the C runtime live), each kernel's name defined as its code's symbol
+// (--defsym, which GNU ld, gold, lld and mold all take, from a response file); its
+// messages go to stderr.
 std::string linkSharedObject(const HostObjects &kernels, const fs::path &dir) {
-  fs::path so = dir / "kernels.so", names = dir / "kernels.ld";
+  fs::path so = dir / "kernels.so", names = dir / "kernels.rsp";
   std::vector<std::string> inputs;
   for (const std::string &object : kernels.objects) {
     inputs.push_back((dir / fmt::format("kernels{}.o", inputs.size())).string());
     rt::writeFileAtomically(inputs.back(), object);
   }
-  std::string script;
+  std::string definitions;
   for (const auto &[kernel, symbol] : kernels.symbols)
-    script += kernel + " = " + symbol + ";\n";
-  rt::writeFileAtomically(names.string(), script);
-  inputs.push_back(names.string());
+    definitions += "-Wl,--defsym=" + kernel + "=" + symbol + "\n";
+  rt::writeFileAtomically(names.string(), definitions);
+  inputs.push_back("@" + names.string());
   for (const char *driver : {"cc", "gcc", "clang"}) {
     std::vector<std::string> args{driver, "-shared", "-o", so.string()};
     args.insert(args.end(), inputs.begin(), inputs.end());

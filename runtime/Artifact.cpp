@@ -28,8 +28,9 @@ using nlohmann::json;
 constexpr char kMagic[8] = {'D', 'N', 'N', 'C', 'A', 'R', 'T', '1'};
 constexpr size_t kPrefix = sizeof kMagic + 3 * sizeof(uint64_t);
 // 2: kernels carry their GPU grid; 3: CPU GEMMs their shape (runtime/GemmSelect.h); 4: and how they read B;
-// 5: a GPU kernel with an earlier kernel's code names the entry it launches
-constexpr int kFormat = 5;
+// 5: a GPU kernel with an earlier kernel's code names the entry it launches (optional: a
+// format-4 artifact reads as one whose kernels all have entries of their own)
+constexpr int kFormat = 5, kOldestFormat = 4;
 
 uint64_t fnv1a(const char *data, size_t n, uint64_t h = 1469598103934665603ull) {
   for (size_t k = 0; k < n; ++k)
@@ -183,9 +184,9 @@ ArtifactContents readArtifactBytes(const std::string &bytes, const std::string &
   ArenaPlan &plan = c.plan;
   try {
     int64_t format = j.contains("format") ? intOf(j.at("format"), path, "format") : 0;
-    if (format != kFormat)
-      throw DataError(fmt::format("'{}' has artifact format {}, this runtime reads format {} (rebuild it with this dnnc)", path,
-                                  format, kFormat));
+    if (format < kOldestFormat || format > kFormat)
+      throw DataError(fmt::format("'{}' has artifact format {}, this runtime reads formats {} to {} (rebuild it with this dnnc)",
+                                  path, format, kOldestFormat, kFormat));
     info.target = j.at("target").get<std::string>();
     info.arch = j.at("arch").get<std::string>();
     info.vectorIsa = j.value("vector_isa", "");

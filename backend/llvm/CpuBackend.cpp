@@ -30,7 +30,6 @@
 
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <atomic>
 #include <cstdlib>
 #include <exception>
@@ -154,9 +153,9 @@ struct HostModule {
   std::unique_ptr<llvm::Module> module;
 };
 
-// A module to compile to one object file: what decides the object (its codes' keys and the
-// names they go by), how many distinct codes it holds, their keys' bytes (a measure of the
-// work), and how to build it for a target.
+// A module to compile to one object file: what decides the object (its codes' symbols,
+// each a hash of the code's key), how many distinct codes it holds, their keys' bytes (a
+// measure of the work), and how to build it for a target.
 struct ObjectJob {
   std::string contents;
   size_t codes = 0;
@@ -171,9 +170,10 @@ size_t coresAllowed() {
   return std::clamp<size_t>(cores, 1, 16);
 }
 
-// Each job as an object file for the host: from the object cache when it has it, else
-// built, optimized (O3) and compiled by LLVM on a pool of threads (one per core), and then
-// cached.
+// Each job as an object file for the host, in the jobs' order: from the object cache when
+// it has it, else built, then optimized (O3) and compiled by LLVM on a pool of threads
+// (one per core), and cached. The modules are built on the calling thread: emitting a
+// kernel may make dims in the process's one symbolic context (ir/sym), which has no lock.
 std::vector<std::string> objectFiles(std::vector<ObjectJob> &jobs, llvm::orc::JITTargetMachineBuilder &jtmb) {
   std::optional<ObjectCache> cache = ObjectCache::fromEnvironment();
   std::string target;
@@ -186,41 +186,43 @@ std::vector<std::string> objectFiles(std::vector<ObjectJob> &jobs, llvm::orc::JI
   std::vector<size_t> bySize(jobs.size());
   std::iota(bySize.begin(), bySize.end(), 0);
   std::stable_sort(bySize.begin(), bySize.end(), [&](size_t a, size_t b) { return jobs[a].keyBytes > jobs[b].keyBytes; });
-  std::vector<std::string> objects, keys;
+  std::vector<std::string> objects(jobs.size()), keys;
   std::vector<size_t> toCompile;
   for (size_t i : bySize) {
     std::string key = cache ? cache->keyOf(target + jobs[i].contents) : "";
     if (std::optional<std::string> object = cache ? cache->load(key) : std::nullopt) {
-      objects.push_back(std::move(*object));
+      objects[i] = std::move(*object);
       continue;
     }
     toCompile.push_back(i);
     keys.push_back(std::move(key));
   }
-
   std::vector<std::unique_ptr<llvm::TargetMachine>> machines; // one per worker
   for (size_t w = 0; w < std::min(toCompile.size(), coresAllowed()); ++w)
     machines.push_back(targetMachine(jtmb));
-  std::vector<std::string> compiled(toCompile.size());
+  std::vector<HostModule> modules;
+  for (size_t i : toCompile)
+    modules.push_back(jobs[i].build(*machines[0]));
   std::vector<std::exception_ptr> failures(toCompile.size());
   std::atomic<size_t> next{0};
   auto work = [&](llvm::TargetMachine &tm) {
     for (size_t j; (j = next++) < toCompile.size();)
       try {
-        HostModule host = jobs[toCompile[j]].build(tm);
-        optimize(*host.module, tm);
+        llvm::Module &m = *modules[j].module;
+        optimize(m, tm);
         llvm::SmallString<0> object;
         llvm::raw_svector_ostream os(object);
         llvm::legacy::PassManager pm;
         if (tm.addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::ObjectFile))
           throw InternalError("LLVM cannot emit object code for this host");
-        pm.run(*host.module);
-        compiled[j] = object.str().str();
+        pm.run(m);
+        objects[toCompile[j]] = object.str().str();
       } catch (...) {
         failures[j] = std::current_exception();
       }
   };
   std::vector<std::thread> threads;
+  threads.reserve(machines.size());
   for (size_t w = 1; w < machines.size(); ++w)
     try {
       threads.emplace_back(work, std::ref(*machines[w]));
@@ -236,8 +238,7 @@ std::vector<std::string> objectFiles(std::vector<ObjectJob> &jobs, llvm::orc::JI
       std::rethrow_exception(failures[j]);
     distinctCodesCompiled += jobs[toCompile[j]].codes;
     if (cache)
-      cache->store(keys[j], compiled[j]);
-    objects.push_back(std::move(compiled[j]));
+      cache->store(keys[j], objects[toCompile[j]]);
   }
   if (cache && !toCompile.empty())
     cache->trim();
@@ -260,11 +261,10 @@ std::shared_ptr<const CpuModule::Impl> compiledBefore(const std::string &symbol)
   return owner;
 }
 
-// At most this many objects per module. Below it each code has an object of its own
-// (give or take the hash's collisions), so an edit to a model recompiles little more than
-// its new codes. (A warm run of the example transformer took 0.25 s with its 34 codes in
-// 23 objects as in 4.)
-constexpr size_t kMaxObjects = 64;
+// The objects a module's codes go into by their hash: most models get about one code per
+// object, so an edit recompiles little more than its new codes. (A warm run of the example
+// transformer took 0.25 s with its 34 codes in 23 objects as in 4.)
+constexpr size_t kObjects = 64;
 
 // The kernels' codes as objects for this host: each kernel's code symbol into `symbols`,
 // and the object files of the codes that `borrow(symbol)` does not claim (the symbols of
@@ -294,12 +294,11 @@ std::vector<std::string> codeObjects(const std::vector<const kir::Kernel *> &ker
       codes.emplace(symbol, std::make_pair(k, key.size()));
     }
   }
-  // The codes go into objects by their symbols' hash, a power of two of them: an added or
-  // changed code changes one object.
-  size_t objectCount = std::bit_floor(std::clamp<size_t>(codes.size(), 1, kMaxObjects));
-  std::vector<std::vector<std::pair<std::string, const kir::Kernel *>>> objectCodes(objectCount);
+  // The codes go into kObjects objects by their symbols' hash (the empty ones left out):
+  // an added or changed code changes one object.
+  std::vector<std::vector<std::pair<std::string, const kir::Kernel *>>> objectCodes(kObjects);
   for (const auto &[symbol, code] : codes)
-    objectCodes[std::stoul(symbol.substr(5, 8), nullptr, 16) % objectCount].emplace_back(symbol, code.first);
+    objectCodes[std::stoul(symbol.substr(5, 8), nullptr, 16) % kObjects].emplace_back(symbol, code.first);
   std::vector<ObjectJob> jobs;
   for (auto &inObject : objectCodes) {
     if (inObject.empty())

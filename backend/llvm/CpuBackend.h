@@ -17,7 +17,7 @@ using rt::KernelFn; // runtime/KernelAbi.h: the calling convention
 
 class CpuModule {
 public:
-  // Compiles every kernel. Kernels whose code is the same (codeKey in CpuBackend.cpp)
+  // Compiles every kernel. Kernels whose code is the same (codeKey in KernelEmitter.h)
   // compile once: in this module, or (CPU kernels) not at all while an earlier module of
   // this process that compiled it lives. The codes go into objects by a hash of their keys
   // and compile on a thread per core, each object from the object cache when it has it.

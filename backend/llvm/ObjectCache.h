@@ -1,7 +1,7 @@
 // Compiled kernels kept on disk between runs, so that running a model again (at another
 // binding, in another process) skips LLVM: what ccache is to a C compiler. An object is a
-// file named by the SHA-256 of everything that decided it: the codes it holds (their
-// keys, or hashes of them, and the names they go by), the target machine (CPU, features, relocation model),
+// file named by the SHA-256 of everything that decided it: the codes it holds (the
+// hashes of their keys), the target machine (CPU, features, relocation model),
 // LLVM's version and the dnnc binary that compiled it (its size and modification time,
 // ccache's compiler check). The folder is $DNNC_CACHE_DIR, else the kernels folder under
 // dnncCacheFolder() (runtime/GemmSelect.h). DNNC_CACHE_DIR=off turns the cache off, as

@@ -364,8 +364,15 @@ class BadArtifacts(unittest.TestCase):
         return self.resealed_text(edit_text)
 
     def test_other_format(self):
-        self.fails("%d/m.dnnc", [], "has artifact format 1, this runtime reads format 5 (rebuild it with this dnnc)",
+        self.fails("%d/m.dnnc", [], "has artifact format 1, this runtime reads formats 4 to 5 (rebuild it with this dnnc)",
                    {"m.dnnc": self.resealed(lambda h: h.update(format=1))})
+        with tempfile.TemporaryDirectory() as d:  # format 4 (no GPU twins) still reads
+            old = os.path.join(d, "old.dnnc")
+            with open(old, "wb") as f:
+                f.write(self.resealed(lambda h: h.update(format=4)))
+            p = subprocess.run([self.exe, "run", old, "--out", os.path.join(d, "out"), "--random-inputs", "--bind", "B=2"],
+                               capture_output=True, text=True, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr)
 
     def test_bad_entry(self):
         """A kernel that launches another's entry (format 5: GPU twins) names a kernel with an

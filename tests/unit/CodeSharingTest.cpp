@@ -112,7 +112,9 @@ TEST_CASE("the object cache keeps compiled kernels between modules that never li
   size_t before = backend::CpuModule::codesCompiled();
   backend::CpuModule::compile(kernels).reset();
   CHECK(backend::CpuModule::codesCompiled() - before == 2);
-  REQUIRE(objectsIn(dir).size() == 1);
+  const size_t objects = objectsIn(dir).size(); // the two codes, in one object or two (by their hash)
+  REQUIRE(objects >= 1);
+  REQUIRE(objects <= 2);
   auto cached = backend::CpuModule::compile(kernels); // nothing lives to borrow from: the file
   CHECK(backend::CpuModule::codesCompiled() - before == 2);
   CHECK(call(cached->lookup(kernels[2]->name), x)[2] == 2.0f);
@@ -120,8 +122,8 @@ TEST_CASE("the object cache keeps compiled kernels between modules that never li
   cached.reset();
 
   SECTION("a damaged object is a miss, and is written again") {
-    std::filesystem::path object = objectsIn(dir)[0];
-    std::filesystem::resize_file(object, std::filesystem::file_size(object) / 2);
+    for (const std::filesystem::path &object : objectsIn(dir))
+      std::filesystem::resize_file(object, std::filesystem::file_size(object) / 2);
     auto again = backend::CpuModule::compile(kernels);
     CHECK(backend::CpuModule::codesCompiled() - before == 4);
     CHECK(call(again->lookup(kernels[1]->name), x)[1] == Approx(std::exp(1.0f)).epsilon(1e-6));
@@ -129,11 +131,10 @@ TEST_CASE("the object cache keeps compiled kernels between modules that never li
     backend::CpuModule::compile(kernels).reset();
     CHECK(backend::CpuModule::codesCompiled() - before == 4);
   }
-  SECTION("other kernels are other objects") {
+  SECTION("a code alone reads the object it had beside another, unless the two shared one") {
     backend::CpuModule::compile({kernels[2]}).reset();
-    CHECK(backend::CpuModule::codesCompiled() - before == 3);
-    CHECK(objectsIn(dir).size() > 1);
-  CHECK(objectsIn(dir).size() <= 16);
+    CHECK(backend::CpuModule::codesCompiled() - before == (objects == 2 ? 2 : 3));
+    CHECK(objectsIn(dir).size() == 2);
   }
   SECTION("a folder that cannot be written is no error") {
     CacheDir unwritable("/proc/dnnc-cache");
@@ -159,8 +160,7 @@ const std::vector<std::string> kUnaryOps{"exp",   "log",  "tanh",  "sigmoid", "r
                                          "floor", "ceil", "round", "sign",    "erf",  "gelu", "silu",  "rsqrt", "neg"};
 
 TEST_CASE("a large module compiles as several objects on several threads, twins sharing a code", "[cpu][codegen]") {
-  // 18 unary ops on x and on y: 36 kernels, 18 codes, in 16 objects by their hash (some
-  // of them empty).
+  // 18 unary ops on x and on y: 36 kernels, 18 codes, in objects by their hash.
   auto program = test::lowerUnfused(unaryOpsModel(kUnaryOps).c_str(), "cpu");
   std::vector<const kir::Kernel *> kernels = program->kernels.kernelPointers();
   REQUIRE(kernels.size() == 36);
@@ -171,7 +171,7 @@ TEST_CASE("a large module compiles as several objects on several threads, twins 
   auto module = backend::CpuModule::compile(kernels);
   CHECK(backend::CpuModule::codesCompiled() - before == 18);
   CHECK(objectsIn(dir).size() > 1);
-  CHECK(objectsIn(dir).size() <= 16);
+  CHECK(objectsIn(dir).size() <= 18);
   std::vector<float> x{0.25f, 1.0f, 2.0f, 0.5f, 3.0f};
   for (size_t i = 0; i < kernels.size(); i += 2) {
     INFO(kernels[i]->name << " and " << kernels[i + 1]->name);
