@@ -153,15 +153,33 @@ struct HostModule {
   std::unique_ptr<llvm::Module> module;
 };
 
-// A module to compile to one object file: what decides the object (its codes' symbols,
-// each a hash of the code's key), how many distinct codes it holds, their keys' bytes (a
-// measure of the work), and how to build it for a target.
-struct ObjectJob {
-  std::string contents;
-  size_t codes = 0;
-  size_t keyBytes = 0;
-  std::function<HostModule(const llvm::TargetMachine &)> build;
+// A distinct code to compile: its symbol, a kernel with it, and its key's bytes (a measure
+// of the work).
+struct Code {
+  std::string symbol;
+  const kir::Kernel *kernel;
+  size_t keyBytes;
 };
+
+// The codes in one module, each under its symbol. Not yet optimized.
+HostModule moduleOfCodes(const std::vector<Code> &codes, const llvm::TargetMachine &tm, bool simulatedGpu, unsigned lanes) {
+  HostModule host{newContext(false), nullptr};
+  host.module = emptyModule(*host.ctx, tm);
+  for (const Code &code : codes) {
+    auto alone = moduleOf(*code.kernel, *host.ctx, tm, simulatedGpu, lanes);
+    alone->getFunction(code.kernel->name)->setName(code.symbol);
+    if (llvm::Linker::linkModules(*host.module, std::move(alone)))
+      throw InternalError("LLVM cannot link kernel " + code.kernel->name + " into the module");
+  }
+  return host;
+}
+
+size_t keyBytes(const std::vector<Code> &codes) {
+  size_t bytes = 0;
+  for (const Code &code : codes)
+    bytes += code.keyBytes;
+  return bytes;
+}
 
 // How many threads this process may run at once: the cores it may run on, 16 at most.
 size_t coresAllowed() {
@@ -170,26 +188,28 @@ size_t coresAllowed() {
   return std::clamp<size_t>(cores, 1, 16);
 }
 
-// Each job as an object file for the host, in the jobs' order: from the object cache when
-// it has it, else built, then optimized (O3) and compiled by LLVM on a pool of threads
+// Each object's codes as an object file for the host, in their order: from the object
+// cache when it has it (named by the codes' symbols, each a hash of the code's key, and
+// `tm`'s target), else built, then optimized (O3) and compiled by LLVM on a pool of threads
 // (one per core), and cached. The modules are built on the calling thread: emitting a
 // kernel may make dims in the process's one symbolic context (ir/sym), which has no lock.
-std::vector<std::string> objectFiles(std::vector<ObjectJob> &jobs, llvm::orc::JITTargetMachineBuilder &jtmb) {
+std::vector<std::string> objectFiles(const std::vector<std::vector<Code>> &objectCodes, llvm::orc::JITTargetMachineBuilder &jtmb,
+                                     const llvm::TargetMachine &tm, bool simulatedGpu, unsigned lanes) {
   std::optional<ObjectCache> cache = ObjectCache::fromEnvironment();
-  std::string target;
-  if (cache) {
-    auto tm = targetMachine(jtmb);
-    target = fmt::format("{}\n{}\n{}\nrelocation {}\n", tm->getTargetTriple().str(), tm->getTargetCPU().str(),
-                         tm->getTargetFeatureString().str(), static_cast<int>(tm->getRelocationModel()));
-  }
+  std::string target = fmt::format("{}\n{}\n{}\nrelocation {}\n", tm.getTargetTriple().str(), tm.getTargetCPU().str(),
+                                   tm.getTargetFeatureString().str(), static_cast<int>(tm.getRelocationModel()));
   // The largest modules first: the threads then finish together.
-  std::vector<size_t> bySize(jobs.size());
+  std::vector<size_t> bySize(objectCodes.size());
   std::iota(bySize.begin(), bySize.end(), 0);
-  std::stable_sort(bySize.begin(), bySize.end(), [&](size_t a, size_t b) { return jobs[a].keyBytes > jobs[b].keyBytes; });
-  std::vector<std::string> objects(jobs.size()), keys;
+  std::stable_sort(bySize.begin(), bySize.end(),
+                   [&](size_t a, size_t b) { return keyBytes(objectCodes[a]) > keyBytes(objectCodes[b]); });
+  std::vector<std::string> objects(objectCodes.size()), keys;
   std::vector<size_t> toCompile;
   for (size_t i : bySize) {
-    std::string key = cache ? cache->keyOf(target + jobs[i].contents) : "";
+    std::string contents = target;
+    for (const Code &code : objectCodes[i])
+      contents += "code " + code.symbol + "\n";
+    std::string key = cache ? cache->keyOf(contents) : "";
     if (std::optional<std::string> object = cache ? cache->load(key) : std::nullopt) {
       objects[i] = std::move(*object);
       continue;
@@ -202,7 +222,7 @@ std::vector<std::string> objectFiles(std::vector<ObjectJob> &jobs, llvm::orc::JI
     machines.push_back(targetMachine(jtmb));
   std::vector<HostModule> modules;
   for (size_t i : toCompile)
-    modules.push_back(jobs[i].build(*machines[0]));
+    modules.push_back(moduleOfCodes(objectCodes[i], tm, simulatedGpu, lanes));
   std::vector<std::exception_ptr> failures(toCompile.size());
   std::atomic<size_t> next{0};
   auto work = [&](llvm::TargetMachine &tm) {
@@ -236,7 +256,7 @@ std::vector<std::string> objectFiles(std::vector<ObjectJob> &jobs, llvm::orc::JI
   for (size_t j = 0; j < toCompile.size(); ++j) {
     if (failures[j])
       std::rethrow_exception(failures[j]);
-    distinctCodesCompiled += jobs[toCompile[j]].codes;
+    distinctCodesCompiled += objectCodes[toCompile[j]].size();
     if (cache)
       cache->store(keys[j], objects[toCompile[j]]);
   }
@@ -267,64 +287,31 @@ std::shared_ptr<const CpuModule::Impl> compiledBefore(const std::string &symbol)
 constexpr size_t kObjects = 64;
 
 // The kernels' codes as objects for this host: each kernel's code symbol into `symbols`,
-// and the object files of the codes that `borrow(symbol)` does not claim (the symbols of
-// those into `compiled`), each distinct code once, compiled on a thread per core or read
-// from the object cache.
+// and the object files of the codes that `borrow(symbol)` does not claim, each distinct
+// code once, compiled on a thread per core or read from the object cache.
 std::vector<std::string> codeObjects(const std::vector<const kir::Kernel *> &kernels, bool simulatedGpu,
                                      llvm::orc::JITTargetMachineBuilder &jtmb,
                                      std::unordered_map<std::string, std::string> &symbols,
-                                     const std::function<bool(const std::string &)> &borrow,
-                                     std::vector<std::string> &compiled) {
+                                     const std::function<bool(const std::string &)> &borrow) {
   unsigned lanes = hostVectorWidth();
-  std::map<std::string, std::pair<const kir::Kernel *, size_t>> codes; // the codes to compile here, by symbol: a kernel, its key's bytes
-  std::set<std::string> borrowed;
-  {
-    auto tm = targetMachine(jtmb);
-    auto scratch = newContext(false); // each kernel's key, once
-    for (const kir::Kernel *k : kernels) {
-      std::string key = codeKey(*moduleOf(*k, *scratch, *tm, simulatedGpu, lanes), k->name, simulatedGpu ? "simulated GPU" : "CPU");
-      std::string symbol = codeSymbol(key);
-      symbols[k->name] = symbol;
-      if (codes.contains(symbol) || borrowed.contains(symbol))
-        continue;
-      if (borrow && borrow(symbol)) {
-        borrowed.insert(symbol);
-        continue;
-      }
-      codes.emplace(symbol, std::make_pair(k, key.size()));
-    }
-  }
-  // The codes go into kObjects objects by their symbols' hash (the empty ones left out):
-  // an added or changed code changes one object.
-  std::vector<std::vector<std::pair<std::string, const kir::Kernel *>>> objectCodes(kObjects);
-  for (const auto &[symbol, code] : codes)
-    objectCodes[std::stoul(symbol.substr(5, 8), nullptr, 16) % kObjects].emplace_back(symbol, code.first);
-  std::vector<ObjectJob> jobs;
-  for (auto &inObject : objectCodes) {
-    if (inObject.empty())
+  auto tm = targetMachine(jtmb);
+  // The codes go into kObjects objects by their symbols' hash (the empty ones left out),
+  // each object's in the order of their symbols: an added or changed code changes one object.
+  std::vector<std::vector<Code>> objectCodes(kObjects);
+  std::set<std::string> seen;
+  auto scratch = newContext(false); // each kernel's key, once
+  for (const kir::Kernel *k : kernels) {
+    std::string key = codeKey(*moduleOf(*k, *scratch, *tm, simulatedGpu, lanes), k->name, simulatedGpu ? "simulated GPU" : "CPU");
+    std::string symbol = codeSymbol(key);
+    symbols[k->name] = symbol;
+    if (!seen.insert(symbol).second || (borrow && borrow(symbol)))
       continue;
-    ObjectJob job;
-    for (const auto &[symbol, kernel] : inObject) {
-      job.contents += "code " + symbol + "\n";
-      job.keyBytes += codes.at(symbol).second;
-    }
-    job.codes = inObject.size();
-    job.build = [inObject = std::move(inObject), simulatedGpu, lanes](const llvm::TargetMachine &tm) {
-      HostModule host{newContext(false), nullptr};
-      host.module = emptyModule(*host.ctx, tm);
-      for (const auto &[symbol, kernel] : inObject) {
-        auto alone = moduleOf(*kernel, *host.ctx, tm, simulatedGpu, lanes);
-        alone->getFunction(kernel->name)->setName(symbol);
-        if (llvm::Linker::linkModules(*host.module, std::move(alone)))
-          throw InternalError("LLVM cannot link kernel " + kernel->name + " into the module");
-      }
-      return host;
-    };
-    jobs.push_back(std::move(job));
+    objectCodes[std::stoul(symbol.substr(5, 8), nullptr, 16) % kObjects].push_back({symbol, k, key.size()});
   }
-  for (const auto &entry : codes)
-    compiled.push_back(entry.first);
-  return objectFiles(jobs, jtmb);
+  std::erase_if(objectCodes, [](const std::vector<Code> &codes) { return codes.empty(); });
+  for (std::vector<Code> &codes : objectCodes)
+    std::sort(codes.begin(), codes.end(), [](const Code &a, const Code &b) { return a.symbol < b.symbol; });
+  return objectFiles(objectCodes, jtmb, *tm, simulatedGpu, lanes);
 }
 
 } // namespace
@@ -332,7 +319,6 @@ std::vector<std::string> codeObjects(const std::vector<const kir::Kernel *> &ker
 std::unique_ptr<CpuModule> CpuModule::compile(const std::vector<const kir::Kernel *> &kernels, bool simulatedGpu) {
   llvm::orc::JITTargetMachineBuilder jtmb = hostTarget();
   auto impl = std::make_shared<Impl>();
-  std::vector<std::string> compiled;
   std::vector<std::string> objects = codeObjects(kernels, simulatedGpu, jtmb, impl->symbols, [&](const std::string &symbol) {
     // The simulator's shared memory is a mutable global of the module: modules that may
     // run at once on two threads must not share it.
@@ -341,7 +327,7 @@ std::unique_ptr<CpuModule> CpuModule::compile(const std::vector<const kir::Kerne
       return false;
     impl->borrowed.emplace(symbol, std::move(owner));
     return true;
-  }, compiled);
+  });
   if (objects.empty())
     return std::unique_ptr<CpuModule>(new CpuModule(std::move(impl)));
   auto jit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(jtmb)).create();
@@ -366,8 +352,9 @@ std::unique_ptr<CpuModule> CpuModule::compile(const std::vector<const kir::Kerne
   if (!simulatedGpu) { // what other modules may borrow
     std::lock_guard lock(compiledCodeMutex);
     std::erase_if(compiledCode, [](const auto &entry) { return entry.second.expired(); });
-    for (const std::string &symbol : compiled)
-      compiledCode[symbol] = impl;
+    for (const auto &[kernel, symbol] : impl->symbols)
+      if (!impl->borrowed.contains(symbol))
+        compiledCode[symbol] = impl;
   }
   return std::unique_ptr<CpuModule>(new CpuModule(std::move(impl)));
 }
@@ -376,8 +363,7 @@ HostObjects compileHostObjects(const std::vector<const kir::Kernel *> &kernels) 
   auto jtmb = hostTarget();
   HostObjects out;
   std::unordered_map<std::string, std::string> symbols;
-  std::vector<std::string> compiled;
-  out.objects = codeObjects(kernels, false, jtmb, symbols, {}, compiled);
+  out.objects = codeObjects(kernels, false, jtmb, symbols, {});
   out.symbols.insert(symbols.begin(), symbols.end());
   return out;
 }
