@@ -4,11 +4,11 @@
 
 #include "runtime/GpuSimulator.h"
 
+#include "backend/llvm/GemmMicroKernel.h"
 #include "backend/llvm/KernelEmitter.h"
 #include "backend/llvm/ObjectCache.h"
 #include "base/Error.h"
 
-#include <llvm/ADT/StringExtras.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
@@ -18,7 +18,6 @@
 #include <llvm/IR/Module.h>
 #include <llvm/Linker/Linker.h>
 #include <llvm/Support/MemoryBuffer.h>
-#include <llvm/Support/SHA256.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
@@ -29,7 +28,6 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <exception>
@@ -139,13 +137,6 @@ std::unique_ptr<llvm::Module> moduleOf(const kir::Kernel &k, llvm::LLVMContext &
   return alone;
 }
 
-// The symbol a code is compiled under in the JIT: named by its key alone, so that neither
-// the kernels' names (which number them in program order) nor their order decide an object.
-std::string codeSymbol(const std::string &key) {
-  std::array<uint8_t, 32> digest = llvm::SHA256::hash(llvm::arrayRefFromStringRef(key));
-  return "dnnc_" + llvm::toHex(llvm::ArrayRef<uint8_t>(digest).take_front(16), true);
-}
-
 // A module for LLVM to optimize and compile, in an LLVM context of its own, so that modules
 // optimize and compile on threads of their own.
 struct HostModule {
@@ -153,19 +144,34 @@ struct HostModule {
   std::unique_ptr<llvm::Module> module;
 };
 
-// A distinct code to compile: its symbol, a kernel with it, and its key's bytes (a measure
-// of the work).
+// A distinct code to compile: its symbol, a kernel with it or the GEMM micro-kernel it is,
+// and its key's bytes (a measure of the work).
 struct Code {
   std::string symbol;
   const kir::Kernel *kernel;
+  MicroKernelShape microKernel;
   size_t keyBytes;
 };
+
+// The micro-kernels that the kernels of `m` call, by symbol (GemmMicroKernel.h).
+std::map<std::string, MicroKernelShape> microKernelsCalled(const llvm::Module &m) {
+  std::map<std::string, MicroKernelShape> called;
+  for (const llvm::Function &f : m)
+    if (f.isDeclaration())
+      if (std::optional<MicroKernelShape> shape = microKernelNamed(f.getName().str()))
+        called.emplace(f.getName().str(), *shape);
+  return called;
+}
 
 // The codes in one module, each under its symbol. Not yet optimized.
 HostModule moduleOfCodes(const std::vector<Code> &codes, const llvm::TargetMachine &tm, bool simulatedGpu, unsigned lanes) {
   HostModule host{newContext(false), nullptr};
   host.module = emptyModule(*host.ctx, tm);
   for (const Code &code : codes) {
+    if (!code.kernel) {
+      defineMicroKernel(*host.module, code.microKernel, code.symbol);
+      continue;
+    }
     auto alone = moduleOf(*code.kernel, *host.ctx, tm, simulatedGpu, lanes);
     alone->getFunction(code.kernel->name)->setName(code.symbol);
     if (llvm::Linker::linkModules(*host.module, std::move(alone)))
@@ -300,13 +306,20 @@ std::vector<std::string> codeObjects(const std::vector<const kir::Kernel *> &ker
   std::vector<std::vector<Code>> objectCodes(kObjects);
   std::set<std::string> seen;
   auto scratch = newContext(false); // each kernel's key, once
+  auto add = [&](Code code) { objectCodes[std::stoul(code.symbol.substr(5, 8), nullptr, 16) % kObjects].push_back(std::move(code)); };
   for (const kir::Kernel *k : kernels) {
-    std::string key = codeKey(*moduleOf(*k, *scratch, *tm, simulatedGpu, lanes), k->name, simulatedGpu ? "simulated GPU" : "CPU");
+    std::unique_ptr<llvm::Module> alone = moduleOf(*k, *scratch, *tm, simulatedGpu, lanes);
+    std::string key = codeKey(*alone, k->name, simulatedGpu ? "simulated GPU" : "CPU");
     std::string symbol = codeSymbol(key);
     symbols[k->name] = symbol;
     if (!seen.insert(symbol).second || (borrow && borrow(symbol)))
       continue;
-    objectCodes[std::stoul(symbol.substr(5, 8), nullptr, 16) % kObjects].push_back({symbol, k, key.size()});
+    add({symbol, k, {}, key.size()});
+    // Its micro-kernels with it: never borrowed, so that a module's objects link alone
+    // (a module whose kernels all come from earlier ones calls none of its own).
+    for (const auto &[called, shape] : microKernelsCalled(*alone))
+      if (seen.insert(called).second)
+        add({called, nullptr, shape, 0});
   }
   std::erase_if(objectCodes, [](const std::vector<Code> &codes) { return codes.empty(); });
   for (std::vector<Code> &codes : objectCodes)
@@ -377,6 +390,8 @@ std::string hostLLVMIR(const std::vector<const kir::Kernel *> &kernels, bool sim
   for (const kir::Kernel *k : kernels)
     if (llvm::Linker::linkModules(*module, moduleOf(*k, *ctx, *tm, simulatedGpu, lanes)))
       throw InternalError("LLVM cannot link kernel " + k->name + " into the module");
+  for (const auto &[symbol, shape] : microKernelsCalled(*module))
+    defineMicroKernel(*module, shape, symbol);
   optimize(*module, *tm);
   std::string ir;
   llvm::raw_string_ostream os(ir);

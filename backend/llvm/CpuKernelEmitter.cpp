@@ -1,6 +1,7 @@
 // The CPU's kernel emitter: the runtime's KernelFn signature, the parallel loop over the
 // chunk each call is handed, GEMMs as vector FMA micro-kernels sized to the host, and
 // attention as a tiled online softmax.
+#include "backend/llvm/GemmMicroKernel.h"
 #include "backend/llvm/KernelEmitter.h"
 #include "runtime/GemmSelect.h"
 
@@ -317,7 +318,7 @@ void CpuKernelEmitter::tiles(const std::string &name, llvm::Value *begin, llvm::
 
 // The GEMM schedule. Micro-kernels hold R rows x V vectors of C in registers and, for
 // each k, broadcast one A element per row and multiply it into V vectors of B's row k with
-// FMAs. Rows go in tiles of the path's height, then one tile of each smaller power of two
+// FMAs; each shape is a function that every GEMM kernel calls (GemmMicroKernel.h). Rows go in tiles of the path's height, then one tile of each smaller power of two
 // the remainder needs, so no row is computed twice. Two paths, chosen per call:
 // - packed (more than kStreamRows rows): blocks of kDepthBlock along k, panels of two
 //   vectors of columns packed first (zero-padded), so that every tile of kRows rows
@@ -365,8 +366,8 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
     aPanels = entryAlloca(llvm::ArrayType::get(f32, (rt::kGemmMaxRows + kRows) * kDepthBlock), "apanels");
     aPanels->setAlignment(llvm::Align(64));
   }
-  std::vector<llvm::AllocaInst *> acc;
-  for (unsigned k = 0; k < std::max({kAccumulators, kStreamAccumulators, kMaxVectors}); ++k)
+  std::vector<llvm::AllocaInst *> acc; // the inline micro-kernels' (the band path's)
+  for (unsigned k = 0; k < kAccumulators; ++k)
     acc.push_back(entryAlloca(vec, "acc"));
   llvm::Value *iota = laneNumbers();
   auto align = llvm::Align(4);
@@ -397,60 +398,28 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
   // bRows + k * bStride, or at bRows + bOffsets[k] when given; `first` says whether to
   // store rather than add to C. With packedA, A's rows come from the micro-panels (A row
   // i0 + r at k in the panel of row i0 - row0, at kRows * (k - k0) + its place in it).
-  // `storeC`, when given, stores each sum (row, vector, value) in place of the default.
+  // `storeC`, when given, stores each sum (row, vector, value) in place of the default;
+  // only then, or with bOffsets, is the micro-kernel emitted inline (GemmMicroKernel.h).
   using StoreC = std::function<void(llvm::Value *, unsigned, llvm::Value *)>;
   auto microKernel = [&](llvm::Value *i0, unsigned R, unsigned V, llvm::Value *j0, llvm::Value *k0, llvm::Value *kEnd,
                          llvm::Value *first, llvm::Value *bRows, llvm::Value *bStride, bool masked, bool packedA = false,
                          llvm::Value *bOffsets = nullptr, const StoreC &storeC = nullptr) {
-    std::vector<llvm::Value *> masks = masked ? masksOf(j0, V) : std::vector<llvm::Value *>(V, nullptr);
-    std::vector<llvm::Value *> aRows;
-    llvm::Value *aSource = A, *aStep = b_.getInt64(1);
+    MicroKernelShape shape{R, V, vw, packedA ? kRows : 0, masked};
+    llvm::Value *a;
     if (packedA) {
       llvm::Value *rel = b_.CreateSub(i0, row0), *top = b_.getInt64(kRows);
       llvm::Value *at = b_.CreateAdd(b_.CreateMul(b_.CreateSDiv(rel, top), b_.getInt64(kRows * kDepthBlock)), b_.CreateSRem(rel, top));
-      at = b_.CreateSub(at, b_.CreateMul(k0, top));
-      aSource = aPanels, aStep = top;
-      for (unsigned r = 0; r < R; ++r)
-        aRows.push_back(b_.CreateAdd(at, b_.getInt64(r)));
+      a = b_.CreateGEP(f32, aPanels, b_.CreateSub(at, b_.CreateMul(k0, top)));
     } else {
-      for (unsigned r = 0; r < R; ++r)
-        aRows.push_back(b_.CreateAdd(aBase, b_.CreateMul(b_.CreateAdd(i0, b_.getInt64(r)), lda)));
+      a = b_.CreateGEP(f32, A, b_.CreateAdd(aBase, b_.CreateMul(i0, lda)));
     }
-    for (unsigned k = 0; k < R * V; ++k)
-      b_.CreateStore(llvm::Constant::getNullValue(vec), acc[k]);
-    forLoop("k", k0, kEnd, 1, [&](llvm::Value *k) {
-      llvm::Value *bRow = b_.CreateGEP(f32, bRows, bOffsets ? b_.CreateLoad(b_.getInt64Ty(), b_.CreateInBoundsGEP(b_.getInt64Ty(), bOffsets, k))
-                                                            : b_.CreateMul(k, bStride));
-      std::vector<llvm::Value *> bv;
-      for (unsigned v = 0; v < V; ++v)
-        bv.push_back(loadLanes(b_.CreateGEP(f32, bRow, b_.getInt64(v * vw)), masks[v]));
-      for (unsigned r = 0; r < R; ++r) {
-        llvm::Value *aAt = b_.CreateAdd(aRows[r], packedA ? b_.CreateMul(k, aStep) : k);
-        llvm::Value *av = b_.CreateVectorSplat(vw, b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, aSource, aAt)));
-        for (unsigned v = 0; v < V; ++v) {
-          llvm::AllocaInst *slot = acc[r * V + v];
-          b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {av, bv[v], b_.CreateLoad(vec, slot)}), slot);
-        }
-      }
+    llvm::Value *c = b_.CreateGEP(f32, C, b_.CreateAdd(cBase, b_.CreateAdd(b_.CreateMul(i0, ldc), j0)));
+    MicroKernelOperands o{a, lda, bRows, bStride, bOffsets, k0, kEnd, c, ldc, first, b_.CreateSub(columns, j0)};
+    if (!storeC && !bOffsets)
+      return callMicroKernel(b_, shape, o);
+    emitMicroKernelBody(b_, shape, o, acc, [&](unsigned r, unsigned v, llvm::Value *sums) {
+      storeC(b_.CreateAdd(i0, b_.getInt64(r)), v, sums);
     });
-    if (storeC) {
-      for (unsigned r = 0; r < R; ++r)
-        for (unsigned v = 0; v < V; ++v)
-          storeC(b_.CreateAdd(i0, b_.getInt64(r)), v, b_.CreateLoad(vec, acc[r * V + v]));
-      return;
-    }
-    for (unsigned r = 0; r < R; ++r) {
-      llvm::Value *cRow = b_.CreateAdd(cBase, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(i0, b_.getInt64(r)), ldc), j0));
-      for (unsigned v = 0; v < V; ++v) {
-        llvm::Value *ptr = b_.CreateInBoundsGEP(f32, C, b_.CreateAdd(cRow, b_.getInt64(v * vw)));
-        llvm::Value *sum = b_.CreateLoad(vec, acc[r * V + v]);
-        sum = b_.CreateSelect(first, sum, b_.CreateFAdd(sum, loadLanes(ptr, masks[v])));
-        if (masked)
-          b_.CreateMaskedStore(sum, ptr, align, masks[v]);
-        else
-          b_.CreateAlignedStore(sum, ptr, align);
-      }
-    }
   };
   // tile(i0, R) over the task's rows (tiles()).
   auto rowTiles = [&](unsigned top, const std::function<void(llvm::Value *, unsigned)> &tile) { tiles("i0", row0, rowEnd, top, tile); };

@@ -6,18 +6,21 @@
 #include "base/Error.h"
 #include "ir/graph/OpRegistry.h"
 
+#include <llvm/ADT/StringExtras.h>
 #include <llvm/Bitcode/BitcodeWriter.h>
 #include <llvm/IR/Instructions.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/CommandLine.h>
+#include <llvm/Support/SHA256.h>
 #include <llvm/Support/Error.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 
 #include <fmt/format.h>
 
+#include <array>
 #include <mutex>
 
 
@@ -520,6 +523,11 @@ std::string codeKey(llvm::Module &m, const std::string &kernel, std::string_view
   for (const auto &[g, name] : renamed)
     g->setName(name);
   return key;
+}
+
+std::string codeSymbol(const std::string &key) {
+  std::array<uint8_t, 32> digest = llvm::SHA256::hash(llvm::arrayRefFromStringRef(key));
+  return "dnnc_" + llvm::toHex(llvm::ArrayRef<uint8_t>(digest).take_front(16), true);
 }
 
 void optimize(llvm::Module &m, llvm::TargetMachine &tm) {

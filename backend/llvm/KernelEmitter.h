@@ -42,6 +42,10 @@ void emitSimulatedGpuKernel(llvm::Module &m, const kir::Kernel &k);
 // the device. An op repeated in every layer, a training step's update of each param and
 // the ops every recompute version shares are such twins.
 std::string codeKey(llvm::Module &m, const std::string &kernel, std::string_view device);
+// The symbol a code compiles under: "dnnc_" and 32 hex digits of its key's SHA-256, so
+// that neither the kernels' names (which number them in program order) nor their order
+// decide an object.
+std::string codeSymbol(const std::string &key);
 
 // The O3 module pipeline for `tm`'s target.
 void optimize(llvm::Module &m, llvm::TargetMachine &tm);

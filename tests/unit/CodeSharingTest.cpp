@@ -7,13 +7,18 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <optional>
+#include <regex>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -99,6 +104,57 @@ TEST_CASE("kernels with the same code compile once", "[cpu][codegen]") {
     CHECK(backend::CpuModule::codesCompiled() - before == 4);
     CHECK(simulated->lookup(simulatedKernels[0]->name) == simulated->lookup(simulatedKernels[1]->name));
   }
+}
+
+// Two products of different sizes, one with an epilogue: different kernels, whose register
+// tiles are the same micro-kernels (backend/llvm/GemmMicroKernel.h).
+const char *kTwoProducts = R"(dim M;
+model main(x: f32[M, 40], w: f32[40, 24], y: f32[M, 70], v: f32[70, 33]) -> (f32[M, 24], f32[M, 33]) {
+  return (relu(x @ w), y @ v);
+}
+)";
+
+TEST_CASE("GEMM kernels call one compiled copy of each micro-kernel", "[cpu][codegen]") {
+  auto program = test::lowerUnfused(kTwoProducts, "cpu");
+  std::vector<const kir::Kernel *> kernels = program->kernels.kernelPointers();
+  std::vector<std::string> products;
+  for (const kir::Kernel *k : kernels)
+    if (k->name.find("_matmul") != std::string::npos)
+      products.push_back(k->name);
+  REQUIRE(products.size() == 2);
+  // The printed module: each kernel's function, then each micro-kernel's once.
+  std::string ir = backend::hostLLVMIR(kernels);
+  std::map<std::string, std::set<std::string>> calls; // by kernel
+  std::set<std::string> defined;
+  std::string in;
+  std::istringstream lines(ir);
+  for (std::string line; std::getline(lines, line);) {
+    static const std::regex define(R"(^define [^@]*@([A-Za-z0-9_.]+)\()"), call(R"(call void @(dnnc_[0-9a-f]{32})\()");
+    std::smatch m;
+    if (std::regex_search(line, m, define)) {
+      in = m[1];
+      if (in.rfind("dnnc_", 0) == 0)
+        CHECK(defined.insert(in).second);
+    } else if (std::regex_search(line, m, call)) {
+      calls[in].insert(m[1]);
+    }
+  }
+  REQUIRE(!defined.empty());
+  std::vector<std::string> shared;
+  std::set_intersection(calls[products[0]].begin(), calls[products[0]].end(), calls[products[1]].begin(),
+                        calls[products[1]].end(), std::back_inserter(shared));
+  CHECK(shared.size() >= 4); // at least the full and masked tiles of two vectors
+  for (const auto &[caller, called] : calls) {
+    CHECK(std::find(products.begin(), products.end(), caller) != products.end()); // no micro-kernel calls another
+    for (const std::string &symbol : called)
+      CHECK(defined.contains(symbol));
+  }
+
+  // Compiled: each kernel's code and each micro-kernel once.
+  CacheDir off("off");
+  size_t before = backend::CpuModule::codesCompiled();
+  auto module = backend::CpuModule::compile(kernels);
+  CHECK(backend::CpuModule::codesCompiled() - before == kernels.size() + defined.size());
 }
 
 TEST_CASE("the object cache keeps compiled kernels between modules that never lived together", "[cpu][codegen]") {
