@@ -154,12 +154,12 @@ struct Code {
 };
 
 // The micro-kernels that the kernels of `m` call, by symbol (GemmMicroKernel.h).
-std::map<std::string, MicroKernelShape> microKernelsCalled(const llvm::Module &m) {
-  std::map<std::string, MicroKernelShape> called;
+std::map<std::string, MicroKernelCode> microKernelsCalled(const llvm::Module &m) {
+  std::map<std::string, MicroKernelCode> called;
   for (const llvm::Function &f : m)
     if (f.isDeclaration())
-      if (std::optional<MicroKernelShape> shape = microKernelNamed(f.getName().str()))
-        called.emplace(f.getName().str(), *shape);
+      if (std::optional<MicroKernelCode> code = microKernelNamed(f.getName().str()))
+        called.emplace(f.getName().str(), *code);
   return called;
 }
 
@@ -317,9 +317,9 @@ std::vector<std::string> codeObjects(const std::vector<const kir::Kernel *> &ker
     add({symbol, k, {}, key.size()});
     // Its micro-kernels with it: never borrowed, so that a module's objects link alone
     // (a module whose kernels all come from earlier ones calls none of its own).
-    for (const auto &[called, shape] : microKernelsCalled(*alone))
+    for (const auto &[called, code] : microKernelsCalled(*alone))
       if (seen.insert(called).second)
-        add({called, nullptr, shape, 0});
+        add({called, nullptr, code.shape, code.keyBytes});
   }
   std::erase_if(objectCodes, [](const std::vector<Code> &codes) { return codes.empty(); });
   for (std::vector<Code> &codes : objectCodes)
@@ -390,8 +390,8 @@ std::string hostLLVMIR(const std::vector<const kir::Kernel *> &kernels, bool sim
   for (const kir::Kernel *k : kernels)
     if (llvm::Linker::linkModules(*module, moduleOf(*k, *ctx, *tm, simulatedGpu, lanes)))
       throw InternalError("LLVM cannot link kernel " + k->name + " into the module");
-  for (const auto &[symbol, shape] : microKernelsCalled(*module))
-    defineMicroKernel(*module, shape, symbol);
+  for (const auto &[symbol, code] : microKernelsCalled(*module))
+    defineMicroKernel(*module, code.shape, symbol);
   optimize(*module, *tm);
   std::string ir;
   llvm::raw_string_ostream os(ir);

@@ -108,10 +108,21 @@ llvm::FunctionType *microKernelType(llvm::LLVMContext &ctx) {
   return llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), {ptr, i64, ptr, i64, i64, i64, ptr, i64, i1, i64}, false);
 }
 
+// The function `symbol` in m, declared as what a caller may assume of every micro-kernel:
+// it throws nothing and touches only memory through its pointer arguments (so that a
+// kernel's other memory, its packing buffers among it, stays in registers across calls).
+llvm::Function *microKernelFunction(llvm::Module &m, const std::string &symbol) {
+  auto *fn = llvm::cast<llvm::Function>(m.getOrInsertFunction(symbol, microKernelType(m.getContext())).getCallee());
+  fn->addFnAttr(llvm::Attribute::NoUnwind);
+  fn->setMemoryEffects(llvm::MemoryEffects::argMemOnly());
+  fn->setVisibility(llvm::GlobalValue::HiddenVisibility);
+  return fn;
+}
+
 // The symbols of the shapes callMicroKernel has declared, both ways.
 std::mutex symbolsMutex;
 std::map<std::string, std::string> symbolOfShape;
-std::map<std::string, MicroKernelShape> shapeOfSymbol;
+std::map<std::string, MicroKernelCode> codeOfSymbol;
 
 std::string symbolOf(const MicroKernelShape &s) {
   std::lock_guard lock(symbolsMutex);
@@ -126,30 +137,28 @@ std::string symbolOf(const MicroKernelShape &s) {
   os.flush();
   std::string symbol = codeSymbol(key);
   symbolOfShape[s.name()] = symbol;
-  shapeOfSymbol[symbol] = s;
+  codeOfSymbol[symbol] = {s, key.size()};
   return symbol;
 }
 
 } // namespace
 
 void callMicroKernel(llvm::IRBuilder<> &b, const MicroKernelShape &s, const MicroKernelOperands &o) {
-  llvm::Module &m = *b.GetInsertBlock()->getModule();
-  llvm::FunctionCallee fn = m.getOrInsertFunction(symbolOf(s), microKernelType(m.getContext()));
+  llvm::Function *fn = microKernelFunction(*b.GetInsertBlock()->getModule(), symbolOf(s));
   llvm::Value *unused = b.getInt64(0);
   b.CreateCall(fn, {o.a, o.lda ? o.lda : unused, o.bRows, o.bStride, o.k0, o.kEnd, o.c, o.ldc, o.first,
                     o.remaining ? o.remaining : unused});
 }
 
-std::optional<MicroKernelShape> microKernelNamed(const std::string &symbol) {
+std::optional<MicroKernelCode> microKernelNamed(const std::string &symbol) {
   std::lock_guard lock(symbolsMutex);
-  auto it = shapeOfSymbol.find(symbol);
-  return it == shapeOfSymbol.end() ? std::nullopt : std::optional(it->second);
+  auto it = codeOfSymbol.find(symbol);
+  return it == codeOfSymbol.end() ? std::nullopt : std::optional(it->second);
 }
 
 void defineMicroKernel(llvm::Module &m, const MicroKernelShape &s, const std::string &symbol) {
   llvm::LLVMContext &ctx = m.getContext();
-  auto *fn = llvm::cast<llvm::Function>(m.getOrInsertFunction(symbol, microKernelType(ctx)).getCallee());
-  fn->addFnAttr(llvm::Attribute::NoUnwind);
+  llvm::Function *fn = microKernelFunction(m, symbol);
   fn->addFnAttr(llvm::Attribute::NoInline); // as in the objects, where each is a module of its own
   // Without these, targets that prefer 256-bit vectors split the 512-bit ones.
   fn->addFnAttr("min-legal-vector-width", std::to_string(s.lanes * 32));

@@ -56,10 +56,16 @@ void emitMicroKernelBody(llvm::IRBuilder<> &b, const MicroKernelShape &s, const 
 // kernel's key changes with the micro-kernels it calls.
 void callMicroKernel(llvm::IRBuilder<> &b, const MicroKernelShape &s, const MicroKernelOperands &o);
 
-// The micro-kernel whose symbol callMicroKernel declared in this process, if `symbol` is one.
-std::optional<MicroKernelShape> microKernelNamed(const std::string &symbol);
+// A micro-kernel whose symbol callMicroKernel declared in this process: its shape, and its
+// key's bytes (a measure of its work, as a kernel's).
+struct MicroKernelCode {
+  MicroKernelShape shape;
+  size_t keyBytes;
+};
+std::optional<MicroKernelCode> microKernelNamed(const std::string &symbol);
 
 // Defines micro-kernel `s` in `m` under `symbol` (filling its declaration, if m has one).
+// Hidden: an artifact's calls go straight to it, not through the PLT.
 void defineMicroKernel(llvm::Module &m, const MicroKernelShape &s, const std::string &symbol);
 
 } // namespace dnnc::backend
