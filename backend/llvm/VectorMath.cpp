@@ -20,7 +20,7 @@ public:
   // lanes: 0 for f32 (and i32, f64, ...) values, else vectors of that many of them.
   MathBuilder(llvm::IRBuilder<> &b, unsigned lanes) : b_(b), lanes_(lanes) {}
 
-  llvm::Value *exp(llvm::Value *x) { return ifNaN(x, x, expParts(x, f(0))); }
+  llvm::Value *exp(llvm::Value *x) { return expParts(x, f(0)); }
   llvm::Value *log(llvm::Value *x);
   llvm::Value *tanh(llvm::Value *x);
   llvm::Value *erf(llvm::Value *x);
@@ -78,20 +78,27 @@ private:
 // (n ln2_hi has at most 23 significant bits) before lo joins. Past 89 exp is inf in f32;
 // below -104 it is 0, and those lanes compute exp(0) instead, because scaling into the
 // denormals takes a slow microcode assist on x86 (a causal mask's -1e9 would hit it on
-// half of the scores). NaN is the caller's.
+// half of the scores). A NaN hi flows through as NaN: the clamp keeps it, and n comes from
+// the bits of a float (1.5 * 2^23 added rounds hi log2 e to an integer, ties to even, as
+// roundeven would), never from fptosi, which is poison for NaN.
 llvm::Value *MathBuilder::expParts(llvm::Value *hi, llvm::Value *lo) {
   llvm::Value *zero = b_.CreateFCmpOLT(hi, f(-104.0));
-  hi = b_.CreateSelect(zero, f(0.0), call(llvm::Intrinsic::minnum, {hi, f(89.0)}));
-  llvm::Value *n = call(llvm::Intrinsic::roundeven, {b_.CreateFMul(hi, f(1.44269504088896341))});
+  llvm::Value *below = b_.CreateSelect(b_.CreateFCmpOGT(hi, f(89.0)), f(89.0), hi); // min(hi, 89), NaN kept
+  hi = b_.CreateSelect(zero, f(0.0), below);
+  const double kRound = 0x1.8p23;
+  llvm::Value *rounded = b_.CreateFAdd(b_.CreateFMul(hi, f(1.44269504088896341)), f(kRound));
+  llvm::Value *n = b_.CreateFSub(rounded, f(kRound)); // exact
   llvm::Value *r = fma(b_.CreateFNeg(n), f(0.693359375), hi);
-  r = fma(b_.CreateFNeg(n), f(-2.12194440e-4), b_.CreateFAdd(r, lo));
+  if (auto *c = llvm::dyn_cast<llvm::Constant>(lo); !c || !c->isNullValue()) // (r + 0 is r, but for -0: same exp)
+    r = b_.CreateFAdd(r, lo);
+  r = fma(b_.CreateFNeg(n), f(-2.12194440e-4), r);
   // e^r = 1 + r + r^2 P(r), P near-minimax (relative error 3.1e-9); 1 joins last, so
   // that the sum is rounded once.
   llvm::Value *p = poly(r, {0.5000000004185935, 0.16666666529971413, 0.04166649713654613, 0.008333365085349835,
                             0.0013931463464891877, 0.00019853861354332287});
   llvm::Value *er = b_.CreateFAdd(fma(p, b_.CreateFMul(r, r), r), f(1.0));
-  // 2^n as 2^n1 2^n2, both normal for n in [-150, 129]
-  llvm::Value *ni = b_.CreateFPToSI(n, i32Ty());
+  // 2^n as 2^n1 2^n2, both normal for n in [-150, 129]; n is the low bits of `rounded`.
+  llvm::Value *ni = b_.CreateSub(bits(rounded), bits(f(kRound)));
   llvm::Value *n1 = b_.CreateAShr(ni, 1), *n2 = b_.CreateSub(ni, n1);
   auto pow2 = [&](llvm::Value *k) { return fromBits(b_.CreateShl(b_.CreateAdd(k, i32(127)), 23)); };
   return b_.CreateSelect(zero, f(0.0), b_.CreateFMul(b_.CreateFMul(er, pow2(n1)), pow2(n2)));
