@@ -155,6 +155,10 @@ TEST_CASE("GEMM kernels call one compiled copy of each micro-kernel", "[cpu][cod
   size_t before = backend::CpuModule::codesCompiled();
   auto module = backend::CpuModule::compile(kernels);
   CHECK(backend::CpuModule::codesCompiled() - before == kernels.size() + defined.size());
+  // A module whose kernels all come from a live one compiles no micro-kernel either.
+  auto borrower = backend::CpuModule::compile(kernels);
+  CHECK(backend::CpuModule::codesCompiled() - before == kernels.size() + defined.size());
+  CHECK(borrower->lookup(products[1]) == module->lookup(products[1]));
 }
 
 TEST_CASE("the object cache keeps compiled kernels between modules that never lived together", "[cpu][codegen]") {
