@@ -396,30 +396,45 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
   };
   // C[i0:i0+R, j0:j0+V vectors] (+)= A[i0:i0+R, k0:kEnd] x B[k0:kEnd, ...], B's row k at
   // bRows + k * bStride, or at bRows + bOffsets[k] when given; `first` says whether to
-  // store rather than add to C. With packedA, A's rows come from the micro-panels (A row
-  // i0 + r at k in the panel of row i0 - row0, at kRows * (k - k0) + its place in it).
-  // `storeC`, when given, stores each sum (row, vector, value) in place of the default;
-  // only then, or with bOffsets, is the micro-kernel emitted inline (GemmMicroKernel.h).
+  // store rather than add to C. Where packedA (i1) holds, A's rows come from the
+  // micro-panels (A row i0 + r at k in the panel of row i0 - row0, at kRows * (k - k0) +
+  // its place in it). `storeC`, when given, stores each sum (row, vector, value) in place
+  // of the default; only then, or with bOffsets, is the micro-kernel emitted inline (and A
+  // read in place), else called (GemmMicroKernel.h).
   using StoreC = std::function<void(llvm::Value *, unsigned, llvm::Value *)>;
   auto microKernel = [&](llvm::Value *i0, unsigned R, unsigned V, llvm::Value *j0, llvm::Value *k0, llvm::Value *kEnd,
-                         llvm::Value *first, llvm::Value *bRows, llvm::Value *bStride, bool masked, bool packedA = false,
+                         llvm::Value *first, llvm::Value *bRows, llvm::Value *bStride, bool masked, llvm::Value *packedA = nullptr,
                          llvm::Value *bOffsets = nullptr, const StoreC &storeC = nullptr) {
-    MicroKernelShape shape{R, V, vw, packedA ? kRows : 0, masked};
-    llvm::Value *a;
-    if (packedA) {
-      llvm::Value *rel = b_.CreateSub(i0, row0), *top = b_.getInt64(kRows);
-      llvm::Value *at = b_.CreateAdd(b_.CreateMul(b_.CreateSDiv(rel, top), b_.getInt64(kRows * kDepthBlock)), b_.CreateSRem(rel, top));
-      a = b_.CreateGEP(f32, aPanels, b_.CreateSub(at, b_.CreateMul(k0, top)));
-    } else {
-      a = b_.CreateGEP(f32, A, b_.CreateAdd(aBase, b_.CreateMul(i0, lda)));
-    }
     llvm::Value *c = b_.CreateGEP(f32, C, b_.CreateAdd(cBase, b_.CreateAdd(b_.CreateMul(i0, ldc), j0)));
-    MicroKernelOperands o{a, lda, bRows, bStride, bOffsets, k0, kEnd, c, ldc, first, b_.CreateSub(columns, j0)};
-    if (!storeC && !bOffsets)
-      return callMicroKernel(b_, shape, o);
-    emitMicroKernelBody(b_, shape, o, acc, [&](unsigned r, unsigned v, llvm::Value *sums) {
-      storeC(b_.CreateAdd(i0, b_.getInt64(r)), v, sums);
-    });
+    llvm::Value *remaining = b_.CreateSub(columns, j0);
+    auto run = [&](bool packed) {
+      llvm::Value *a;
+      if (packed) {
+        llvm::Value *rel = b_.CreateSub(i0, row0), *top = b_.getInt64(kRows);
+        llvm::Value *at = b_.CreateAdd(b_.CreateMul(b_.CreateSDiv(rel, top), b_.getInt64(kRows * kDepthBlock)), b_.CreateSRem(rel, top));
+        a = b_.CreateGEP(f32, aPanels, b_.CreateSub(at, b_.CreateMul(k0, top)));
+      } else {
+        a = b_.CreateGEP(f32, A, b_.CreateAdd(aBase, b_.CreateMul(i0, lda)));
+      }
+      MicroKernelShape shape{R, V, vw, packed ? kRows : 0, masked};
+      MicroKernelOperands o{a, lda, bRows, bStride, bOffsets, k0, kEnd, c, ldc, first, remaining};
+      if (!storeC && !bOffsets)
+        return callMicroKernel(b_, shape, o);
+      emitMicroKernelBody(b_, shape, o, acc, [&](unsigned r, unsigned v, llvm::Value *sums) {
+        storeC(b_.CreateAdd(i0, b_.getInt64(r)), v, sums);
+      });
+    };
+    if (!packedA)
+      return run(false);
+    auto *packedBB = llvm::BasicBlock::Create(ctx_, "a.packed", fn_), *inPlaceBB = llvm::BasicBlock::Create(ctx_, "a.inplace", fn_),
+         *doneBB = llvm::BasicBlock::Create(ctx_, "a.done", fn_);
+    b_.CreateCondBr(packedA, packedBB, inPlaceBB);
+    for (bool packed : {true, false}) {
+      b_.SetInsertPoint(packed ? packedBB : inPlaceBB);
+      run(packed);
+      b_.CreateBr(doneBB);
+    }
+    b_.SetInsertPoint(doneBB);
   };
   // tile(i0, R) over the task's rows (tiles()).
   auto rowTiles = [&](unsigned top, const std::function<void(llvm::Value *, unsigned)> &tile) { tiles("i0", row0, rowEnd, top, tile); };
@@ -549,7 +564,7 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
         };
         llvm::Value *bandRowsAt = b_.CreateInBoundsGEP(f32, band, j0);
         rowTiles(kRows, [&](llvm::Value *i0, unsigned R) {
-          microKernel(i0, R, V, j0, i(0), depth, b_.getTrue(), bandRowsAt, nullptr, masked, false, offsets, store);
+          microKernel(i0, R, V, j0, i(0), depth, b_.getTrue(), bandRowsAt, nullptr, masked, nullptr, offsets, store);
         });
       });
       columns = n;
@@ -574,9 +589,10 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
     }
     b_.SetInsertPoint(doneTailBB);
   };
-  auto packedPath = [&](bool packedA) {
+  // The packed path; packedA (i1, or null for never): whether this task's variant packs A.
+  auto packedPath = [&](llvm::Value *packedA) {
     forDepthBlocks("k0", [&](llvm::Value *k0, llvm::Value *kEnd, llvm::Value *first) {
-      if (packedA) {
+      if (packedA) onlyIf(packedA, [&] {
         // A[rows, k0:kEnd] into micro-panels; a last panel's rows past the task repeat its
         // last row (never read back).
         llvm::Value *panels = b_.CreateSDiv(b_.CreateAdd(b_.CreateSub(rowEnd, row0), b_.getInt64(kRows - 1)), b_.getInt64(kRows));
@@ -614,7 +630,7 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
                              b_.CreateInBoundsGEP(f32, aPanels, b_.CreateAdd(to, b_.getInt64(r))));
           });
         });
-      }
+      });
       forLoop("j0", b_.getInt64(0), n, 2 * vw, [&](llvm::Value *j0) {
         fullOrTail(j0, 2, [&](bool masked) {
           if (g.bPanels) { // prepacked when the model loaded: B's row k of the panel at k * its width
@@ -667,16 +683,13 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
       });
     });
   };
-  if (g.packA) { // a task of at most kGemmMaxRows rows whose variant packs A
-    auto *withBB = llvm::BasicBlock::Create(ctx_, "gemm.packa", fn_), *withoutBB = llvm::BasicBlock::Create(ctx_, "gemm.inplacea", fn_);
-    llvm::Value *fits = b_.CreateICmpSLE(b_.CreateSub(rowEnd, row0), b_.getInt64(rt::kGemmMaxRows));
-    b_.CreateCondBr(b_.CreateAnd(b_.CreateICmpNE(index(g.packA), b_.getInt64(0)), fits), withBB, withoutBB);
-    b_.SetInsertPoint(withBB);
-    packedPath(true);
-    b_.CreateBr(doneBB);
-    b_.SetInsertPoint(withoutBB);
-  }
-  packedPath(false);
+  // A task of at most kGemmMaxRows rows whose variant packs A packs it; one path, whose
+  // micro-kernel calls choose (two copies of the path were half of a GEMM kernel's code).
+  llvm::Value *packedA = nullptr;
+  if (g.packA)
+    packedA = b_.CreateAnd(b_.CreateICmpNE(index(g.packA), b_.getInt64(0)),
+                           b_.CreateICmpSLE(b_.CreateSub(rowEnd, row0), b_.getInt64(rt::kGemmMaxRows)));
+  packedPath(packedA);
   b_.CreateBr(doneBB);
   b_.SetInsertPoint(doneBB);
   if (g.epilogue)
