@@ -318,8 +318,9 @@ void CpuKernelEmitter::tiles(const std::string &name, llvm::Value *begin, llvm::
 
 // The GEMM schedule. Micro-kernels hold R rows x V vectors of C in registers and, for
 // each k, broadcast one A element per row and multiply it into V vectors of B's row k with
-// FMAs; each shape is a function that every GEMM kernel calls (GemmMicroKernel.h). Rows go in tiles of the path's height, then one tile of each smaller power of two
-// the remainder needs, so no row is computed twice. Two paths, chosen per call:
+// FMAs; each shape is a function that every GEMM kernel calls (GemmMicroKernel.h). Rows
+// go in tiles of the path's height, then one tile of each smaller power of two the
+// remainder needs, so no row is computed twice. Two paths, chosen per call:
 // - packed (more than kStreamRows rows): blocks of kDepthBlock along k, panels of two
 //   vectors of columns packed first (zero-padded), so that every tile of kRows rows
 //   streams the panel from L1 with no cache-set conflicts;
@@ -331,8 +332,9 @@ void CpuKernelEmitter::tiles(const std::string &name, llvm::Value *begin, llvm::
 //   each pass over a panel strides B's rows through the same cache sets.)
 // B read transposed is always packed (packing gathers its columns). Column tails use
 // masked loads and stores.
-// A variant that packs A (g.packA nonzero at run time, runtime/GemmSelect.h) copies the
-// task's rows of each depth block into micro-panels of kRows rows, k-major (row r of a
+// A variant that packs A (g.packA nonzero at run time, runtime/GemmSelect.h), in a task of
+// at most rt::kGemmMaxRows rows (what the panels' buffer holds), copies the task's rows of
+// each depth block into micro-panels of kRows rows, k-major (row r of a
 // panel at k is kRows * (k - k0) + r), before the block's column loop: the packed path's
 // micro-kernels then read A at constant offsets from one pointer, contiguously, instead of
 // kRows rows lda apart (which, at lda = 1024, share L1 sets with the panel of B).
@@ -399,8 +401,8 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
   // store rather than add to C. Where packedA (i1) holds, A's rows come from the
   // micro-panels (A row i0 + r at k in the panel of row i0 - row0, at kRows * (k - k0) +
   // its place in it). `storeC`, when given, stores each sum (row, vector, value) in place
-  // of the default; only then, or with bOffsets, is the micro-kernel emitted inline (and A
-  // read in place), else called (GemmMicroKernel.h).
+  // of the default; only then, or with bOffsets, is the micro-kernel emitted inline (its
+  // one caller, the band path, reads A in place), else called (GemmMicroKernel.h).
   using StoreC = std::function<void(llvm::Value *, unsigned, llvm::Value *)>;
   auto microKernel = [&](llvm::Value *i0, unsigned R, unsigned V, llvm::Value *j0, llvm::Value *k0, llvm::Value *kEnd,
                          llvm::Value *first, llvm::Value *bRows, llvm::Value *bStride, bool masked, llvm::Value *packedA = nullptr,
@@ -592,45 +594,47 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
   // The packed path; packedA (i1, or null for never): whether this task's variant packs A.
   auto packedPath = [&](llvm::Value *packedA) {
     forDepthBlocks("k0", [&](llvm::Value *k0, llvm::Value *kEnd, llvm::Value *first) {
-      if (packedA) onlyIf(packedA, [&] {
-        // A[rows, k0:kEnd] into micro-panels; a last panel's rows past the task repeat its
-        // last row (never read back).
-        llvm::Value *panels = b_.CreateSDiv(b_.CreateAdd(b_.CreateSub(rowEnd, row0), b_.getInt64(kRows - 1)), b_.getInt64(kRows));
-        llvm::Value *lastRow = b_.CreateSub(rowEnd, b_.getInt64(1));
-        forLoop("ap", b_.getInt64(0), panels, 1, [&](llvm::Value *p) {
-          llvm::Value *panelRow0 = b_.CreateAdd(row0, b_.CreateMul(p, b_.getInt64(kRows)));
-          std::vector<llvm::Value *> rowAt;
-          for (unsigned r = 0; r < kRows; ++r) {
-            llvm::Value *row = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateAdd(panelRow0, b_.getInt64(r)), lastRow);
-            rowAt.push_back(b_.CreateAdd(aBase, b_.CreateMul(row, lda)));
-          }
-          llvm::Value *panelAt = b_.CreateSub(b_.CreateMul(p, b_.getInt64(kRows * kDepthBlock)), b_.CreateMul(k0, b_.getInt64(kRows)));
-          // vw depths at a time: the rows' vectors transposed in registers, each depth's
-          // kRows lanes stored at once. (Element by element, the copy took 14% of a
-          // 1024^3 product, as long as its FMAs' gain from the packed layout.)
-          auto depthAt = [&](llvm::Value *k) { return b_.CreateAdd(panelAt, b_.CreateMul(k, b_.getInt64(kRows))); };
-          llvm::Value *vectorEnd = k0; // depths [k0, vectorEnd) by transposes, the rest one at a time
-          if (kRows <= vw) {
-            vectorEnd = b_.CreateSub(kEnd, b_.CreateSRem(b_.CreateSub(kEnd, k0), b_.getInt64(vw)));
-            llvm::Value *rowLanes = b_.CreateICmpSLT(iota, splat(b_.getInt64(kRows))); // a constant
-            forLoop("akv", k0, vectorEnd, vw, [&](llvm::Value *k) {
-              std::vector<llvm::Value *> lanes(vw, llvm::PoisonValue::get(vec));
-              for (unsigned r = 0; r < kRows; ++r)
-                lanes[r] = b_.CreateAlignedLoad(vec, b_.CreateInBoundsGEP(f32, A, b_.CreateAdd(rowAt[r], k)), align);
-              transposeSquare(b_, lanes);
+      if (packedA) {
+        onlyIf(packedA, [&] {
+          // A[rows, k0:kEnd] into micro-panels; a last panel's rows past the task repeat its
+          // last row (never read back).
+          llvm::Value *panels = b_.CreateSDiv(b_.CreateAdd(b_.CreateSub(rowEnd, row0), b_.getInt64(kRows - 1)), b_.getInt64(kRows));
+          llvm::Value *lastRow = b_.CreateSub(rowEnd, b_.getInt64(1));
+          forLoop("ap", b_.getInt64(0), panels, 1, [&](llvm::Value *p) {
+            llvm::Value *panelRow0 = b_.CreateAdd(row0, b_.CreateMul(p, b_.getInt64(kRows)));
+            std::vector<llvm::Value *> rowAt;
+            for (unsigned r = 0; r < kRows; ++r) {
+              llvm::Value *row = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, b_.CreateAdd(panelRow0, b_.getInt64(r)), lastRow);
+              rowAt.push_back(b_.CreateAdd(aBase, b_.CreateMul(row, lda)));
+            }
+            llvm::Value *panelAt = b_.CreateSub(b_.CreateMul(p, b_.getInt64(kRows * kDepthBlock)), b_.CreateMul(k0, b_.getInt64(kRows)));
+            // vw depths at a time: the rows' vectors transposed in registers, each depth's
+            // kRows lanes stored at once. (Element by element, the copy took 14% of a
+            // 1024^3 product, as long as its FMAs' gain from the packed layout.)
+            auto depthAt = [&](llvm::Value *k) { return b_.CreateAdd(panelAt, b_.CreateMul(k, b_.getInt64(kRows))); };
+            llvm::Value *vectorEnd = k0; // depths [k0, vectorEnd) by transposes, the rest one at a time
+            if (kRows <= vw) {
+              vectorEnd = b_.CreateSub(kEnd, b_.CreateSRem(b_.CreateSub(kEnd, k0), b_.getInt64(vw)));
+              llvm::Value *rowLanes = b_.CreateICmpSLT(iota, splat(b_.getInt64(kRows))); // a constant
+              forLoop("akv", k0, vectorEnd, vw, [&](llvm::Value *k) {
+                std::vector<llvm::Value *> lanes(vw, llvm::PoisonValue::get(vec));
+                for (unsigned r = 0; r < kRows; ++r)
+                  lanes[r] = b_.CreateAlignedLoad(vec, b_.CreateInBoundsGEP(f32, A, b_.CreateAdd(rowAt[r], k)), align);
+                transposeSquare(b_, lanes);
+                llvm::Value *to = depthAt(k);
+                for (unsigned j = 0; j < vw; ++j)
+                  b_.CreateMaskedStore(lanes[j], b_.CreateInBoundsGEP(f32, aPanels, b_.CreateAdd(to, b_.getInt64(j * kRows))), align, rowLanes);
+              });
+            }
+            forLoop("ak", vectorEnd, kEnd, 1, [&](llvm::Value *k) {
               llvm::Value *to = depthAt(k);
-              for (unsigned j = 0; j < vw; ++j)
-                b_.CreateMaskedStore(lanes[j], b_.CreateInBoundsGEP(f32, aPanels, b_.CreateAdd(to, b_.getInt64(j * kRows))), align, rowLanes);
+              for (unsigned r = 0; r < kRows; ++r)
+                b_.CreateStore(b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, A, b_.CreateAdd(rowAt[r], k))),
+                               b_.CreateInBoundsGEP(f32, aPanels, b_.CreateAdd(to, b_.getInt64(r))));
             });
-          }
-          forLoop("ak", vectorEnd, kEnd, 1, [&](llvm::Value *k) {
-            llvm::Value *to = depthAt(k);
-            for (unsigned r = 0; r < kRows; ++r)
-              b_.CreateStore(b_.CreateLoad(f32, b_.CreateInBoundsGEP(f32, A, b_.CreateAdd(rowAt[r], k))),
-                             b_.CreateInBoundsGEP(f32, aPanels, b_.CreateAdd(to, b_.getInt64(r))));
           });
         });
-      });
+      }
       forLoop("j0", b_.getInt64(0), n, 2 * vw, [&](llvm::Value *j0) {
         fullOrTail(j0, 2, [&](bool masked) {
           if (g.bPanels) { // prepacked when the model loaded: B's row k of the panel at k * its width
