@@ -29,9 +29,9 @@ public:
   llvm::Value *pow(llvm::Value *x, llvm::Value *y);
 
 private:
-  llvm::Value *expParts(llvm::Value *hi, llvm::Value *lo);
+  llvm::Value *expParts(llvm::Value *hi, llvm::Value *lo, bool canOverflow = true);
   std::pair<llvm::Value *, llvm::Value *> erfcOfAbs(llvm::Value *a, llvm::Value *hi, llvm::Value *lo);
-  std::pair<llvm::Value *, llvm::Value *> negSquare(llvm::Value *x);
+  std::pair<llvm::Value *, llvm::Value *> negSquare(llvm::Value *x, double scale = 1.0);
   llvm::Value *erfSmall(llvm::Value *x);
   llvm::Value *log2Double(llvm::Value *x);
   llvm::Value *exp2Double(llvm::Value *t);
@@ -80,11 +80,13 @@ private:
 // denormals takes a slow microcode assist on x86 (a causal mask's -1e9 would hit it on
 // half of the scores). A NaN hi flows through as NaN: the clamp keeps it, and n comes from
 // the bits of a float (1.5 * 2^23 added rounds hi log2 e to an integer, ties to even, as
-// roundeven would), never from fptosi, which is poison for NaN.
-llvm::Value *MathBuilder::expParts(llvm::Value *hi, llvm::Value *lo) {
+// roundeven would), never from fptosi, which is poison for NaN. A caller whose hi is never
+// positive says so (canOverflow false) and skips the clamp.
+llvm::Value *MathBuilder::expParts(llvm::Value *hi, llvm::Value *lo, bool canOverflow) {
   llvm::Value *zero = b_.CreateFCmpOLT(hi, f(-104.0));
-  llvm::Value *below = b_.CreateSelect(b_.CreateFCmpOGT(hi, f(89.0)), f(89.0), hi); // min(hi, 89), NaN kept
-  hi = b_.CreateSelect(zero, f(0.0), below);
+  if (canOverflow) // min(hi, 89), NaN kept
+    hi = b_.CreateSelect(b_.CreateFCmpOGT(hi, f(89.0)), f(89.0), hi);
+  hi = b_.CreateSelect(zero, f(0.0), hi);
   const double kRound = 0x1.8p23;
   llvm::Value *rounded = b_.CreateFAdd(b_.CreateFMul(hi, f(1.44269504088896341)), f(kRound));
   llvm::Value *n = b_.CreateFSub(rounded, f(kRound)); // exact
@@ -153,22 +155,24 @@ llvm::Value *MathBuilder::erfSmall(llvm::Value *x) {
 // from 11 down to 0), between 0.33 and 1, and its minimax polynomial of degree 10 in
 // t - 0.5769 (Remez, relative error 3.9e-9) serves every a: no second polynomial for
 // small a, which GELU, whose arguments are mostly small, would pay for on every element.
-// Past a = 10.06 erfc is below 2^-149; past 11 it is 0 (where the split of a^2 of an
-// infinite a would be NaN).
+// Past a = 10.06 erfc is below 2^-149; past a = 10.2 the exponential is 0 (-a^2 < -104),
+// and so is the product, though t H(t) is not (an infinite a, whose split square is NaN,
+// included: t is 0 there).
 std::pair<llvm::Value *, llvm::Value *> MathBuilder::erfcOfAbs(llvm::Value *a, llvm::Value *hi, llvm::Value *lo) {
   llvm::Value *t = b_.CreateFDiv(f(1.0), fma(a, f(0.5), f(1.0)));
   llvm::Value *h = poly(b_.CreateFSub(t, f(0.5769230769230769)),
                         {0.5670172938708249, 0.7754098644097904, 0.5860565010279772, 0.08764513823004912, -0.20254405779905946,
                          -0.05373546709527254, 0.11400337037903653, 0.00603834663662395, -0.0753333220791475,
                          0.015116139938748599, 0.03714771761760752});
-  return {expParts(hi, lo), b_.CreateSelect(b_.CreateFCmpOGT(a, f(11.0)), f(0.0), b_.CreateFMul(t, h))};
+  return {expParts(hi, lo, false), b_.CreateFMul(t, h)};
 }
 
-// -(x^2) as hi + lo: hi is the exact square of x's high half, lo the rest (rounded).
-std::pair<llvm::Value *, llvm::Value *> MathBuilder::negSquare(llvm::Value *x) {
+// -(x^2) scale as hi + lo: hi is the exact square of x's high half (scaled: exact for a
+// power of two), lo the rest (rounded).
+std::pair<llvm::Value *, llvm::Value *> MathBuilder::negSquare(llvm::Value *x, double scale) {
   llvm::Value *h = highHalf(x);
-  llvm::Value *hi = b_.CreateFNeg(b_.CreateFMul(h, h));
-  llvm::Value *lo = b_.CreateFNeg(b_.CreateFMul(b_.CreateFSub(x, h), b_.CreateFAdd(x, h)));
+  llvm::Value *hi = b_.CreateFMul(b_.CreateFMul(h, f(-scale)), h);
+  llvm::Value *lo = b_.CreateFMul(b_.CreateFMul(b_.CreateFSub(x, h), f(-scale)), b_.CreateFAdd(x, h));
   return {hi, lo};
 }
 
@@ -184,8 +188,8 @@ llvm::Value *MathBuilder::erf(llvm::Value *x) {
 // rounding of z = -x/sqrt 2 reaches only G, which varies slowly.
 llvm::Value *MathBuilder::gelu(llvm::Value *x) {
   llvm::Value *z = b_.CreateFMul(x, f(-M_SQRT1_2));
-  auto [hi, lo] = negSquare(x);
-  auto [e, scale] = erfcOfAbs(abs(z), b_.CreateFMul(hi, f(0.5)), b_.CreateFMul(lo, f(0.5)));
+  auto [hi, lo] = negSquare(x, 0.5);
+  auto [e, scale] = erfcOfAbs(abs(z), hi, lo);
   llvm::Value *half = b_.CreateFMul(f(0.5), x);
   // x > 0: x/2 (2 - erfc(|z|)); else x/2 erfc(|z|), whose exponential, when it is below
   // 2^-126 (x < -13), joins last: erfc alone would be denormal where x/2 erfc is not.
