@@ -164,13 +164,7 @@ private:
   void collapsedChunk(const std::vector<const kir::Stmt *> &nest);
   // v in every lane of a host vector; the lane numbers 0, 1, ... (i64).
   llvm::Value *splat(llvm::Value *v) { return b_.CreateVectorSplat(vectorWidth_, v); }
-  // A vector of f32 lanes from ptr (4-byte aligned); with a mask, only its lanes (0 elsewhere).
-  llvm::Value *loadLanes(llvm::Value *ptr, llvm::Value *mask) {
-    auto *vec = llvm::FixedVectorType::get(b_.getFloatTy(), vectorWidth_);
-    if (mask)
-      return b_.CreateMaskedLoad(vec, ptr, llvm::Align(4), mask, llvm::Constant::getNullValue(vec));
-    return b_.CreateAlignedLoad(vec, ptr, llvm::Align(4));
-  }
+  llvm::Value *loadLanes(llvm::Value *ptr, llvm::Value *mask) { return backend::loadLanes(b_, vectorWidth_, ptr, mask); }
   llvm::Value *laneNumbers() {
     std::vector<llvm::Constant *> lanes;
     for (unsigned l = 0; l < vectorWidth_; ++l)
@@ -386,15 +380,7 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
   // Emits body(masked) twice: unmasked when the V vectors from j0 lie below `columns`,
   // masked else.
   auto fullOrTail = [&](llvm::Value *j0, unsigned V, const std::function<void(bool)> &body) {
-    auto *fullBB = llvm::BasicBlock::Create(ctx_, "cols.full", fn_), *tailBB = llvm::BasicBlock::Create(ctx_, "cols.tail", fn_),
-         *joinBB = llvm::BasicBlock::Create(ctx_, "cols.done", fn_);
-    b_.CreateCondBr(b_.CreateICmpSLE(b_.CreateAdd(j0, b_.getInt64(V * vw)), columns), fullBB, tailBB);
-    for (bool masked : {false, true}) {
-      b_.SetInsertPoint(masked ? tailBB : fullBB);
-      body(masked);
-      b_.CreateBr(joinBB);
-    }
-    b_.SetInsertPoint(joinBB);
+    eitherWay(b_.CreateICmpSLE(b_.CreateAdd(j0, b_.getInt64(V * vw)), columns), [&](bool full) { body(!full); });
   };
   // C[i0:i0+R, j0:j0+V vectors] (+)= A[i0:i0+R, k0:kEnd] x B[k0:kEnd, ...], B's row k at
   // bRows + k * bStride, or at bRows + bOffsets[k] when given; `first` says whether to
@@ -428,15 +414,7 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
     };
     if (!packedA)
       return run(false);
-    auto *packedBB = llvm::BasicBlock::Create(ctx_, "a.packed", fn_), *inPlaceBB = llvm::BasicBlock::Create(ctx_, "a.inplace", fn_),
-         *doneBB = llvm::BasicBlock::Create(ctx_, "a.done", fn_);
-    b_.CreateCondBr(packedA, packedBB, inPlaceBB);
-    for (bool packed : {true, false}) {
-      b_.SetInsertPoint(packed ? packedBB : inPlaceBB);
-      run(packed);
-      b_.CreateBr(doneBB);
-    }
-    b_.SetInsertPoint(doneBB);
+    eitherWay(packedA, run);
   };
   // tile(i0, R) over the task's rows (tiles()).
   auto rowTiles = [&](unsigned top, const std::function<void(llvm::Value *, unsigned)> &tile) { tiles("i0", row0, rowEnd, top, tile); };
@@ -581,15 +559,7 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
     auto tiles = [&](unsigned V) { rowTiles(kRows, [&](llvm::Value *i0, unsigned R) { tile(i0, R, V); }); };
     if (!masked)
       return tiles(2);
-    auto *oneBB = llvm::BasicBlock::Create(ctx_, "tail.one", fn_), *twoBB = llvm::BasicBlock::Create(ctx_, "tail.two", fn_),
-         *doneTailBB = llvm::BasicBlock::Create(ctx_, "tail.done", fn_);
-    b_.CreateCondBr(b_.CreateICmpSLE(b_.CreateSub(columns, j0), b_.getInt64(vw)), oneBB, twoBB);
-    for (unsigned V : {1u, 2u}) {
-      b_.SetInsertPoint(V == 1 ? oneBB : twoBB);
-      tiles(V);
-      b_.CreateBr(doneTailBB);
-    }
-    b_.SetInsertPoint(doneTailBB);
+    eitherWay(b_.CreateICmpSLE(b_.CreateSub(columns, j0), b_.getInt64(vw)), [&](bool one) { tiles(one ? 1 : 2); });
   };
   // The packed path; packedA (i1, or null for never): whether this task's variant packs A.
   auto packedPath = [&](llvm::Value *packedA) {

@@ -42,11 +42,6 @@ void emitMicroKernelBody(llvm::IRBuilder<> &b, const MicroKernelShape &s, const 
       masks[v] = b.CreateICmpSLT(llvm::ConstantVector::get(lanes), remaining);
     }
   }
-  auto loadLanes = [&](llvm::Value *ptr, llvm::Value *mask) -> llvm::Value * {
-    if (mask)
-      return b.CreateMaskedLoad(vec, ptr, align, mask, llvm::Constant::getNullValue(vec));
-    return b.CreateAlignedLoad(vec, ptr, align);
-  };
   // Row r's element at depth 0: in place lda apart, packed one apart.
   std::vector<llvm::Value *> aRows;
   for (unsigned r = 0; r < R; ++r)
@@ -69,7 +64,7 @@ void emitMicroKernelBody(llvm::IRBuilder<> &b, const MicroKernelShape &s, const 
                                                            : b.CreateMul(k, o.bStride));
   std::vector<llvm::Value *> bv;
   for (unsigned v = 0; v < V; ++v)
-    bv.push_back(loadLanes(b.CreateGEP(f32, bRow, b.getInt64(v * vw)), masks[v]));
+    bv.push_back(loadLanes(b, vw, b.CreateGEP(f32, bRow, b.getInt64(v * vw)), masks[v]));
   llvm::Value *aAt = b.CreateMul(k, aStep);
   for (unsigned r = 0; r < R; ++r) {
     llvm::Value *av = b.CreateVectorSplat(vw, b.CreateLoad(f32, b.CreateGEP(f32, aRows[r], aAt)));
@@ -91,7 +86,7 @@ void emitMicroKernelBody(llvm::IRBuilder<> &b, const MicroKernelShape &s, const 
         continue;
       }
       llvm::Value *ptr = b.CreateGEP(f32, cRow, b.getInt64(v * vw));
-      sum = b.CreateSelect(o.first, sum, b.CreateFAdd(sum, loadLanes(ptr, masks[v])));
+      sum = b.CreateSelect(o.first, sum, b.CreateFAdd(sum, loadLanes(b, vw, ptr, masks[v])));
       if (s.masked)
         b.CreateMaskedStore(sum, ptr, align, masks[v]);
       else

@@ -525,6 +525,13 @@ std::string codeKey(llvm::Module &m, const std::string &kernel, std::string_view
   return key;
 }
 
+llvm::Value *loadLanes(llvm::IRBuilder<> &b, unsigned lanes, llvm::Value *ptr, llvm::Value *mask) {
+  auto *vec = llvm::FixedVectorType::get(b.getFloatTy(), lanes);
+  if (mask)
+    return b.CreateMaskedLoad(vec, ptr, llvm::Align(4), mask, llvm::Constant::getNullValue(vec));
+  return b.CreateAlignedLoad(vec, ptr, llvm::Align(4));
+}
+
 std::string codeSymbol(const std::string &key) {
   std::array<uint8_t, 32> digest = llvm::SHA256::hash(llvm::arrayRefFromStringRef(key));
   return "dnnc_" + llvm::toHex(llvm::ArrayRef<uint8_t>(digest).take_front(16), true);

@@ -47,6 +47,9 @@ std::string codeKey(llvm::Module &m, const std::string &kernel, std::string_view
 // decide an object.
 std::string codeSymbol(const std::string &key);
 
+// A vector of `lanes` f32 from ptr (4-byte aligned); with a mask, only its lanes (0 elsewhere).
+llvm::Value *loadLanes(llvm::IRBuilder<> &b, unsigned lanes, llvm::Value *ptr, llvm::Value *mask);
+
 // The O3 module pipeline for `tm`'s target.
 void optimize(llvm::Module &m, llvm::TargetMachine &tm);
 std::string errorText(llvm::Error e);
@@ -150,6 +153,18 @@ protected:
     i->addIncoming(next, b_.GetInsertBlock());
     b_.SetInsertPoint(exit);
     return latch;
+  }
+  // body(true) where cond holds, body(false) where it does not, then on after both.
+  template <class Body> void eitherWay(llvm::Value *cond, Body body) {
+    auto *yes = llvm::BasicBlock::Create(ctx_, "yes", fn_), *no = llvm::BasicBlock::Create(ctx_, "no", fn_),
+         *done = llvm::BasicBlock::Create(ctx_, "either.done", fn_);
+    b_.CreateCondBr(cond, yes, no);
+    for (bool holds : {true, false}) {
+      b_.SetInsertPoint(holds ? yes : no);
+      body(holds);
+      b_.CreateBr(done);
+    }
+    b_.SetInsertPoint(done);
   }
   template <class Body> void onlyIf(llvm::Value *cond, Body body) {
     auto *then = llvm::BasicBlock::Create(ctx_, "then", fn_), *done = llvm::BasicBlock::Create(ctx_, "endif", fn_);
