@@ -14,12 +14,13 @@ namespace dnnc::rt {
 ThreadPool::ThreadPool(unsigned threads, const Spawn &spawn) {
   requested_ = std::clamp<unsigned>(threads, 1u, static_cast<unsigned>(limit(Limit::Threads)));
   workers_.reserve(requested_ - 1);
+  shares_ = std::make_unique<Share[]>(requested_);
   for (unsigned k = 1; k < requested_; ++k) {
     try {
       if (spawn)
-        workers_.push_back(spawn([this] { work(); }));
+        workers_.push_back(spawn([this, k] { work(k); }));
       else
-        workers_.emplace_back([this] { work(); });
+        workers_.emplace_back([this, k] { work(k); });
     } catch (const std::system_error &) {
       break; // the system has no more threads for us: run on those that started
     }
@@ -64,13 +65,16 @@ template <class Ready> bool spinUntil(Ready ready) {
 } // namespace
 
 // Claims chunks of the open job until none is left: no lock, one atomic add per chunk.
-void ThreadPool::runChunks() {
+void ThreadPool::runChunks(unsigned self) {
   const auto *job = job_;
-  for (;;) {
-    int64_t begin = next_.fetch_add(chunk_);
-    if (begin >= n_)
-      return;
-    (*job)(begin, std::min(n_, begin + chunk_));
+  for (unsigned k = 0; k < shareCount_; ++k) {
+    Share &share = shares_[(self + k) % shareCount_];
+    for (;;) {
+      int64_t c = share.next.fetch_add(1);
+      if (c >= share.end)
+        break;
+      (*job)(c * chunk_, std::min(n_, (c + 1) * chunk_));
+    }
   }
 }
 
@@ -80,7 +84,7 @@ void ThreadPool::runChunks() {
 // the next job whole: its fields are written before open_ (sequentially consistent
 // atomics throughout, so each side sees the other's write in these two Dekker pairs, and
 // in the sleepers_/generation_ pair below).
-void ThreadPool::work() {
+void ThreadPool::work(unsigned self) {
   uint64_t seen = 0;
   for (;;) {
     // Awake for a while after each job: the next kernel usually follows at once.
@@ -95,7 +99,7 @@ void ThreadPool::work() {
     seen = generation_;
     ++busy_;
     if (open_)
-      runChunks();
+      runChunks(self);
     if (--busy_ == 0 && waiting_) {
       std::lock_guard<std::mutex> lock(mutex_);
       done_.notify_all();
@@ -118,7 +122,12 @@ void ThreadPool::parallelFor(int64_t n, const std::function<void(int64_t, int64_
   job_ = &fn;
   n_ = n;
   chunk_ = (n + chunks - 1) / chunks;
-  next_ = 0;
+  int64_t claimed = (n + chunk_ - 1) / chunk_; // chunks once rounded up to whole ones
+  shareCount_ = static_cast<unsigned>(std::min<int64_t>(threads(), claimed));
+  for (unsigned s = 0; s < shareCount_; ++s) {
+    shares_[s].next = claimed * s / shareCount_;
+    shares_[s].end = claimed * (s + 1) / shareCount_;
+  }
   open_ = true;
   ++generation_;
   // Spinning workers see the new generation; sleeping ones are woken, as many as there
@@ -132,7 +141,7 @@ void ThreadPool::parallelFor(int64_t n, const std::function<void(int64_t, int64_
       for (unsigned k = 0; k < helpers; ++k)
         wake_.notify_one();
   }
-  runChunks();
+  runChunks(0);
   open_ = false;
   // Every chunk is taken; the workers still running theirs are about to finish.
   if (!spinUntil([&] { return busy_ == 0; })) {

@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -60,8 +61,11 @@ public:
   static std::string parseThreads(const std::string &text, const std::string &what, unsigned &out);
 
 private:
-  void work();
-  void runChunks();
+  // Worker `self` (1 on; the caller is 0).
+  void work(unsigned self);
+  // Claims chunks of the open job until none is left: thread self's share first, then the
+  // others' in turn.
+  void runChunks(unsigned self);
 
   std::vector<std::thread> workers_;
   unsigned requested_ = 1;
@@ -70,7 +74,19 @@ private:
   // The job: written by the caller before open_ is set, read by the workers that join it.
   const std::function<void(int64_t, int64_t)> *job_ = nullptr;
   int64_t n_ = 0, chunk_ = 1;
-  std::atomic<int64_t> next_{0}; // the next chunk's begin
+  // A job's chunks (chunk c is [c * chunk_, (c + 1) * chunk_) of [0, n_)) in contiguous
+  // shares, one per thread: thread t starts on share t, so that kernels one after another
+  // over the same layout (a convolution's images, then its pooling's) give each thread
+  // the rows it wrote, still in its own L2. A thread done with its share takes chunks
+  // from the others' (uneven chunks, a thread the system preempts). With one shared
+  // counter, a kernel read about half of its input from the other core's cache: the
+  // convnet's pooling took 29 us in the model against 19 us on its own.
+  struct alignas(64) Share {
+    std::atomic<int64_t> next{0}; // the next chunk to claim
+    int64_t end = 0;              // past the share's last chunk
+  };
+  std::unique_ptr<Share[]> shares_;
+  unsigned shareCount_ = 1;
   std::atomic<bool> open_{false}; // chunks may be claimed
   std::atomic<unsigned> busy_{0}; // workers inside a job
   std::atomic<unsigned> sleepers_{0}; // workers asleep on wake_

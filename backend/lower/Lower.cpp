@@ -144,23 +144,19 @@ public:
         flat = sym::add(flat, sym::mul(idx[k], stride));
         stride = sym::mul(stride, o[k]);
       }
-      stride = c(1);
-      for (size_t k = jEnd; k-- > j;) {
-        ExprRef q = sym::floorDiv(flat, stride);
+      // Divided one dim at a time, ((flat/W)/H rather than flat/(H*W)), so that where
+      // the reader's index multiplies them back the terms fold to flat again (sym::add).
+      ExprRef q = flat;
+      for (size_t k = jEnd; k-- > j; q = sym::floorDiv(q, d[k]))
         at[k] = k == j ? q : sym::mod(q, d[k]); // the group's first dim needs no wrap
-        stride = sym::mul(stride, d[k]);
-      }
     }
     return at;
   }
   static Dims genericReshapeIndex(const Dims &o, const Dims &d, const Dims &idx) {
-    ExprRef flat = kir::flatIndex(o, idx);
+    ExprRef q = kir::flatIndex(o, idx);
     Dims at(d.size());
-    ExprRef stride = c(1);
-    for (size_t k = d.size(); k-- > 0;) {
-      at[k] = sym::mod(sym::floorDiv(flat, stride), d[k]);
-      stride = sym::mul(stride, d[k]);
-    }
+    for (size_t k = d.size(); k-- > 0; q = sym::floorDiv(q, d[k]))
+      at[k] = sym::mod(q, d[k]);
     return at;
   }
 
@@ -181,6 +177,14 @@ private:
   StmtPtr elementwise();
   StmtPtr rows();
   StmtPtr reduction();
+  // The input dims `in` a reduction loops over, and how it reads an element at them:
+  // trailing reduced axes (H and W of a mean over [N, C, H, W]) become one, of their
+  // product, where the element's index then folds back to one contiguous run (the vector
+  // loop loads lanes in a row, not a gather down a column per lane); `reduced` is
+  // renumbered to match. The order of the terms stays row-major, so only float sums, whose
+  // blocks then span the run, see a difference (docs/semantics.md). Unchanged where an
+  // index would still divide the run's position (a broadcast along one of its axes).
+  std::pair<Dims, std::function<ValuePtr(const Dims &)>> flattenTrailing(const Dims &in, std::set<size_t> &reduced);
   // A sum, mean, max or min over a run of axes that kept axes follow (see its comment);
   // null where it does not apply.
   StmtPtr columnReduction(const std::set<size_t> &reduced);
@@ -372,11 +376,71 @@ void Lowering::blockedSum(const Dims &in, const Dims &idx, const std::set<size_t
     body.push_back(kir::assign(total, term(at)));
 }
 
+namespace {
+// Whether e divides, or takes a remainder of, an expression of loop variable `var`.
+bool dividesVar(ExprRef e, const std::string &var) {
+  for (const sym::Term &t : e->terms())
+    for (const sym::Atom *f : t.factors) {
+      if (f->kind == sym::Atom::Kind::Var)
+        continue;
+      if (f->kind == sym::Atom::Kind::Div || f->kind == sym::Atom::Kind::Mod) {
+        for (ExprRef side : {f->lhs, f->rhs})
+          for (const std::string &n : sym::freeVars(side))
+            if (n == var)
+              return true;
+      } else if (dividesVar(f->lhs, var) || dividesVar(f->rhs, var)) {
+        return true;
+      }
+    }
+  return false;
+}
+// Whether any index v loads at (or computes) divides loop variable `var` (dividesVar).
+bool dividesVar(const kir::Value &v, const std::string &var) {
+  if (v.index && dividesVar(v.index, var))
+    return true;
+  for (const ValuePtr &a : v.args)
+    if (a && dividesVar(*a, var))
+      return true;
+  return false;
+}
+} // namespace
+
+std::pair<Dims, std::function<ValuePtr(const Dims &)>> Lowering::flattenTrailing(const Dims &in, std::set<size_t> &reduced) {
+  std::function<ValuePtr(const Dims &)> direct = [this](const Dims &at) { return read(0, at); };
+  size_t run = in.size();
+  while (run > 0 && reduced.count(run - 1))
+    --run;
+  if (in.size() - run < 2)
+    return {in, direct};
+  std::function<ValuePtr(const Dims &)> flat = [this, in, run](const Dims &at) {
+    Dims full(at.begin(), at.begin() + run);
+    full.resize(in.size());
+    ExprRef q = at[run];
+    for (size_t k = in.size(); k-- > run; q = sym::floorDiv(q, in[k]))
+      full[k] = k == run ? q : sym::mod(q, in[k]);
+    return read(0, full);
+  };
+  Dims probe, flatDims(in.begin(), in.begin() + run);
+  ExprRef elements = c(1);
+  for (size_t a = run; a < in.size(); ++a)
+    elements = sym::mul(elements, in[a]);
+  flatDims.push_back(elements);
+  auto numbered = next_; // the probe's loop variables are not the kernel's
+  for (size_t a = 0; a <= run; ++a)
+    probe.push_back(sym::var(kir::loopVar(next_++)));
+  bool divides = dividesVar(*flat(probe), probe.back()->asVar()->name);
+  next_ = numbered;
+  if (divides)
+    return {in, direct};
+  for (size_t a = run + 1; a < in.size(); ++a)
+    reduced.erase(a);
+  return {flatDims, flat};
+}
+
 StmtPtr Lowering::reduction() {
-  const Dims &in = this->in(0);
   std::vector<size_t> axes;
   if (!op_.has("axis")) {
-    axes.resize(in.size());
+    axes.resize(this->in(0).size());
     std::iota(axes.begin(), axes.end(), 0);
   } else {
     for (int64_t a : listAttr("axis"))
@@ -385,6 +449,7 @@ StmtPtr Lowering::reduction() {
   std::set<size_t> reduced(axes.begin(), axes.end());
   if (StmtPtr columns = columnReduction(reduced))
     return columns;
+  auto [in, readIn] = flattenTrailing(this->in(0), reduced);
   Dims keptShape, keptIdx, redShape, redIdx, inIdx(in.size());
   for (size_t a = 0; a < in.size(); ++a) {
     ExprRef v = sym::var(kir::loopVar(next_++));
@@ -392,7 +457,7 @@ StmtPtr Lowering::reduction() {
     (reduced.count(a) ? redShape : keptShape).push_back(in[a]);
     (reduced.count(a) ? redIdx : keptIdx).push_back(v);
   }
-  ValuePtr x = read(0, inIdx);
+  ValuePtr x = readIn(inIdx);
   DType acc = isFloat(inType(0)) ? DType::F32 : DType::I64;
   DType t = dtype(out());
   OpKind kind = op_.kind;
@@ -413,7 +478,7 @@ StmtPtr Lowering::reduction() {
   case OpKind::Sum:
   case OpKind::Mean:
     if (acc == DType::F32) {
-      blockedSum(in, inIdx, reduced, "acc", [&](const Dims &at) { return kir::cast(read(0, at), DType::F32); }, body);
+      blockedSum(in, inIdx, reduced, "acc", [&](const Dims &at) { return kir::cast(readIn(at), DType::F32); }, body);
       ValuePtr r = kir::local("acc", acc);
       if (kind == OpKind::Mean) // an empty mean is 0 / 0: NaN
         r = kir::binary(OpKind::Div, r, kir::cast(kir::indexValue(count), DType::F32), DType::F32);
@@ -459,7 +524,7 @@ StmtPtr Lowering::reduction() {
     body.push_back(accumulate(kir::assign("best", kir::binary(OpKind::Maximum, kir::local("best", DType::F32), x, DType::F32)),
                               {{"best", OpKind::Maximum, ""}}));
     blockedSum(in, inIdx, reduced, "acc", [&](const Dims &at) {
-      return kir::unary(OpKind::Exp, kir::binary(OpKind::Sub, read(0, at), kir::local("best", DType::F32), DType::F32), DType::F32);
+      return kir::unary(OpKind::Exp, kir::binary(OpKind::Sub, readIn(at), kir::local("best", DType::F32), DType::F32), DType::F32);
     }, body);
     // A row whose maximum is infinite is that infinity: all -inf (a fully masked row) is
     // -inf, as in SciPy, where best + log(sum) would be NaN (exp(-inf - -inf)).

@@ -233,11 +233,47 @@ ExprRef atomExpr(const Atom *a) { return ctx().fromAtom(a); }
 ExprRef constant(int64_t v) { return ctx().poly({}, v); }
 ExprRef var(const std::string &name) { return ctx().fromAtom(ctx().atom(Atom::Kind::Var, name, nullptr, nullptr)); }
 
+namespace {
+// c*b*(a/b)*F + c*(a % b)*F = c*a*F (floor division and its remainder; a single-term b,
+// never 0 where the expression is evaluated). A reshape's index leaves such a pair, as in
+// ((4096*i + j)/W)*W + (4096*i + j) % W, which folds back to the flat index 4096*i + j:
+// a contiguous load instead of a division and a remainder per element.
+ExprRef foldDivMod(ExprRef e) {
+  for (const Term &t : e->terms()) {
+    auto modAt = std::find_if(t.factors.begin(), t.factors.end(), [](const Atom *f) { return f->kind == Atom::Kind::Mod; });
+    if (modAt == t.factors.end())
+      continue;
+    const Atom *m = *modAt;
+    ExprRef b = m->rhs;
+    int64_t bCoef = b->constant();
+    Monomial quotient;
+    if (!b->isConst()) {
+      if (b->constant() != 0 || b->terms().size() != 1)
+        continue;
+      bCoef = b->terms()[0].coef, quotient = b->terms()[0].factors;
+    }
+    Monomial rest = t.factors;
+    rest.erase(rest.begin() + (modAt - t.factors.begin()));
+    quotient.insert(quotient.end(), rest.begin(), rest.end());
+    quotient.push_back(ctx().atom(Atom::Kind::Div, "", m->lhs, b));
+    std::sort(quotient.begin(), quotient.end(), [](const Atom *p, const Atom *q) { return p->key < q->key; });
+    auto coefs = coefMap(e);
+    auto q = coefs.find(quotient);
+    if (q == coefs.end() || static_cast<__int128>(q->second) != static_cast<__int128>(t.coef) * bCoef)
+      continue;
+    coefs.erase(q);
+    coefs.erase(t.factors);
+    return add(ctx().poly(coefs, e->constant()), mul(ctx().poly({{rest, t.coef}}, rest.empty() ? t.coef : 0), m->lhs));
+  }
+  return e;
+}
+} // namespace
+
 ExprRef add(ExprRef a, ExprRef b) {
   auto m = coefMap(a);
   for (const Term &t : b->terms())
     m[t.factors] = checked(static_cast<__int128>(m[t.factors]) + t.coef);
-  return ctx().poly(m, checked(static_cast<__int128>(a->constant()) + b->constant()));
+  return foldDivMod(ctx().poly(m, checked(static_cast<__int128>(a->constant()) + b->constant())));
 }
 
 ExprRef neg(ExprRef a) { return mul(a, constant(-1)); }

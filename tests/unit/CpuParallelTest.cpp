@@ -51,6 +51,41 @@ TEST_CASE("CPU kernels split the rows of all their independent dims", "[cpu][par
   CHECK(lower::kernelInfo(scale).work->str() == "D");
 }
 
+// A reduction over trailing axes loops over them as one (Lowering::flattenTrailing): a
+// global average pool's vector loop loads each channel's H*W elements in a row, where the
+// lanes of a loop over H once gathered a column each. A broadcast along one of the axes
+// would need a remainder per element, so that reduction keeps its loops.
+TEST_CASE("a reduction over trailing axes loops over them as one", "[cpu][parallel]") {
+  auto program = test::lowerUnfused(R"(dim N; dim C; dim H; dim W;
+model main(x: f32[N, C, H, W]) -> (f32[N, C], f32[N, C], f32[N, 1, 1, 1]) {
+  return (mean(x, axis = [2, 3]), max(x, axis = [2, 3]), sum(x, axis = [1, 2, 3], keepdims = true));
+}
+)", "cpu");
+  std::string mean = kir::print(test::kernelOf(program->kernels, "_mean"));
+  CHECK(mean.find("reduce(sum.p0 by add)") != std::string::npos);
+  CHECK(mean.find("b0[%0*C*H*W + %1*H*W + 4096*%3 + %4]") != std::string::npos);
+  CHECK(mean.find("/W") == std::string::npos);
+  std::string max = kir::print(test::kernelOf(program->kernels, "_max"));
+  CHECK(max.find(" in 0..H*W reduce(") != std::string::npos);
+  CHECK(max.find("% W") == std::string::npos);
+  std::string all = kir::print(test::kernelOf(program->kernels, "_sum"));
+  CHECK(all.find("min(4096, C*H*W - 4096*") != std::string::npos);
+  CHECK(all.find("/W") == std::string::npos);
+
+  // Fused with a broadcast along H: each element's index would take its position % W.
+  Program fused;
+  DiagnosticEngine diags(fused.sources());
+  REQUIRE(fused.loadText("test.dnn", R"(dim N; dim C; dim H; dim W;
+model main(x: f32[N, C, H, W], r: f32[N, C, 1, W]) -> f32[N, C] {
+  return sum(x + r, axis = [2, 3]);
+}
+)", diags));
+  auto kernels = backend::lowerFor(*fused.models().at(0).graph, *backend::findTarget("cpu"), {}).kernels;
+  std::string broadcast = kir::print(test::kernelOf(kernels, "_fused"));
+  CHECK(broadcast.find("(H + 4095)/4096") != std::string::npos);
+  CHECK(broadcast.find("% W") == std::string::npos);
+}
+
 // The vectorizer is told a loop's iterations are independent (kir::independentIterations)
 // only where each iteration writes its own elements and reads a written buffer only there:
 // an elementwise kernel written in place over an operand (the LSTM's gates) is then
@@ -134,6 +169,35 @@ TEST_CASE("the pool cuts a job into chunks by its cost", "[cpu][parallel][thread
     CHECK(many.coverExactly(1000));
     CHECK(few.ranges.size() == 2);
     CHECK(few.coverExactly(2));
+  }
+  {
+    // Each thread starts on its own contiguous share of the chunks (the caller on the
+    // first), so that the next kernel over the same rows finds them in its cache: with
+    // chunks slow enough that no thread can finish its share before the caller starts,
+    // the caller takes chunk 0 first, and each thread claims a share's chunks in order.
+    std::mutex m;
+    std::map<std::thread::id, std::vector<int64_t>> claimed;
+    pool.parallelFor(12, [&](int64_t b, int64_t) {
+      {
+        std::lock_guard<std::mutex> lock(m);
+        claimed[std::this_thread::get_id()].push_back(b);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    });
+    REQUIRE(claimed.count(std::this_thread::get_id()) == 1);
+    CHECK(claimed[std::this_thread::get_id()].front() == 0);
+    // 12 chunks of one iteration, three shares of four: a thread goes through a share in
+    // order and never comes back to one it left.
+    for (auto &[thread, begins] : claimed) {
+      std::vector<int64_t> shares;
+      for (size_t k = 0; k < begins.size(); ++k) {
+        if (k > 0 && begins[k] / 4 == begins[k - 1] / 4)
+          CHECK(begins[k] > begins[k - 1]);
+        else
+          shares.push_back(begins[k] / 4);
+      }
+      CHECK(std::set<int64_t>(shares.begin(), shares.end()).size() == shares.size());
+    }
   }
   {
     // Back to back, as a model's kernels run: every job complete when parallelFor returns.

@@ -34,6 +34,25 @@ TEST_CASE("canonical forms are interned and printed readably", "[sym]") {
   CHECK(neg(T)->str() == "-T");
 }
 
+TEST_CASE("a quotient times its divisor plus the remainder folds back to the dividend", "[sym]") {
+  ExprRef i = var("%3"), j = var("%4"), flat = add(mul(c(4096), i), j);
+  // A reshape's index of [N, H*W] into [N, H, W]: (flat/W)*W + flat % W.
+  CHECK(add(mul(floorDiv(flat, D), D), mod(flat, D)) == flat);
+  CHECK(add(mod(flat, D), mul(D, floorDiv(flat, D))) == flat);
+  // Scaled, beside other terms, by a constant divisor, by a product of dims.
+  CHECK(add(mul(B, add(mul(floorDiv(j, T), T), mod(j, T))), c(5)) == add(mul(B, j), c(5)));
+  CHECK(add(add(mul(c(16), floorDiv(flat, c(16))), mod(flat, c(16))), T) == add(flat, T));
+  ExprRef td = mul(T, D);
+  CHECK(add(mul(floorDiv(j, td), td), mod(j, td)) == j);
+  // Nested, as a reshape into three dims: ((j/D)/T)*T*D + ((j/D) % T)*D + j % D.
+  ExprRef q = floorDiv(j, D);
+  CHECK(add(add(mul(mul(floorDiv(q, T), T), D), mul(mod(q, T), D)), mod(j, D)) == j);
+  // Not a pair: another coefficient, another divisor, another dividend.
+  CHECK(add(mul(floorDiv(j, D), mul(c(2), D)), mod(j, D))->str() == "2*(%4/D)*D + %4 % D");
+  CHECK(add(mul(floorDiv(j, D), T), mod(j, D))->str() == "(%4/D)*T + %4 % D");
+  CHECK(add(mul(floorDiv(i, D), D), mod(j, D))->str() == "(%3/D)*D + %4 % D");
+}
+
 TEST_CASE("a divisor that is itself a quotient or remainder keeps its parentheses", "[sym]") {
   // Atoms are interned by their text: (B/T)/D and B/(T/D) once both read "B/T/D" and
   // became one atom, whichever was made first.
