@@ -892,36 +892,44 @@ void CpuKernelEmitter::copyBand(const kir::Gemm::Im2col &x, llvm::Value *X, llvm
   };
   auto align = llvm::Align(4);
   llvm::Value *plane = b_.CreateMul(height, imageWidth), *zero = llvm::Constant::getNullValue(vec);
+  // Per phase and vector of band columns, the lanes inside the image's columns and the
+  // band's are the same for every channel and row: computed once there, not per row (in
+  // 64-bit lanes, 6 instructions a mask, they were most of the copy's work).
   forLoop("bp", i(0), i(st * st), 1, [&](llvm::Value *phase) {
     llvm::Value *pr = b_.CreateSDiv(phase, i(st)), *pc = b_.CreateSRem(phase, i(st));
-    forLoop("bc", i(0), channels, 1, [&](llvm::Value *ci) {
-      forLoop("br", i(0), rows, 1, [&](llvm::Value *r) {
-        llvm::Value *ih = b_.CreateSub(b_.CreateAdd(b_.CreateMul(b_.CreateAdd(outRow, r), i(st)), pr), i(x.padding));
-        llvm::Value *rowIn = splat(b_.CreateICmpULT(ih, height));
-        // Masked-off lanes are not read, so these addresses may lie outside the image.
-        llvm::Value *src = b_.CreateGEP(f32, X, b_.CreateAdd(base, b_.CreateAdd(b_.CreateMul(ci, plane), b_.CreateMul(ih, imageWidth))));
-        llvm::Value *block = b_.CreateAdd(b_.CreateMul(phase, channels), ci);
-        llvm::Value *dst = b_.CreateInBoundsGEP(f32, band, b_.CreateMul(b_.CreateAdd(b_.CreateMul(block, bandRows), r), width));
-        forLoop("bw", i(0), width, vw, [&](llvm::Value *c) {
-          llvm::Value *iw0 = b_.CreateSub(b_.CreateAdd(b_.CreateMul(c, i(st)), pc), i(x.padding));
+    forLoop("bw", i(0), width, vw, [&](llvm::Value *c) {
+      llvm::Value *iw0 = b_.CreateSub(b_.CreateAdd(b_.CreateMul(c, i(st)), pc), i(x.padding));
+      // Where each of the (at most) st loads starts, and its lanes inside the image; a
+      // gather's columns instead for a larger stride.
+      std::vector<llvm::Value *> firsts, insides;
+      for (int64_t h = 0; h < (st <= 2 ? st : 1); ++h) {
+        llvm::Value *first = st <= 2 ? b_.CreateAdd(iw0, i(h * vw)) : nullptr;
+        llvm::Value *cols = st <= 2 ? lanesFrom(first, 1) : lanesFrom(iw0, st);
+        firsts.push_back(st <= 2 ? first : cols);
+        insides.push_back(b_.CreateICmpULT(cols, splat(imageWidth)));
+      }
+      llvm::Value *stored = b_.CreateICmpSLT(lanesFrom(c, 1), splat(width));
+      forLoop("bc", i(0), channels, 1, [&](llvm::Value *ci) {
+        forLoop("br", i(0), rows, 1, [&](llvm::Value *r) {
+          llvm::Value *ih = b_.CreateSub(b_.CreateAdd(b_.CreateMul(b_.CreateAdd(outRow, r), i(st)), pr), i(x.padding));
+          llvm::Value *rowIn = splat(b_.CreateICmpULT(ih, height));
+          // Masked-off lanes are not read, so these addresses may lie outside the image.
+          llvm::Value *src = b_.CreateGEP(f32, X, b_.CreateAdd(base, b_.CreateAdd(b_.CreateMul(ci, plane), b_.CreateMul(ih, imageWidth))));
+          llvm::Value *block = b_.CreateAdd(b_.CreateMul(phase, channels), ci);
+          llvm::Value *dst = b_.CreateInBoundsGEP(f32, band, b_.CreateMul(b_.CreateAdd(b_.CreateMul(block, bandRows), r), width));
           llvm::Value *v;
           if (st <= 2) { // st loads of vw columns from iw0, every st-th lane kept
             llvm::Value *parts[2];
-            for (int64_t h = 0; h < st; ++h) {
-              llvm::Value *first = b_.CreateAdd(iw0, i(h * vw));
-              llvm::Value *inside = b_.CreateAnd(rowIn, b_.CreateICmpULT(lanesFrom(first, 1), splat(imageWidth)));
-              parts[h] = b_.CreateMaskedLoad(vec, b_.CreateGEP(f32, src, first), align, inside, zero);
-            }
+            for (int64_t h = 0; h < st; ++h)
+              parts[h] = b_.CreateMaskedLoad(vec, b_.CreateGEP(f32, src, firsts[h]), align, b_.CreateAnd(rowIn, insides[h]), zero);
             std::vector<int> every;
             for (unsigned l = 0; l < vw; ++l)
               every.push_back(int(st * l));
             v = st == 1 ? parts[0] : b_.CreateShuffleVector(parts[0], parts[1], every);
           } else {
-            llvm::Value *cols = lanesFrom(iw0, st);
-            llvm::Value *inside = b_.CreateAnd(rowIn, b_.CreateICmpULT(cols, splat(imageWidth)));
-            v = b_.CreateMaskedGather(vec, b_.CreateGEP(f32, src, cols), align, inside, zero);
+            v = b_.CreateMaskedGather(vec, b_.CreateGEP(f32, src, firsts[0]), align, b_.CreateAnd(rowIn, insides[0]), zero);
           }
-          b_.CreateMaskedStore(v, b_.CreateInBoundsGEP(f32, dst, c), align, b_.CreateICmpSLT(lanesFrom(c, 1), splat(width)));
+          b_.CreateMaskedStore(v, b_.CreateInBoundsGEP(f32, dst, c), align, stored);
         });
       });
     });
