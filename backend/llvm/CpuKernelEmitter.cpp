@@ -130,6 +130,7 @@ protected:
   // power of two (8 at most) that the remainder needs, so that nothing is computed twice.
   void tiles(const std::string &name, llvm::Value *begin, llvm::Value *end, unsigned top,
              const std::function<void(llvm::Value *, unsigned)> &tile);
+  static unsigned bandTileRows(sym::ExprRef rows, unsigned top);
   // A GEMM task's operands as gemmStmt evaluated them (B read by columns, bColStride apart).
   struct GemmTask {
     llvm::Value *aBase, *bBase, *cBase, *lda, *bColStride, *ldc, *n, *depth, *row0, *rowEnd;
@@ -287,6 +288,24 @@ void CpuKernelEmitter::collapsedChunk(const std::vector<const kir::Stmt *> &nest
       }
     });
   });
+}
+
+// The tile height for the band path's R x 2-vector tiles over `rows` output channels:
+// `top`, or 8 where that takes fewer cycles per depth step. A tile issues R * 2 FMAs on
+// two ports, but each of its accumulators waits an FMA's latency (4 cycles) for the last:
+// 16 channels as 14 rows and then 2 take 7 + 4 cycles, as 8 and 8, 8.
+unsigned CpuKernelEmitter::bandTileRows(sym::ExprRef rows, unsigned top) {
+  std::optional<int64_t> m = rows->asConst();
+  if (!m || *m <= 0 || top <= 8) // (8 rows are more registers than a smaller top leaves)
+    return top;
+  auto cycles = [&](unsigned height) {
+    int64_t total = *m / height * std::max<int64_t>(height, 4), rest = *m % height; // R rows x 2 vectors: R cycles
+    for (int64_t size = 8; size >= 1; size /= 2)
+      if (size < height && rest >= size)
+        total += std::max<int64_t>(size, 4), rest -= size;
+    return total;
+  };
+  return cycles(8) < cycles(top) ? 8 : top;
 }
 
 void CpuKernelEmitter::tiles(const std::string &name, llvm::Value *begin, llvm::Value *end, unsigned top,
@@ -543,7 +562,7 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
           b_.CreateMaskedStore(sum, b_.CreateGEP(f32, C, b_.CreateAdd(cRow, next[v])), align, nextLanes[v]);
         };
         llvm::Value *bandRowsAt = b_.CreateInBoundsGEP(f32, band, j0);
-        rowTiles(kRows, [&](llvm::Value *i0, unsigned R) {
+        rowTiles(bandTileRows(g.rows, kRows), [&](llvm::Value *i0, unsigned R) {
           microKernel(i0, R, V, j0, i(0), depth, b_.getTrue(), bandRowsAt, nullptr, masked, nullptr, offsets, store);
         });
       });
