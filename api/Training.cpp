@@ -384,8 +384,12 @@ TrainResult train(ir::Graph &g, const TrainConfig &o, const TrainHooks &hooks) {
     if (!compiled.empty())
       ++result.stepsPerVersion[version];
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (s == first)
+    if (s == first) {
       compiledAfterFirst = backend::kernelsCompiled();
+      if (hooks.profiled)
+        for (const auto &exe : compiled)
+          exe->setProfiling(true);
+    }
     else if (!compiled.empty())
       result.outputAllocationsAfterFirst += compiled[version]->outputAllocations();
     double loss = out[0].get(0);
@@ -422,6 +426,10 @@ TrainResult train(ir::Graph &g, const TrainConfig &o, const TrainHooks &hooks) {
     }
   }
   syncToHost();
+  if (hooks.profiled)
+    for (size_t v = 0; v < compiled.size(); ++v)
+      if (compiled[v]->profile().runs > 0)
+        hooks.profiled(v == 0 ? g : *versionGraphs[v - 1], *compiled[v]);
   if (!compiled.empty()) {
     result.updatedInPlace = inPlace ? compiled[0]->updates().size() : 0;
     result.updatable = step.params.size() * (1 + step.statesPerParam);

@@ -67,6 +67,11 @@ struct TrainHooks {
   // Around each checkpoint: true before its files are written, false once both are
   // complete (with the steps they hold): the CLI holds SIGINT in between.
   std::function<void(bool, int64_t)> checkpoint;
+  // Given, each compiled step's executable times its kernels from the second step on (the
+  // first compiles and warms up), and after the last step this is called for each
+  // recompute version that ran a timed step: its step graph and executable (`dnnc train
+  // --profile` prints Executable::profile() as `dnnc run --profile` does).
+  std::function<void(const ir::Graph &, rt::Executable &)> profiled;
 };
 
 struct TrainResult {

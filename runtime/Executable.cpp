@@ -23,6 +23,9 @@
 namespace dnnc::rt {
 
 namespace {
+// A host op whose first step's result serves every step (given dims bound outside the loop).
+bool sameEveryStep(const ir::Op &op) { return op.kind == ir::OpKind::Constant || op.kind == ir::OpKind::DimValue; }
+
 // What in a for loop's body keeps it from running compiled (Executable.h, loop paths),
 // as far as the body alone tells: empty when nothing does.
 std::string bodyRefusal(const ir::Op &loop, const std::map<const ir::Op *, size_t> &kernelOf) {
@@ -38,9 +41,11 @@ std::string bodyRefusal(const ir::Op &loop, const std::map<const ir::Op *, size_
     std::string what = ir::opWhere(*op);
     if (op->kind == ir::OpKind::For || op->kind == ir::OpKind::While || op->kind == ir::OpKind::If)
       return "nested control flow: " + what;
-    // A constant the host made in the first step is the same every step; an assert over
-    // the inputs' dims that held then holds (refusal() checks which it is).
-    if (op->kind == ir::OpKind::Constant || op->kind == ir::OpKind::AssertDims)
+    // A constant the host made in the first step is the same every step, and so is a dim's
+    // value over dims the call bound (a training step's backward loop reads its forward
+    // loop's lower bound); an assert over the inputs' dims that held then holds (refusal()
+    // checks which dims they name).
+    if (sameEveryStep(*op) || op->kind == ir::OpKind::AssertDims)
       continue;
     if (!isParamView(*op) && !kernelOf.count(op))
       return "a host op: " + what;
@@ -658,6 +663,8 @@ private:
       const OpPlan &p = exe_.plan_->ops[exe_.opIndex_.at(o)];
       if (o->kind == ir::OpKind::AssertDims ? !p.checked : p.state != OpPlan::State::Planned)
         return fmt::format("{} names a dim bound per iteration", ir::opWhere(*o));
+      if (o->kind == ir::OpKind::DimValue && !namesOnly(o->get<sym::ExprRef>("value"), inputs))
+        return fmt::format("{} names a dim bound per iteration", ir::opWhere(*o));
     }
     return {};
   }
@@ -683,7 +690,7 @@ private:
     for (const ir::Op *o : body.ops) {
       size_t index = exe_.opIndex_.at(o);
       const Executable::OpEntry &e = exe_.ops_[index];
-      if ((e.view && !e.readsIndices) || o->kind == ir::OpKind::Constant || o->kind == ir::OpKind::AssertDims)
+      if ((e.view && !e.readsIndices) || sameEveryStep(*o) || o->kind == ir::OpKind::AssertDims)
         continue; // the same value every step; an assert that held
       Step s{index, &exe_.plan_->ops[index], valuesOf(o->operands), {}};
       if (!e.view)

@@ -253,18 +253,43 @@ std::vector<Tensor> indexAdd(const HostOpContext &c) {
   for (size_t k = axis + 1; k < x.shape.size(); ++k)
     inner *= x.shape[k];
   int64_t n = static_cast<int64_t>(idx.numel());
-  std::vector<double> acc(x.numel());
-  for (size_t k = 0; k < acc.size(); ++k)
-    acc[k] = x.get(k);
+  std::vector<int64_t> rows(static_cast<size_t>(n));
+  std::vector<bool> hit(static_cast<size_t>(d));
+  bool distinct = true;
   for (int64_t i = 0; i < n; ++i) {
     int64_t j = idx.getInt(static_cast<size_t>(i));
     if (j < -d || j >= d)
       throw DataError(fmt::format("index {} is out of range for dim {} of {} (size {})", j, axis, x.typeText(), d));
     j = j < 0 ? j + d : j;
+    distinct = distinct && !hit[static_cast<size_t>(j)];
+    hit[static_cast<size_t>(j)] = true;
+    rows[static_cast<size_t>(i)] = j;
+  }
+  checkedBytes(x.dtype, x.shape, fmt::format("the result of {}", ir::opWhere(c.op)));
+  if (distinct && x.dtype == DType::F32 && src.dtype == DType::F32) {
+    // Each element gets at most one term: the f32 sum, which is the double sum rounded
+    // once (double carries more than twice f32's digits). A training step's loop adds
+    // each iteration's row to its stash this way: element by element through double, the
+    // transformer's took 40 of a 180 ms step.
+    Tensor r = x;
+    auto *to = reinterpret_cast<float *>(r.data());
+    const auto *from = reinterpret_cast<const float *>(src.data());
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t o = 0; o < outer; ++o) {
+        float *row = to + (o * d + rows[static_cast<size_t>(i)]) * inner;
+        const float *add = from + (o * n + i) * inner;
+        for (int64_t e = 0; e < inner; ++e)
+          row[e] += add[e];
+      }
+    return {std::move(r)};
+  }
+  std::vector<double> acc(x.numel());
+  for (size_t k = 0; k < acc.size(); ++k)
+    acc[k] = x.get(k);
+  for (int64_t i = 0; i < n; ++i)
     for (int64_t o = 0; o < outer; ++o)
       for (int64_t e = 0; e < inner; ++e)
-        acc[static_cast<size_t>((o * d + j) * inner + e)] += src.get(static_cast<size_t>((o * n + i) * inner + e));
-  }
+        acc[static_cast<size_t>((o * d + rows[static_cast<size_t>(i)]) * inner + e)] += src.get(static_cast<size_t>((o * n + i) * inner + e));
   Tensor r = sized(x.dtype, x.shape, c);
   for (size_t k = 0; k < acc.size(); ++k)
     r.set(k, acc[k]);

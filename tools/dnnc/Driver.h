@@ -51,7 +51,7 @@ int importOnnx(const std::string &file, const std::string &out, std::string weig
 void printProfile(const ir::Graph &g, rt::Executable &exe, const std::string &order, std::ostream &os);
 // `dnnc train`'s options: the loop's (api/Training.h) and how the command reports.
 struct TrainOptions : api::TrainConfig {
-  std::string model;
+  std::string model, profile; // profile: "", "time" or "order", as for dnnc run
   int64_t logEvery = 1;
   bool json = false, verbose = false;
 };

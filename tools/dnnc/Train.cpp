@@ -98,6 +98,8 @@ int trainModel(Program &p, const TrainOptions &o) {
     if (gInterrupted)
       onInterrupt(SIGINT);
   };
+  if (!o.profile.empty())
+    hooks.profiled = [&](const ir::Graph &step, rt::Executable &exe) { printProfile(step, exe, o.profile, std::cout); };
   try {
     api::TrainResult result = api::train(*m->graph, o, hooks);
     if (progress)

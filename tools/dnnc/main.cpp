@@ -462,6 +462,15 @@ int cmdOpt(int argc, char **argv) {
   return writeOutput(out, text);
 }
 
+// What is wrong with --profile[=order] on `device` (run and train), or "".
+std::string profileOptionError(const std::string &profile, const std::string &device) {
+  if (!profile.empty() && profile != "time" && profile != "order")
+    return "--profile takes 'time' or 'order', not '" + profile + "'";
+  if (!profile.empty() && device == "ref")
+    return "--profile times compiled kernels: the reference interpreter (--device ref) has none";
+  return "";
+}
+
 // --threads (or DNNC_NUM_THREADS) checked; `out` stays 0 for the runtime's default. False
 // with the error printed.
 bool readThreads(const po::variables_map &vm, const std::string &text, int &out) {
@@ -542,12 +551,8 @@ int cmdRun(int argc, char **argv) {
   o.walkLoops = vm.count("walk-loops") > 0;
   if (!readPassOptions(vm, flags, o.compile.passes))
     return kUsage;
-  if (!o.profile.empty() && o.profile != "time" && o.profile != "order") {
-    std::cerr << "dnnc: error: --profile takes 'time' or 'order', not '" << o.profile << "'\n";
-    return kUsage;
-  }
-  if (!o.profile.empty() && o.device == "ref") {
-    std::cerr << "dnnc: error: --profile times compiled kernels: the reference interpreter (--device ref) has none\n";
+  if (std::string err = profileOptionError(o.profile, o.device); !err.empty()) {
+    std::cerr << "dnnc: error: " << err << "\n";
     return kUsage;
   }
   if (o.repeat < 0 || o.repeat > 1000000) {
@@ -625,7 +630,10 @@ int cmdTrain(int argc, char **argv) {
       "device", po::value(&o.device), "auto, cpu, cuda, ref or cuda-sim, as for dnnc run")(
       "seed", po::value(&o.seed), "seed for the initializers (default 0)")(
       "threads", po::value(&threads), "CPU threads, 1 to 1024 (default: DNNC_NUM_THREADS, else one per core)")(
-      "log-every", po::value(&o.logEvery), "log every K steps (default 1)")("json", "log JSON lines");
+      "log-every", po::value(&o.logEvery), "log every K steps (default 1)")("json", "log JSON lines")(
+      "profile", po::value(&o.profile)->implicit_value("time"),
+      "after the last step, print each kernel's and host op's calls, time, share, rate and source lines over the steps "
+      "after the first, as dnnc run --profile does (--profile=order: in program order)");
   desc.add(passOptions(flags));
   po::variables_map vm;
   const char *usage = "usage: dnnc train FILE --data NAME=X.npy...|DIR [--batch N] (--epochs E | --steps S) "
@@ -654,6 +662,8 @@ int cmdTrain(int argc, char **argv) {
     err = "no --data: give NAME=FILE.npy for each input of the model";
   else if (!api::checkDeviceName(o.device).empty())
     err = api::checkDeviceName(o.device);
+  else if (!profileOptionError(o.profile, o.device).empty())
+    err = profileOptionError(o.profile, o.device);
   if (!err.empty()) {
     std::cerr << "dnnc: error: " << err << "\n";
     return kUsage;
