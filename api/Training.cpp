@@ -389,9 +389,9 @@ TrainResult train(ir::Graph &g, const TrainConfig &o, const TrainHooks &hooks) {
       if (hooks.profiled)
         for (const auto &exe : compiled)
           exe->setProfiling(true);
-    }
-    else if (!compiled.empty())
+    } else if (!compiled.empty()) {
       result.outputAllocationsAfterFirst += compiled[version]->outputAllocations();
+    }
     double loss = out[0].get(0);
     if (!std::isfinite(loss))
       throw DataError(fmt::format("the loss is {} at step {}: {}", std::isnan(loss) ? "nan" : fmt::format("{}", loss), s + 1,

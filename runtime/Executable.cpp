@@ -661,9 +661,8 @@ private:
           return fmt::format("carried value {} of type {} changes shape", a - 1, body.args[a]->type.str());
     for (const ir::Op *o : body.ops) {
       const OpPlan &p = exe_.plan_->ops[exe_.opIndex_.at(o)];
-      if (o->kind == ir::OpKind::AssertDims ? !p.checked : p.state != OpPlan::State::Planned)
-        return fmt::format("{} names a dim bound per iteration", ir::opWhere(*o));
-      if (o->kind == ir::OpKind::DimValue && !namesOnly(o->get<sym::ExprRef>("value"), inputs))
+      bool unplanned = o->kind == ir::OpKind::AssertDims ? !p.checked : p.state != OpPlan::State::Planned;
+      if (unplanned || (o->kind == ir::OpKind::DimValue && !namesOnly(o->get<sym::ExprRef>("value"), inputs)))
         return fmt::format("{} names a dim bound per iteration", ir::opWhere(*o));
     }
     return {};

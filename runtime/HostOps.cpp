@@ -265,13 +265,13 @@ std::vector<Tensor> indexAdd(const HostOpContext &c) {
     hit[static_cast<size_t>(j)] = true;
     rows[static_cast<size_t>(i)] = j;
   }
-  checkedBytes(x.dtype, x.shape, fmt::format("the result of {}", ir::opWhere(c.op)));
   if (distinct && x.dtype == DType::F32 && src.dtype == DType::F32) {
     // Each element gets at most one term: the f32 sum, which is the double sum rounded
     // once (double carries more than twice f32's digits). A training step's loop adds
     // each iteration's row to its stash this way: element by element through double, the
     // transformer's took 40 of a 180 ms step.
-    Tensor r = x;
+    checkedBytes(x.dtype, x.shape, fmt::format("the result of {}", ir::opWhere(c.op)));
+    Tensor r = x; // sized()'s zeros would be a second pass
     auto *to = reinterpret_cast<float *>(r.data());
     const auto *from = reinterpret_cast<const float *>(src.data());
     for (int64_t i = 0; i < n; ++i)

@@ -918,14 +918,20 @@ void CpuKernelEmitter::copyBand(const kir::Gemm::Im2col &x, llvm::Value *X, llvm
     llvm::Value *pr = b_.CreateSDiv(phase, i(st)), *pc = b_.CreateSRem(phase, i(st));
     forLoop("bw", i(0), width, vw, [&](llvm::Value *c) {
       llvm::Value *iw0 = b_.CreateSub(b_.CreateAdd(b_.CreateMul(c, i(st)), pc), i(x.padding));
-      // Where each of the (at most) st loads starts, and its lanes inside the image; a
-      // gather's columns instead for a larger stride.
-      std::vector<llvm::Value *> firsts, insides;
-      for (int64_t h = 0; h < (st <= 2 ? st : 1); ++h) {
-        llvm::Value *first = st <= 2 ? b_.CreateAdd(iw0, i(h * vw)) : nullptr;
-        llvm::Value *cols = st <= 2 ? lanesFrom(first, 1) : lanesFrom(iw0, st);
-        firsts.push_back(st <= 2 ? first : cols);
-        insides.push_back(b_.CreateICmpULT(cols, splat(imageWidth)));
+      // Where each read starts (the st loads' first columns; a larger stride's gathered
+      // columns), and its lanes inside the image.
+      std::vector<llvm::Value *> starts, insides;
+      auto read = [&](llvm::Value *start, llvm::Value *columns) {
+        starts.push_back(start);
+        insides.push_back(b_.CreateICmpULT(columns, splat(imageWidth)));
+      };
+      for (int64_t h = 0; st <= 2 && h < st; ++h) {
+        llvm::Value *first = b_.CreateAdd(iw0, i(h * vw));
+        read(first, lanesFrom(first, 1));
+      }
+      if (st > 2) {
+        llvm::Value *columns = lanesFrom(iw0, st);
+        read(columns, columns);
       }
       llvm::Value *stored = b_.CreateICmpSLT(lanesFrom(c, 1), splat(width));
       forLoop("bc", i(0), channels, 1, [&](llvm::Value *ci) {
@@ -940,13 +946,13 @@ void CpuKernelEmitter::copyBand(const kir::Gemm::Im2col &x, llvm::Value *X, llvm
           if (st <= 2) { // st loads of vw columns from iw0, every st-th lane kept
             llvm::Value *parts[2];
             for (int64_t h = 0; h < st; ++h)
-              parts[h] = b_.CreateMaskedLoad(vec, b_.CreateGEP(f32, src, firsts[h]), align, b_.CreateAnd(rowIn, insides[h]), zero);
+              parts[h] = b_.CreateMaskedLoad(vec, b_.CreateGEP(f32, src, starts[h]), align, b_.CreateAnd(rowIn, insides[h]), zero);
             std::vector<int> every;
             for (unsigned l = 0; l < vw; ++l)
               every.push_back(int(st * l));
             v = st == 1 ? parts[0] : b_.CreateShuffleVector(parts[0], parts[1], every);
           } else {
-            v = b_.CreateMaskedGather(vec, b_.CreateGEP(f32, src, firsts[0]), align, b_.CreateAnd(rowIn, insides[0]), zero);
+            v = b_.CreateMaskedGather(vec, b_.CreateGEP(f32, src, starts[0]), align, b_.CreateAnd(rowIn, insides[0]), zero);
           }
           b_.CreateMaskedStore(v, b_.CreateInBoundsGEP(f32, dst, c), align, stored);
         });

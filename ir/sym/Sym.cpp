@@ -239,11 +239,14 @@ namespace {
 // ((4096*i + j)/W)*W + (4096*i + j) % W, which folds back to the flat index 4096*i + j:
 // a contiguous load instead of a division and a remainder per element.
 ExprRef foldDivMod(ExprRef e) {
+  auto atomOf = [](Atom::Kind kind, const Term &t) {
+    auto at = std::find_if(t.factors.begin(), t.factors.end(), [&](const Atom *f) { return f->kind == kind; });
+    return at == t.factors.end() ? nullptr : *at;
+  };
   for (const Term &t : e->terms()) {
-    auto modAt = std::find_if(t.factors.begin(), t.factors.end(), [](const Atom *f) { return f->kind == Atom::Kind::Mod; });
-    if (modAt == t.factors.end())
+    const Atom *m = atomOf(Atom::Kind::Mod, t);
+    if (!m)
       continue;
-    const Atom *m = *modAt;
     ExprRef b = m->rhs;
     int64_t bCoef = b->constant();
     Monomial quotient;
@@ -253,17 +256,23 @@ ExprRef foldDivMod(ExprRef e) {
       bCoef = b->terms()[0].coef, quotient = b->terms()[0].factors;
     }
     Monomial rest = t.factors;
-    rest.erase(rest.begin() + (modAt - t.factors.begin()));
+    rest.erase(std::find(rest.begin(), rest.end(), m));
     quotient.insert(quotient.end(), rest.begin(), rest.end());
-    quotient.push_back(ctx().atom(Atom::Kind::Div, "", m->lhs, b));
-    std::sort(quotient.begin(), quotient.end(), [](const Atom *p, const Atom *q) { return p->key < q->key; });
-    auto coefs = coefMap(e);
-    auto q = coefs.find(quotient);
-    if (q == coefs.end() || static_cast<__int128>(q->second) != static_cast<__int128>(t.coef) * bCoef)
-      continue;
-    coefs.erase(q);
-    coefs.erase(t.factors);
-    return add(ctx().poly(coefs, e->constant()), mul(ctx().poly({{rest, t.coef}}, rest.empty() ? t.coef : 0), m->lhs));
+    // The quotient's term: rest * b's monomial * (a / b), coefficient c * b's.
+    for (const Term &q : e->terms()) {
+      const Atom *d = atomOf(Atom::Kind::Div, q);
+      if (!d || d->lhs != m->lhs || d->rhs != b || static_cast<__int128>(q.coef) != static_cast<__int128>(t.coef) * bCoef)
+        continue;
+      Monomial expected = quotient;
+      expected.push_back(d);
+      std::sort(expected.begin(), expected.end(), [](const Atom *x, const Atom *y) { return x->key < y->key; });
+      if (expected != q.factors)
+        continue;
+      auto coefs = coefMap(e);
+      coefs.erase(q.factors);
+      coefs.erase(t.factors);
+      return add(ctx().poly(coefs, e->constant()), mul(ctx().poly({{rest, t.coef}}, rest.empty() ? t.coef : 0), m->lhs));
+    }
   }
   return e;
 }
