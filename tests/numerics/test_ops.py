@@ -450,15 +450,34 @@ COLUMNS = {  # name: (args, result, expression, NumPy reference, shape of x from
 }
 
 
-def make_column_test(name, args, result, expr, ref, shape):
+# Reductions over trailing axes, which the kernels loop over as one axis of their product
+# (Lowering::flattenTrailing; a reshape's index folds back to the flat one, sym::add):
+# images of x f32[2, 3, R, L] empty, 1x1, odd, one vector (4x4) and a row past it (3x17),
+# and past the 4096-term sum block (65x65); NaN and infinities as above.
+TRAILING_SHAPES = [(0, 5), (5, 0), (1, 1), (3, 5), (4, 4), (3, 17), (65, 65)]  # (R, L)
+TRAILING = {
+    "mean_image": ("x: f32[2, 3, R, L]", "f32[2, 3]", "mean(x, axis = [2, 3])", lambda x: x.mean((2, 3))),
+    "max_image": ("x: f32[2, 3, R, L]", "f32[2, 3]", "max(x, axis = [2, 3])", lambda x: x.max((2, 3))),
+    "sum_keepdims": ("x: f32[2, 3, R, L]", "f32[2, 1, 1, 1]", "sum(x, axis = [1, 2, 3], keepdims = true)",
+                     lambda x: x.sum((1, 2, 3), keepdims=True)),
+    "sum_outer_and_image": ("x: f32[2, 3, R, L]", "f32[3]", "sum(x, axis = [0, 2, 3])", lambda x: x.sum((0, 2, 3))),
+    "logsumexp_image": ("x: f32[2, 3, R, L]", "f32[2, 3]", "logsumexp(x, axis = [2, 3])",  # an infinite max is the result
+                        lambda x: np.where(np.isinf(x.max((2, 3))), x.max((2, 3)),
+                                           np.log(np.exp(x - x.max((2, 3), keepdims=True)).sum((2, 3))) + x.max((2, 3)))),
+    "mean_reshaped": ("x: f32[2, 3, R, L]", "f32[2, 3]", "mean(relu(reshape(x, [2, 3, R * L])) * 2.0, axis = 2)",
+                      lambda x: (np.maximum(x, 0) * 2).reshape(2, 3, -1).mean(2)),
+}
+
+
+def make_column_test(name, args, result, expr, ref, shape, shapes=COLUMN_SHAPES, empty=lambda r, l: r == 0):
     def test(self):
         rng = np.random.default_rng(17)
         with tempfile.TemporaryDirectory() as d:
             model = write_model(d, f"columns_{name}", "dim K in 0..65536; dim R in 0..65536; dim L in 0..65536;", args, result, expr)
             done = set()
-            for r, l in COLUMN_SHAPES:
+            for r, l in shapes:
                 sx = shape(r, l)
-                if sx in done or (r == 0 and ("max" in name or "min" in name)):
+                if sx in done or (empty(r, l) and ("max" in name or "min" in name or "logsumexp" in name)):
                     continue  # the max of nothing is no number (NumPy raises)
                 done.add(sx)
                 x = (np.round(rng.standard_normal(sx) * 2) / 2).astype(np.float32)
@@ -470,7 +489,7 @@ def make_column_test(name, args, result, expr, ref, shape):
                     warnings.simplefilter("ignore", RuntimeWarning)  # inf - inf, 0 / 0
                     want = np.asarray(ref(x.astype(np.float64)))
                 self.assertEqual(outs[0].shape, want.shape, f"x {sx}")
-                assert_matches(outs[0], want, 1e-6 if "mean" in name else 0, 0, f"x {sx}")
+                assert_matches(outs[0], want, 1e-6 if "mean" in name or "logsumexp" in name else 0, 0, f"x {sx}")
     return test
 
 
@@ -718,6 +737,9 @@ Ops.test_column_schedule = test_column_schedule
 Ops.test_column_signed_zeros = test_column_signed_zeros
 for _name, _model in COLUMNS.items():
     setattr(Ops, f"test_columns_{_name}", make_column_test(_name, *_model))
+for _name, _model in TRAILING.items():
+    setattr(Ops, f"test_trailing_{_name}",
+            make_column_test(_name, *_model, lambda r, l: (2, 3, r, l), TRAILING_SHAPES, lambda r, l: r * l == 0))
 
 Ops.test_row_groups_fuse = test_row_groups_fuse
 for _name, (_expr, _ref) in ROWS.items():
