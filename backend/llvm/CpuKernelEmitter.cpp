@@ -130,6 +130,8 @@ protected:
   // power of two (8 at most) that the remainder needs, so that nothing is computed twice.
   void tiles(const std::string &name, llvm::Value *begin, llvm::Value *end, unsigned top,
              const std::function<void(llvm::Value *, unsigned)> &tile);
+  // Cycles per depth step of R x 2-vector tiles of height `top` over m rows (tiles()).
+  static int64_t tileCycles(int64_t m, unsigned top);
   static unsigned bandTileRows(sym::ExprRef rows, unsigned top);
   // A GEMM task's operands as gemmStmt evaluated them (B read by columns, bColStride apart).
   struct GemmTask {
@@ -290,22 +292,24 @@ void CpuKernelEmitter::collapsedChunk(const std::vector<const kir::Stmt *> &nest
   });
 }
 
+// A tile issues R * 2 FMAs on two ports, but each of its accumulators waits an FMA's
+// latency (4 cycles) for the last: 16 rows as 14 and then 2 take 7 + 4 cycles, as 8 and 8,
+// 8.
+int64_t CpuKernelEmitter::tileCycles(int64_t m, unsigned top) {
+  int64_t total = m / top * std::max<int64_t>(top, 4), rest = m % top;
+  for (int64_t size = 8; size >= 1; size /= 2)
+    if (size < top && rest >= size)
+      total += std::max<int64_t>(size, 4), rest -= size;
+  return total;
+}
+
 // The tile height for the band path's R x 2-vector tiles over `rows` output channels:
-// `top`, or 8 where that takes fewer cycles per depth step. A tile issues R * 2 FMAs on
-// two ports, but each of its accumulators waits an FMA's latency (4 cycles) for the last:
-// 16 channels as 14 rows and then 2 take 7 + 4 cycles, as 8 and 8, 8.
+// `top`, or 8 where that takes fewer cycles per depth step (tileCycles).
 unsigned CpuKernelEmitter::bandTileRows(sym::ExprRef rows, unsigned top) {
   std::optional<int64_t> m = rows->asConst();
   if (!m || *m <= 0 || top <= 8) // (8 rows are more registers than a smaller top leaves)
     return top;
-  auto cycles = [&](unsigned height) {
-    int64_t total = *m / height * std::max<int64_t>(height, 4), rest = *m % height; // R rows x 2 vectors: R cycles
-    for (int64_t size = 8; size >= 1; size /= 2)
-      if (size < height && rest >= size)
-        total += std::max<int64_t>(size, 4), rest -= size;
-    return total;
-  };
-  return cycles(8) < cycles(top) ? 8 : top;
+  return tileCycles(*m, 8) < tileCycles(*m, top) ? 8 : top;
 }
 
 void CpuKernelEmitter::tiles(const std::string &name, llvm::Value *begin, llvm::Value *end, unsigned top,
@@ -437,6 +441,28 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
   };
   // tile(i0, R) over the task's rows (tiles()).
   auto rowTiles = [&](unsigned top, const std::function<void(llvm::Value *, unsigned)> &tile) { tiles("i0", row0, rowEnd, top, tile); };
+  // tile(i0, R, packedA) over the task's rows in tiles of kRows, or of 8 where the task's
+  // row count takes fewer cycles so (tileCycles: 16, 17, 20, 21, 24, 25 ... rows) and A
+  // is read in place (its packed micro-panels hold kRows rows each): packedA is then null.
+  using RowTile = std::function<void(llvm::Value *, unsigned, llvm::Value *)>;
+  auto cheapestRowTiles = [&](llvm::Value *packedA, const RowTile &tile) {
+    if (kRows <= 8)
+      return rowTiles(kRows, [&](llvm::Value *i0, unsigned R) { tile(i0, R, packedA); });
+    uint64_t words[2] = {0, 0}; // bit m: 8-row tiles are cheaper at m rows
+    for (int64_t m = 1; m < 128; ++m)
+      if (tileCycles(m, 8) < tileCycles(m, kRows))
+        words[m / 64] |= uint64_t(1) << (m % 64);
+    llvm::Value *m = b_.CreateSub(rowEnd, row0);
+    llvm::Value *word = b_.CreateSelect(b_.CreateICmpULT(m, b_.getInt64(64)), b_.getInt64(words[0]), b_.getInt64(words[1]));
+    llvm::Value *bit = b_.CreateAnd(b_.CreateLShr(word, b_.CreateAnd(m, b_.getInt64(63))), b_.getInt64(1));
+    llvm::Value *eight = b_.CreateAnd(b_.CreateICmpULT(m, b_.getInt64(128)), b_.CreateICmpNE(bit, b_.getInt64(0)));
+    if (packedA)
+      eight = b_.CreateAnd(eight, b_.CreateNot(packedA));
+    eitherWay(eight, [&](bool e) {
+      rowTiles(e ? 8 : kRows, [&](llvm::Value *i0, unsigned R) { tile(i0, R, e ? nullptr : packedA); });
+    });
+  };
+  using PanelTile = std::function<void(llvm::Value *, unsigned, unsigned, llvm::Value *)>;
   // An implicit-GEMM convolution's B (kir::Gemm::Im2col): its dims, read once here.
   llvm::Value *imHeight = nullptr, *imWidth = nullptr, *imOutWidth = nullptr, *imColumn0 = nullptr;
   if (g.im2col)
@@ -574,8 +600,8 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
   // tile(i0, R, V) over the rows of a two-vector panel from column j0: V = 2, or in a
   // masked tail of at most one vector (a B in rows with 10 columns) V = 1, where two-vector
   // tiles spent half their FMAs on masked-off lanes.
-  auto panelTiles = [&](llvm::Value *j0, bool masked, const std::function<void(llvm::Value *, unsigned, unsigned)> &tile) {
-    auto tiles = [&](unsigned V) { rowTiles(kRows, [&](llvm::Value *i0, unsigned R) { tile(i0, R, V); }); };
+  auto panelTiles = [&](llvm::Value *j0, bool masked, llvm::Value *packedA, const PanelTile &tile) {
+    auto tiles = [&](unsigned V) { cheapestRowTiles(packedA, [&](llvm::Value *i0, unsigned R, llvm::Value *p) { tile(i0, R, V, p); }); };
     if (!masked)
       return tiles(2);
     eitherWay(b_.CreateICmpSLE(b_.CreateSub(columns, j0), b_.getInt64(vw)), [&](bool one) { tiles(one ? 1 : 2); });
@@ -632,8 +658,8 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
             llvm::Value *start = b_.CreateAdd(b_.CreateMul(panel, b_.CreateMul(depth, full)), b_.CreateSRem(col, full));
             llvm::Value *width = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, full, b_.CreateSub(panelColumns, b_.CreateMul(panel, full)));
             llvm::Value *panelRows = b_.CreateInBoundsGEP(f32, B, start);
-            panelTiles(j0, masked, [&](llvm::Value *i0, unsigned R, unsigned V) {
-              microKernel(i0, R, V, j0, k0, kEnd, first, panelRows, width, masked, packedA);
+            panelTiles(j0, masked, packedA, [&](llvm::Value *i0, unsigned R, unsigned V, llvm::Value *p) {
+              microKernel(i0, R, V, j0, k0, kEnd, first, panelRows, width, masked, p);
             });
             return;
           }
@@ -641,8 +667,8 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
             packWindows(*g.im2col, B, bBase, imHeight, imWidth, imOutWidth, b_.CreateAdd(imColumn0, j0), masked ? masksOf(j0, 2) : std::vector<llvm::Value *>{},
                         k0, kEnd, panel);
             llvm::Value *panelRows = b_.CreateGEP(f32, panel, b_.CreateMul(k0, b_.getInt64(-2 * int64_t(vw))));
-            rowTiles(kRows, [&](llvm::Value *i0, unsigned R) {
-              microKernel(i0, R, 2, j0, k0, kEnd, first, panelRows, b_.getInt64(2 * vw), masked, packedA);
+            cheapestRowTiles(packedA, [&](llvm::Value *i0, unsigned R, llvm::Value *p) {
+              microKernel(i0, R, 2, j0, k0, kEnd, first, panelRows, b_.getInt64(2 * vw), masked, p);
             });
             return;
           }
@@ -669,8 +695,8 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
           });
           // The panel's row k lies at (k - k0) * 2 vectors.
           llvm::Value *panelRows = b_.CreateGEP(f32, panel, b_.CreateMul(k0, b_.getInt64(-2 * int64_t(vw))));
-          panelTiles(j0, masked, [&](llvm::Value *i0, unsigned R, unsigned V) {
-            microKernel(i0, R, V, j0, k0, kEnd, first, panelRows, b_.getInt64(2 * vw), masked, packedA);
+          panelTiles(j0, masked, packedA, [&](llvm::Value *i0, unsigned R, unsigned V, llvm::Value *p) {
+            microKernel(i0, R, V, j0, k0, kEnd, first, panelRows, b_.getInt64(2 * vw), masked, p);
           });
         });
       });

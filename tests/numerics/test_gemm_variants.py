@@ -3,7 +3,8 @@
 DNNC_GEMM_VARIANT, against the reference interpreter (--device ref): plain, batched,
 transposed-B-with-epilogue and prepacked-param matmuls at M, N, K of 0 and 1, odd sizes
 and one below, at and above every variant's task rows (16, 32, 64, 128) and columns (64,
-128, 256, 512), the micro-kernel's rows (14 with AVX-512, then tiles of 8, 4, 2, 1) and the
+128, 256, 512), the micro-kernel's rows (14 with AVX-512, then tiles of 8, 4, 2, 1, or tiles of 8 where
+those take fewer cycles) and the
 depth block (256). Each model is built once (dnnc build) and every
 variant and shape runs that one artifact: a variant is picked at launch, not compiled.
 The same at 8 and 4 lanes (DNNC_VECTOR_WIDTH), and every variant's result bit for bit
@@ -26,6 +27,7 @@ SHAPES = [(1, 1, 1), (0, 5, 7), (2, 0, 40), (7, 3, 5), (15, 257, 63), (17, 255, 
           (63, 70, 255), (65, 300, 257), (127, 129, 511), (129, 257, 513), (16, 64, 64), (5, 1, 1000), (100, 512, 33),
           (1, 512, 16), (3, 40, 300), (4, 9, 47),  # the last: small M read in place, column tails of every width
           (14, 40, 70), (41, 129, 97),  # one micro-kernel tile of 14 rows (AVX-512); 41 = 2 x 14 + 8 + 4 + 1
+          (24, 129, 40), (53, 70, 33),  # tasks of 8-row tiles where those take fewer cycles (A in place): 3 x 8; 6 x 8 + 4 + 1
           # at most 16 columns: B read transposed takes the dot products (tiles of 4, 2 and 1
           # rows and columns, a depth of whole vectors and a masked tail, or none at all)
           (18, 33, 11), (5, 0, 6), (6, 15, 3), (9, 17, 2), (7, 64, 13)]
