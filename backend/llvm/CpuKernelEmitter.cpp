@@ -987,12 +987,15 @@ void CpuKernelEmitter::copyBand(const kir::Gemm::Im2col &x, llvm::Value *X, llvm
   });
 }
 
-// The attention schedule: the task's block of query rows (at most a.rowBlock) goes through
-// each tile of kKeyTile keys together, the rows as vector lanes. Scores come transposed,
-// sT[key][row], from a micro-kernel over the head dim (q's block held transposed in qT,
-// kDepthChunk of d at a time: one vector load of q and one broadcast of k per key and
-// depth step, kScoreKeys keys' FMA chains at once; no horizontal sums); the scale, mask,
-// causal predicate, the tile's max, the online softmax's rescale and p = exp(s - max) are
+// The attention schedule: the task's rows go in blocks of a.rowBlock, the last first (the
+// scan of the values a causal block hides then reads each key once per task); each block
+// goes through each tile of kKeyTile keys together, the rows as vector lanes. Scores come
+// transposed, sT[key][row], from a micro-kernel over the head dim (q's block held
+// transposed in qT, kDepthChunk of d at a time: one vector load of q and one broadcast of
+// k per key and depth step, kScoreKeys keys' FMA chains at once; no horizontal sums); the
+// scale, mask, causal predicate (in a tile past the block's first row's diagonal only),
+// the tile's max (two chains of plain vector maxes: a NaN score, which they skip, makes
+// its row NaN through p anyway), the online softmax's rescale and p = exp(s - max) are
 // then vector operations across the rows (VectorMath's vector exp). o += p v runs as a GEMM
 // micro-kernel, kPvRows rows by kPvVectors vectors of dv in registers across the tile's
 // keys, the output rows in the result buffer (rescaled as they load). Online softmax: a
@@ -1011,8 +1014,8 @@ void CpuKernelEmitter::attentionStmt(const kir::Attention &a) {
   auto align = llvm::Align(4);
   llvm::Value *Q = bufs_[a.q], *K = bufs_[a.k], *V = bufs_[a.v], *O = bufs_[a.o], *M = a.mask >= 0 ? bufs_[a.mask] : nullptr;
   llvm::Value *qBase = index(a.qBase), *kBase = index(a.kBase), *vBase = index(a.vBase), *oBase = index(a.oBase);
-  llvm::Value *d = index(a.d), *dv = index(a.dv), *keys = index(a.keys), *row0 = index(a.row0), *rows = index(a.rows);
-  llvm::Value *rowEnd = b_.CreateAdd(row0, rows);
+  llvm::Value *d = index(a.d), *dv = index(a.dv), *keys = index(a.keys), *taskRow0 = index(a.row0);
+  llvm::Value *taskRowEnd = b_.CreateAdd(taskRow0, index(a.rows));
   llvm::Value *zero = llvm::ConstantFP::get(f32, 0.0), *minusInf = llvm::ConstantFP::getInfinity(f32, true);
   llvm::Value *zeroVec = llvm::Constant::getNullValue(vec), *minusInfVec = b_.CreateVectorSplat(vw, minusInf);
   auto local = [&](int64_t floats, const char *name) {
@@ -1030,234 +1033,275 @@ void CpuKernelEmitter::attentionStmt(const kir::Attention &a) {
   llvm::Value *iota = laneNumbers();
   auto at = [&](llvm::Value *base, llvm::Value *i) { return b_.CreateInBoundsGEP(f32, base, i); };
   auto i = [&](int64_t v) { return b_.getInt64(v); };
-  auto storeVec = [&](llvm::Value *v, llvm::Value *ptr, llvm::Value *mask) {
-    if (mask)
-      b_.CreateMaskedStore(v, ptr, align, mask);
-    else
-      b_.CreateAlignedStore(v, ptr, align);
-  };
-  // The row (query index) of each lane of vector v of a key's scores.
-  std::vector<llvm::Value *> laneRows;
-  for (unsigned v = 0; v < rowVectors; ++v)
-    laneRows.push_back(b_.CreateAdd(b_.CreateVectorSplat(vw, b_.CreateAdd(row0, i(v * vw))), iota));
-  // sT's vector v of key jj, and qT's of depth x.
-  auto sAt = [&](llvm::Value *jj, unsigned v) { return at(sT, b_.CreateAdd(b_.CreateMul(jj, i(lanes)), i(v * vw))); };
-  auto qAt = [&](llvm::Value *x, unsigned v) { return at(qT, b_.CreateAdd(b_.CreateMul(x, i(lanes)), i(v * vw))); };
-  // body(y0, mask) over [0, dv) in whole vectors, then one masked vector for the tail.
-  auto rowVectorsOf = [&](const std::string &name, const std::function<void(llvm::Value *, llvm::Value *)> &body) {
-    llvm::Value *whole = b_.CreateSub(dv, b_.CreateURem(dv, i(vw)));
-    forLoop(name, i(0), whole, vw, [&](llvm::Value *y0) { body(y0, nullptr); });
-    onlyIf(b_.CreateICmpSLT(whole, dv), [&] {
-      body(whole, b_.CreateICmpSLT(b_.CreateAdd(b_.CreateVectorSplat(vw, whole), iota), b_.CreateVectorSplat(vw, dv)));
-    });
-  };
-  auto oRow = [&](llvm::Value *row) { return at(O, b_.CreateAdd(oBase, b_.CreateMul(row, dv))); };
-
-  // q's rows [row0, rowEnd), depths [x0, x0 + kDepthChunk) of them, into qT[x][row]; the
-  // lanes past the block's rows hold 0.
-  llvm::Value *depthChunks = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, i(1), b_.CreateSDiv(b_.CreateAdd(d, i(kDepthChunk - 1)), i(kDepthChunk)));
-  auto chunkDepth = [&](llvm::Value *x0) { return b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, i(kDepthChunk), b_.CreateSub(d, x0)); };
-  auto packQ = [&](llvm::Value *x0) {
-    llvm::Value *xn = chunkDepth(x0);
-    forLoop("att.qr", i(0), i(lanes), 1, [&](llvm::Value *r) {
-      llvm::Value *row = b_.CreateAdd(row0, r), *inside = b_.CreateICmpSLT(row, rowEnd);
-      llvm::Value *qRow = at(Q, b_.CreateAdd(qBase, b_.CreateAdd(b_.CreateMul(b_.CreateSelect(inside, row, row0), d), x0)));
-      forLoop("att.qx", i(0), xn, 1, [&](llvm::Value *x) {
-        llvm::Value *q = b_.CreateSelect(inside, b_.CreateLoad(f32, at(qRow, x)), zero);
-        b_.CreateStore(q, at(qT, b_.CreateAdd(b_.CreateMul(x, i(lanes)), r)));
-      });
-    });
-  };
-  llvm::Value *oneChunk = b_.CreateICmpSLE(d, i(kDepthChunk));
-  onlyIf(oneChunk, [&] { packQ(i(0)); });
-  forLoop("att.zero", row0, rowEnd, 1, [&](llvm::Value *row) {
-    rowVectorsOf("att.zy", [&](llvm::Value *y0, llvm::Value *mask) { storeVec(zeroVec, at(oRow(row), y0), mask); });
-  });
-  for (unsigned v = 0; v < rowVectors; ++v)
-    b_.CreateStore(minusInfVec, runMax[v]), b_.CreateStore(zeroVec, runSum[v]);
-  llvm::Value *end = a.causal ? b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, keys, rowEnd) : keys;
-  forLoop("att.j0", i(0), end, kKeyTile, [&](llvm::Value *j0) {
-    llvm::Value *n = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, i(kKeyTile), b_.CreateSub(end, j0));
-    // sT[jj][row] = q[row] . k[j0 + jj] over the chunks of d.
-    forLoop("att.c", i(0), depthChunks, 1, [&](llvm::Value *c) {
-      llvm::Value *x0 = b_.CreateMul(c, i(kDepthChunk)), *xn = chunkDepth(x0), *firstChunk = b_.CreateICmpEQ(c, i(0));
-      onlyIf(b_.CreateNot(oneChunk), [&] { packQ(x0); });
-      auto scoreKeys = [&](llvm::Value *jj0, unsigned G) {
-        std::vector<llvm::Value *> kRows;
-        for (unsigned g = 0; g < G; ++g) {
-          llvm::Value *jj = b_.CreateAdd(jj0, i(g));
-          kRows.push_back(at(K, b_.CreateAdd(kBase, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(j0, jj), d), x0))));
-          for (unsigned v = 0; v < rowVectors; ++v)
-            b_.CreateStore(b_.CreateSelect(firstChunk, zeroVec, b_.CreateAlignedLoad(vec, sAt(jj, v), llvm::Align(64))), acc[g * rowVectors + v]);
-        }
-        forLoop("att.x", i(0), xn, 1, [&](llvm::Value *x) {
-          std::vector<llvm::Value *> qv;
-          for (unsigned v = 0; v < rowVectors; ++v)
-            qv.push_back(b_.CreateAlignedLoad(vec, qAt(x, v), llvm::Align(64)));
-          for (unsigned g = 0; g < G; ++g) {
-            llvm::Value *kb = b_.CreateVectorSplat(vw, b_.CreateLoad(f32, at(kRows[g], x)));
-            for (unsigned v = 0; v < rowVectors; ++v) {
-              llvm::AllocaInst *slot = acc[g * rowVectors + v];
-              b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {kb, qv[v], b_.CreateLoad(vec, slot)}), slot);
-            }
-          }
-        });
-        for (unsigned g = 0; g < G; ++g)
-          for (unsigned v = 0; v < rowVectors; ++v)
-            b_.CreateAlignedStore(b_.CreateLoad(vec, acc[g * rowVectors + v]), sAt(b_.CreateAdd(jj0, i(g)), v), llvm::Align(64));
-      };
-      llvm::Value *grouped = b_.CreateSub(n, b_.CreateSRem(n, i(kScoreKeys)));
-      forLoop("att.s", i(0), grouped, kScoreKeys, [&](llvm::Value *jj0) { scoreKeys(jj0, kScoreKeys); });
-      forLoop("att.s1", grouped, n, 1, [&](llvm::Value *jj) { scoreKeys(jj, 1); });
-    });
-    // Scale, mask and the causal predicate, and the tile's max per row (NaN propagates, as
-    // the unfused softmax's max).
-    std::vector<llvm::Value *> rowInside;
+  // Causal: whether a value hidden from a block so far (rows [end, scanned) of v) is inf
+  // or NaN, as one sum of x - x (NaN from inf or NaN, in any order).
+  llvm::AllocaInst *bad = nullptr, *scanned = nullptr;
+  if (a.causal) {
+    bad = entryAlloca(f32, "att.bad"), scanned = entryAlloca(b_.getInt64Ty(), "att.scanned");
+    b_.CreateStore(zero, bad);
+    b_.CreateStore(keys, scanned);
+  }
+  llvm::Value *blocks = b_.CreateSDiv(b_.CreateAdd(b_.CreateSub(taskRowEnd, taskRow0), i(a.rowBlock - 1)), i(a.rowBlock));
+  forLoop("att.b", i(0), blocks, 1, [&](llvm::Value *fromLast) {
+    llvm::Value *row0 = b_.CreateAdd(taskRow0, b_.CreateMul(b_.CreateSub(b_.CreateSub(blocks, i(1)), fromLast), i(a.rowBlock)));
+    llvm::Value *rowEnd = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, taskRowEnd, b_.CreateAdd(row0, i(a.rowBlock)));
+    llvm::Value *rows = b_.CreateSub(rowEnd, row0);
+    auto storeVec = [&](llvm::Value *v, llvm::Value *ptr, llvm::Value *mask) {
+      if (mask)
+        b_.CreateMaskedStore(v, ptr, align, mask);
+      else
+        b_.CreateAlignedStore(v, ptr, align);
+    };
+    // The row (query index) of each lane of vector v of a key's scores.
+    std::vector<llvm::Value *> laneRows;
     for (unsigned v = 0; v < rowVectors; ++v)
-      b_.CreateStore(minusInfVec, acc[v]), rowInside.push_back(b_.CreateICmpSLT(laneRows[v], b_.CreateVectorSplat(vw, rowEnd)));
-    forLoop("att.m", i(0), n, 1, [&](llvm::Value *jj) {
-      llvm::Value *j = b_.CreateAdd(j0, jj);
-      for (unsigned v = 0; v < rowVectors; ++v) {
-        llvm::Value *ptr = sAt(jj, v);
-        llvm::Value *s = b_.CreateFMul(b_.CreateAlignedLoad(vec, ptr, llvm::Align(64)), b_.CreateVectorSplat(vw, llvm::ConstantFP::get(f32, a.scale)));
-        if (M) {
-          llvm::Value *maskAt = b_.CreateAdd(b_.CreateVectorSplat(vw, b_.CreateAdd(index(a.maskBase), b_.CreateMul(j, index(a.maskCol)))),
-                                             b_.CreateMul(laneRows[v], b_.CreateVectorSplat(vw, index(a.maskRow))));
-          s = b_.CreateFAdd(s, b_.CreateMaskedGather(vec, b_.CreateInBoundsGEP(f32, M, maskAt), align, rowInside[v], zeroVec));
-        }
-        if (a.causal) // as the unfused where: a key past the row's diagonal scores the fill
-          s = b_.CreateSelect(b_.CreateICmpSGT(b_.CreateVectorSplat(vw, j), laneRows[v]), b_.CreateVectorSplat(vw, llvm::ConstantFP::get(f32, a.fill)), s);
-        b_.CreateAlignedStore(s, ptr, llvm::Align(64));
-        b_.CreateStore(b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, b_.CreateLoad(vec, acc[v]), s), acc[v]);
-      }
-    });
-    // Rescale what the earlier tiles summed to the new max; an all -inf max shifts by 0
-    // (exp(-inf - -inf) would be NaN where the unfused softmax has no such term yet).
-    std::vector<llvm::Value *> shift;
-    for (unsigned v = 0; v < rowVectors; ++v) {
-      llvm::Value *oldMax = b_.CreateLoad(vec, runMax[v]);
-      llvm::Value *newMax = b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, oldMax, b_.CreateLoad(vec, acc[v]));
-      shift.push_back(b_.CreateSelect(b_.CreateFCmpOEQ(newMax, minusInfVec), zeroVec, newMax));
-      llvm::Value *corr = math(MathFn::Exp, {b_.CreateFSub(oldMax, shift[v])});
-      b_.CreateStore(b_.CreateFMul(b_.CreateLoad(vec, runSum[v]), corr), runSum[v]);
-      b_.CreateStore(newMax, runMax[v]);
-      b_.CreateAlignedStore(corr, at(corrs, i(v * vw)), llvm::Align(64));
-    }
-    // p = exp(s - max) in place of the scores, summed per row.
-    forLoop("att.p", i(0), n, 1, [&](llvm::Value *jj) {
-      for (unsigned v = 0; v < rowVectors; ++v) {
-        llvm::Value *ptr = sAt(jj, v);
-        llvm::Value *p = math(MathFn::Exp, {b_.CreateFSub(b_.CreateAlignedLoad(vec, ptr, llvm::Align(64)), shift[v])});
-        b_.CreateAlignedStore(p, ptr, llvm::Align(64));
-        b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(vec, runSum[v]), p), runSum[v]);
-      }
-    });
-    // o = o corr + p v: R rows by kPvVectors vectors of dv in registers across the keys.
-    llvm::Value *vTile = at(V, b_.CreateAdd(vBase, b_.CreateMul(j0, dv)));
-    auto pvTile = [&](llvm::Value *r0, unsigned R) {
-      forLoop("att.y0", i(0), dv, kPvVectors * vw, [&](llvm::Value *y0) {
-        auto block = [&](bool masked) {
-          std::vector<llvm::Value *> masks(kPvVectors, nullptr), ptrs, pLanes;
-          for (unsigned u = 0; u < kPvVectors; ++u)
-            if (masked)
-              masks[u] = b_.CreateICmpSLT(b_.CreateAdd(b_.CreateVectorSplat(vw, b_.CreateAdd(y0, i(u * vw))), iota), b_.CreateVectorSplat(vw, dv));
-          for (unsigned r = 0; r < R; ++r) {
-            llvm::Value *lane = b_.CreateSub(b_.CreateAdd(r0, i(r)), row0);
-            pLanes.push_back(lane);
-            llvm::Value *corr = b_.CreateVectorSplat(vw, b_.CreateLoad(f32, at(corrs, lane)));
-            for (unsigned u = 0; u < kPvVectors; ++u) {
-              ptrs.push_back(at(oRow(b_.CreateAdd(r0, i(r))), b_.CreateAdd(y0, i(u * vw))));
-              b_.CreateStore(b_.CreateFMul(loadLanes(ptrs.back(), masks[u]), corr), acc[r * kPvVectors + u]);
-            }
+      laneRows.push_back(b_.CreateAdd(b_.CreateVectorSplat(vw, b_.CreateAdd(row0, i(v * vw))), iota));
+    // sT's vector v of key jj, and qT's of depth x.
+    auto sAt = [&](llvm::Value *jj, unsigned v) { return at(sT, b_.CreateAdd(b_.CreateMul(jj, i(lanes)), i(v * vw))); };
+    auto qAt = [&](llvm::Value *x, unsigned v) { return at(qT, b_.CreateAdd(b_.CreateMul(x, i(lanes)), i(v * vw))); };
+    // body(y0, mask) over [0, dv) in whole vectors, then one masked vector for the tail.
+    auto rowVectorsOf = [&](const std::string &name, const std::function<void(llvm::Value *, llvm::Value *)> &body) {
+      llvm::Value *whole = b_.CreateSub(dv, b_.CreateURem(dv, i(vw)));
+      forLoop(name, i(0), whole, vw, [&](llvm::Value *y0) { body(y0, nullptr); });
+      onlyIf(b_.CreateICmpSLT(whole, dv), [&] {
+        body(whole, b_.CreateICmpSLT(b_.CreateAdd(b_.CreateVectorSplat(vw, whole), iota), b_.CreateVectorSplat(vw, dv)));
+      });
+    };
+    auto oRow = [&](llvm::Value *row) { return at(O, b_.CreateAdd(oBase, b_.CreateMul(row, dv))); };
+
+    // q's rows [row0, rowEnd), depths [x0, x0 + kDepthChunk) of them, into qT[x][row]; the
+    // lanes past the block's rows hold 0.
+    llvm::Value *depthChunks = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, i(1), b_.CreateSDiv(b_.CreateAdd(d, i(kDepthChunk - 1)), i(kDepthChunk)));
+    auto chunkDepth = [&](llvm::Value *x0) { return b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, i(kDepthChunk), b_.CreateSub(d, x0)); };
+    // vw rows by vw depths at a time, loaded (none past the chunk's depths or the block's
+    // rows) and transposed in registers; qT's rows past the chunk's depths are not read.
+    // (Scattered row by row, the copy took 4% of the kernel at T = 512.)
+    auto packQ = [&](llvm::Value *x0) {
+      llvm::Value *xn = chunkDepth(x0);
+      forLoop("att.qx", i(0), xn, vw, [&](llvm::Value *x) {
+        llvm::Value *depths = b_.CreateICmpSLT(b_.CreateAdd(b_.CreateVectorSplat(vw, x), iota), b_.CreateVectorSplat(vw, xn));
+        for (unsigned v = 0; v < rowVectors; ++v) {
+          std::vector<llvm::Value *> rowsOf(vw);
+          for (unsigned r = 0; r < vw; ++r) {
+            llvm::Value *row = b_.CreateAdd(row0, i(v * vw + r)), *inside = b_.CreateICmpSLT(row, rowEnd);
+            llvm::Value *from = b_.CreateAdd(b_.CreateMul(b_.CreateSelect(inside, row, row0), d), b_.CreateAdd(x0, x));
+            rowsOf[r] = loadLanes(at(Q, b_.CreateAdd(qBase, from)), b_.CreateAnd(depths, b_.CreateVectorSplat(vw, inside)));
           }
-          forLoop("att.pj", i(0), n, 1, [&](llvm::Value *jj) {
-            llvm::Value *vRow = at(vTile, b_.CreateAdd(b_.CreateMul(jj, dv), y0));
-            std::vector<llvm::Value *> vv;
-            for (unsigned u = 0; u < kPvVectors; ++u)
-              vv.push_back(loadLanes(at(vRow, i(u * vw)), masks[u]));
-            llvm::Value *pRow = b_.CreateMul(jj, i(lanes));
-            for (unsigned r = 0; r < R; ++r) {
-              llvm::Value *p = b_.CreateVectorSplat(vw, b_.CreateLoad(f32, at(sT, b_.CreateAdd(pRow, pLanes[r]))));
-              for (unsigned u = 0; u < kPvVectors; ++u) {
-                llvm::AllocaInst *slot = acc[r * kPvVectors + u];
-                b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {p, vv[u], b_.CreateLoad(vec, slot)}), slot);
+          transposeSquare(b_, rowsOf);
+          for (unsigned j = 0; j < vw; ++j)
+            b_.CreateAlignedStore(rowsOf[j], qAt(b_.CreateAdd(x, i(j)), v), align);
+        }
+      });
+    };
+    llvm::Value *oneChunk = b_.CreateICmpSLE(d, i(kDepthChunk));
+    onlyIf(oneChunk, [&] { packQ(i(0)); });
+    forLoop("att.zero", row0, rowEnd, 1, [&](llvm::Value *row) {
+      rowVectorsOf("att.zy", [&](llvm::Value *y0, llvm::Value *mask) { storeVec(zeroVec, at(oRow(row), y0), mask); });
+    });
+    for (unsigned v = 0; v < rowVectors; ++v)
+      b_.CreateStore(minusInfVec, runMax[v]), b_.CreateStore(zeroVec, runSum[v]);
+    llvm::Value *end = a.causal ? b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, keys, rowEnd) : keys;
+    forLoop("att.j0", i(0), end, kKeyTile, [&](llvm::Value *j0) {
+      llvm::Value *n = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, i(kKeyTile), b_.CreateSub(end, j0));
+      // sT[jj][row] = q[row] . k[j0 + jj] over the chunks of d.
+      forLoop("att.c", i(0), depthChunks, 1, [&](llvm::Value *c) {
+        llvm::Value *x0 = b_.CreateMul(c, i(kDepthChunk)), *xn = chunkDepth(x0), *firstChunk = b_.CreateICmpEQ(c, i(0));
+        onlyIf(b_.CreateNot(oneChunk), [&] { packQ(x0); });
+        auto scoreKeys = [&](llvm::Value *jj0, unsigned G) {
+          std::vector<llvm::Value *> kRows;
+          for (unsigned g = 0; g < G; ++g) {
+            llvm::Value *jj = b_.CreateAdd(jj0, i(g));
+            kRows.push_back(at(K, b_.CreateAdd(kBase, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(j0, jj), d), x0))));
+            for (unsigned v = 0; v < rowVectors; ++v)
+              b_.CreateStore(b_.CreateSelect(firstChunk, zeroVec, b_.CreateAlignedLoad(vec, sAt(jj, v), llvm::Align(64))), acc[g * rowVectors + v]);
+          }
+          forLoop("att.x", i(0), xn, 1, [&](llvm::Value *x) {
+            std::vector<llvm::Value *> qv;
+            for (unsigned v = 0; v < rowVectors; ++v)
+              qv.push_back(b_.CreateAlignedLoad(vec, qAt(x, v), llvm::Align(64)));
+            for (unsigned g = 0; g < G; ++g) {
+              llvm::Value *kb = b_.CreateVectorSplat(vw, b_.CreateLoad(f32, at(kRows[g], x)));
+              for (unsigned v = 0; v < rowVectors; ++v) {
+                llvm::AllocaInst *slot = acc[g * rowVectors + v];
+                b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {kb, qv[v], b_.CreateLoad(vec, slot)}), slot);
               }
             }
           });
-          for (unsigned r = 0; r < R; ++r)
-            for (unsigned u = 0; u < kPvVectors; ++u)
-              storeVec(b_.CreateLoad(vec, acc[r * kPvVectors + u]), ptrs[r * kPvVectors + u], masks[u]);
+          for (unsigned g = 0; g < G; ++g)
+            for (unsigned v = 0; v < rowVectors; ++v)
+              b_.CreateAlignedStore(b_.CreateLoad(vec, acc[g * rowVectors + v]), sAt(b_.CreateAdd(jj0, i(g)), v), llvm::Align(64));
         };
-        auto *fullBB = llvm::BasicBlock::Create(ctx_, "pv.full", fn_), *tailBB = llvm::BasicBlock::Create(ctx_, "pv.tail", fn_),
-             *joinBB = llvm::BasicBlock::Create(ctx_, "pv.done", fn_);
-        b_.CreateCondBr(b_.CreateICmpSLE(b_.CreateAdd(y0, i(kPvVectors * vw)), dv), fullBB, tailBB);
-        for (bool masked : {false, true}) {
-          b_.SetInsertPoint(masked ? tailBB : fullBB);
-          block(masked);
-          b_.CreateBr(joinBB);
+        tiles("att.s", i(0), n, kScoreKeys, [&](llvm::Value *jj0, unsigned G) { scoreKeys(jj0, G); });
+      });
+      // Scale, mask and the causal predicate, and the tile's max per row in two chains
+      // (acc[v] and acc[rowVectors + v], the keys alternating): s > m ? s : m is one max.
+      std::vector<llvm::Value *> rowInside;
+      for (unsigned v = 0; v < rowVectors; ++v) {
+        b_.CreateStore(minusInfVec, acc[v]), b_.CreateStore(minusInfVec, acc[rowVectors + v]);
+        rowInside.push_back(b_.CreateICmpSLT(laneRows[v], b_.CreateVectorSplat(vw, rowEnd)));
+      }
+      auto scoreAndMax = [&](llvm::Value *jj, unsigned chain, bool diagonal) {
+        llvm::Value *j = b_.CreateAdd(j0, jj);
+        for (unsigned v = 0; v < rowVectors; ++v) {
+          llvm::Value *ptr = sAt(jj, v);
+          llvm::Value *s = b_.CreateFMul(b_.CreateAlignedLoad(vec, ptr, llvm::Align(64)), b_.CreateVectorSplat(vw, llvm::ConstantFP::get(f32, a.scale)));
+          if (M) {
+            llvm::Value *maskAt = b_.CreateAdd(b_.CreateVectorSplat(vw, b_.CreateAdd(index(a.maskBase), b_.CreateMul(j, index(a.maskCol)))),
+                                               b_.CreateMul(laneRows[v], b_.CreateVectorSplat(vw, index(a.maskRow))));
+            s = b_.CreateFAdd(s, b_.CreateMaskedGather(vec, b_.CreateInBoundsGEP(f32, M, maskAt), align, rowInside[v], zeroVec));
+          }
+          if (diagonal) // as the unfused where: a key past the row's diagonal scores the fill
+            s = b_.CreateSelect(b_.CreateICmpSGT(b_.CreateVectorSplat(vw, j), laneRows[v]), b_.CreateVectorSplat(vw, llvm::ConstantFP::get(f32, a.fill)), s);
+          b_.CreateAlignedStore(s, ptr, llvm::Align(64));
+          llvm::AllocaInst *m = acc[chain * rowVectors + v];
+          llvm::Value *max = b_.CreateLoad(vec, m);
+          b_.CreateStore(b_.CreateSelect(b_.CreateFCmpOGT(s, max), s, max), m);
         }
-        b_.SetInsertPoint(joinBB);
-      });
-    };
-    llvm::Value *fullRows = b_.CreateSub(rowEnd, b_.CreateSRem(rows, i(kPvRows)));
-    forLoop("att.r4", row0, fullRows, kPvRows, [&](llvm::Value *r0) { pvTile(r0, kPvRows); });
-    forLoop("att.r1", fullRows, rowEnd, 1, [&](llvm::Value *r0) { pvTile(r0, 1); });
-  });
-  for (unsigned v = 0; v < rowVectors; ++v) {
-    b_.CreateAlignedStore(b_.CreateLoad(vec, runMax[v]), at(maxes, i(v * vw)), llvm::Align(64));
-    b_.CreateAlignedStore(b_.CreateLoad(vec, runSum[v]), at(sums, i(v * vw)), llvm::Align(64));
-  }
-  // Causal: the keys past the block's last row, hidden from every row of it, score the
-  // fill. Skipped above: their weight w = exp(fill - m) is 0 unless a row's scores all lie
-  // within ~104 of the fill (or below it, or are NaN), where the unfused softmax over all
-  // keys gives them weight too; and with w = 0 they still matter where a value is inf or
-  // NaN (0 inf and 0 NaN are NaN in the unfused p v). So a row takes them (the max becomes
-  // max(m, fill), l and the output row take w per key) where w is not 0 or where any of
-  // their values is not finite, found once per block: a branch taken on such rows only.
-  llvm::Value *hiddenNotFinite = nullptr;
-  if (a.causal) { // their values lie contiguous: one sum of x - x (NaN from inf or NaN), in any order
-    llvm::AllocaInst *bad = entryAlloca(f32, "att.bad");
-    b_.CreateStore(zero, bad);
-    markVectorize(forLoop("att.hf", b_.CreateAdd(vBase, b_.CreateMul(end, dv)), b_.CreateAdd(vBase, b_.CreateMul(keys, dv)), 1, [&](llvm::Value *t) {
-      llvm::IRBuilderBase::FastMathFlagGuard guard(b_);
-      llvm::FastMathFlags fm;
-      fm.setAllowReassoc();
-      b_.setFastMathFlags(fm);
-      llvm::Value *x = b_.CreateLoad(f32, at(V, t));
-      b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(f32, bad), b_.CreateFSub(x, x)), bad);
-    }));
-    llvm::Value *total = b_.CreateLoad(f32, bad);
-    hiddenNotFinite = b_.CreateFCmpUNO(total, total);
-  }
-  forLoop("att.fin", row0, rowEnd, 1, [&](llvm::Value *row) {
-    llvm::Value *lane = b_.CreateSub(row, row0), *sumAt = at(sums, lane);
-    if (a.causal) {
-      llvm::Value *fill = llvm::ConstantFP::get(f32, a.fill), *m = b_.CreateLoad(f32, at(maxes, lane));
-      llvm::Value *newMax = b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, m, fill);
-      llvm::Value *shift = b_.CreateSelect(b_.CreateFCmpOEQ(newMax, minusInf), zero, newMax);
-      llvm::Value *w = math(MathFn::Exp, {b_.CreateFSub(fill, shift)});
-      llvm::Value *hidden = b_.CreateSub(keys, end);
-      llvm::Value *takes = b_.CreateOr(b_.CreateFCmpUNE(w, zero), hiddenNotFinite);
-      onlyIf(b_.CreateAnd(b_.CreateICmpSGT(hidden, i(0)), takes), [&] {
-        llvm::Value *corr = math(MathFn::Exp, {b_.CreateFSub(m, shift)});
-        b_.CreateStore(b_.CreateFAdd(b_.CreateFMul(b_.CreateLoad(f32, sumAt), corr), b_.CreateFMul(b_.CreateSIToFP(hidden, f32), w)), sumAt);
-        llvm::Value *wv = b_.CreateVectorSplat(vw, w);
-        rowVectorsOf("att.hidden", [&](llvm::Value *y0, llvm::Value *mask) {
-          llvm::Value *ptr = at(oRow(row), y0);
-          b_.CreateStore(b_.CreateFMul(loadLanes(ptr, mask), b_.CreateVectorSplat(vw, corr)), acc[0]);
-          forLoop("att.hj", end, keys, 1, [&](llvm::Value *j) {
-            llvm::Value *vRow = at(V, b_.CreateAdd(vBase, b_.CreateAdd(b_.CreateMul(j, dv), y0)));
-            b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {wv, loadLanes(vRow, mask), b_.CreateLoad(vec, acc[0])}), acc[0]);
-          });
-          storeVec(b_.CreateLoad(vec, acc[0]), ptr, mask);
+      };
+      auto scores = [&](bool diagonal) {
+        llvm::Value *pairs = b_.CreateAnd(n, i(~int64_t(1)));
+        forLoop("att.m", i(0), pairs, 2, [&](llvm::Value *jj) {
+          scoreAndMax(jj, 0, diagonal);
+          scoreAndMax(b_.CreateAdd(jj, i(1)), 1, diagonal);
         });
+        onlyIf(b_.CreateICmpSLT(pairs, n), [&] { scoreAndMax(pairs, 0, diagonal); });
+      };
+      if (a.causal) // whether the tile has a key past the block's first row's diagonal
+        eitherWay(b_.CreateICmpSGT(b_.CreateAdd(j0, b_.CreateSub(n, i(1))), row0), scores);
+      else
+        scores(false);
+      for (unsigned v = 0; v < rowVectors; ++v) {
+        llvm::Value *m0 = b_.CreateLoad(vec, acc[v]), *m1 = b_.CreateLoad(vec, acc[rowVectors + v]);
+        b_.CreateStore(b_.CreateSelect(b_.CreateFCmpOGT(m1, m0), m1, m0), acc[v]);
+      }
+      // Rescale what the earlier tiles summed to the new max; an all -inf max shifts by 0
+      // (exp(-inf - -inf) would be NaN where the unfused softmax has no such term yet).
+      std::vector<llvm::Value *> shift;
+      for (unsigned v = 0; v < rowVectors; ++v) {
+        llvm::Value *oldMax = b_.CreateLoad(vec, runMax[v]);
+        llvm::Value *newMax = b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, oldMax, b_.CreateLoad(vec, acc[v]));
+        shift.push_back(b_.CreateSelect(b_.CreateFCmpOEQ(newMax, minusInfVec), zeroVec, newMax));
+        llvm::Value *corr = math(MathFn::Exp, {b_.CreateFSub(oldMax, shift[v])});
+        b_.CreateStore(b_.CreateFMul(b_.CreateLoad(vec, runSum[v]), corr), runSum[v]);
+        b_.CreateStore(newMax, runMax[v]);
+        b_.CreateAlignedStore(corr, at(corrs, i(v * vw)), llvm::Align(64));
+      }
+      // p = exp(s - max) in place of the scores, summed per row.
+      forLoop("att.p", i(0), n, 1, [&](llvm::Value *jj) {
+        for (unsigned v = 0; v < rowVectors; ++v) {
+          llvm::Value *ptr = sAt(jj, v);
+          llvm::Value *p = math(MathFn::Exp, {b_.CreateFSub(b_.CreateAlignedLoad(vec, ptr, llvm::Align(64)), shift[v])});
+          b_.CreateAlignedStore(p, ptr, llvm::Align(64));
+          b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(vec, runSum[v]), p), runSum[v]);
+        }
       });
+      // o = o corr + p v: R rows by kPvVectors vectors of dv in registers across the keys.
+      llvm::Value *vTile = at(V, b_.CreateAdd(vBase, b_.CreateMul(j0, dv)));
+      auto pvTile = [&](llvm::Value *r0, unsigned R) {
+        forLoop("att.y0", i(0), dv, kPvVectors * vw, [&](llvm::Value *y0) {
+          auto block = [&](bool masked) {
+            std::vector<llvm::Value *> masks(kPvVectors, nullptr), ptrs, pLanes;
+            for (unsigned u = 0; u < kPvVectors; ++u)
+              if (masked)
+                masks[u] = b_.CreateICmpSLT(b_.CreateAdd(b_.CreateVectorSplat(vw, b_.CreateAdd(y0, i(u * vw))), iota), b_.CreateVectorSplat(vw, dv));
+            for (unsigned r = 0; r < R; ++r) {
+              llvm::Value *lane = b_.CreateSub(b_.CreateAdd(r0, i(r)), row0);
+              pLanes.push_back(lane);
+              llvm::Value *corr = b_.CreateVectorSplat(vw, b_.CreateLoad(f32, at(corrs, lane)));
+              for (unsigned u = 0; u < kPvVectors; ++u) {
+                ptrs.push_back(at(oRow(b_.CreateAdd(r0, i(r))), b_.CreateAdd(y0, i(u * vw))));
+                b_.CreateStore(b_.CreateFMul(loadLanes(ptrs.back(), masks[u]), corr), acc[r * kPvVectors + u]);
+              }
+            }
+            forLoop("att.pj", i(0), n, 1, [&](llvm::Value *jj) {
+              llvm::Value *vRow = at(vTile, b_.CreateAdd(b_.CreateMul(jj, dv), y0));
+              std::vector<llvm::Value *> vv;
+              for (unsigned u = 0; u < kPvVectors; ++u)
+                vv.push_back(loadLanes(at(vRow, i(u * vw)), masks[u]));
+              llvm::Value *pRow = b_.CreateMul(jj, i(lanes));
+              for (unsigned r = 0; r < R; ++r) {
+                llvm::Value *p = b_.CreateVectorSplat(vw, b_.CreateLoad(f32, at(sT, b_.CreateAdd(pRow, pLanes[r]))));
+                for (unsigned u = 0; u < kPvVectors; ++u) {
+                  llvm::AllocaInst *slot = acc[r * kPvVectors + u];
+                  b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {p, vv[u], b_.CreateLoad(vec, slot)}), slot);
+                }
+              }
+            });
+            for (unsigned r = 0; r < R; ++r)
+              for (unsigned u = 0; u < kPvVectors; ++u)
+                storeVec(b_.CreateLoad(vec, acc[r * kPvVectors + u]), ptrs[r * kPvVectors + u], masks[u]);
+          };
+          auto *fullBB = llvm::BasicBlock::Create(ctx_, "pv.full", fn_), *tailBB = llvm::BasicBlock::Create(ctx_, "pv.tail", fn_),
+               *joinBB = llvm::BasicBlock::Create(ctx_, "pv.done", fn_);
+          b_.CreateCondBr(b_.CreateICmpSLE(b_.CreateAdd(y0, i(kPvVectors * vw)), dv), fullBB, tailBB);
+          for (bool masked : {false, true}) {
+            b_.SetInsertPoint(masked ? tailBB : fullBB);
+            block(masked);
+            b_.CreateBr(joinBB);
+          }
+          b_.SetInsertPoint(joinBB);
+        });
+      };
+      llvm::Value *fullRows = b_.CreateSub(rowEnd, b_.CreateSRem(rows, i(kPvRows)));
+      forLoop("att.r4", row0, fullRows, kPvRows, [&](llvm::Value *r0) { pvTile(r0, kPvRows); });
+      forLoop("att.r1", fullRows, rowEnd, 1, [&](llvm::Value *r0) { pvTile(r0, 1); });
+    });
+    for (unsigned v = 0; v < rowVectors; ++v) {
+      b_.CreateAlignedStore(b_.CreateLoad(vec, runMax[v]), at(maxes, i(v * vw)), llvm::Align(64));
+      b_.CreateAlignedStore(b_.CreateLoad(vec, runSum[v]), at(sums, i(v * vw)), llvm::Align(64));
     }
-    onlyIf(b_.CreateICmpSGT(keys, i(0)), [&] {
-      llvm::Value *l = b_.CreateVectorSplat(vw, b_.CreateLoad(f32, sumAt));
-      rowVectorsOf("att.norm", [&](llvm::Value *y0, llvm::Value *mask) {
-        llvm::Value *ptr = at(oRow(row), y0);
-        storeVec(b_.CreateFDiv(loadLanes(ptr, mask), l), ptr, mask);
+    // Causal: the keys past the block's last row, hidden from every row of it, score the
+    // fill. Skipped above: their weight w = exp(fill - m) is 0 unless a row's scores all lie
+    // within ~104 of the fill (or below it, or are NaN), where the unfused softmax over all
+    // keys gives them weight too; and with w = 0 they still matter where a value is inf or
+    // NaN (0 inf and 0 NaN are NaN in the unfused p v). So a row takes them (the max becomes
+    // max(m, fill), l and the output row take w per key) where w is not 0 or where any of
+    // their values is not finite, found once per block: a branch taken on such rows only.
+    llvm::Value *hiddenNotFinite = nullptr;
+    if (a.causal) { // their values lie contiguous: the rows that the blocks after this one did not scan
+      llvm::Value *until = b_.CreateAdd(vBase, b_.CreateMul(b_.CreateLoad(b_.getInt64Ty(), scanned), dv));
+      markVectorize(forLoop("att.hf", b_.CreateAdd(vBase, b_.CreateMul(end, dv)), until, 1, [&](llvm::Value *t) {
+        llvm::IRBuilderBase::FastMathFlagGuard guard(b_);
+        llvm::FastMathFlags fm;
+        fm.setAllowReassoc();
+        b_.setFastMathFlags(fm);
+        llvm::Value *x = b_.CreateLoad(f32, at(V, t));
+        b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(f32, bad), b_.CreateFSub(x, x)), bad);
+      }));
+      b_.CreateStore(end, scanned);
+      llvm::Value *total = b_.CreateLoad(f32, bad);
+      hiddenNotFinite = b_.CreateFCmpUNO(total, total);
+    }
+    forLoop("att.fin", row0, rowEnd, 1, [&](llvm::Value *row) {
+      llvm::Value *lane = b_.CreateSub(row, row0), *sumAt = at(sums, lane);
+      if (a.causal) {
+        llvm::Value *fill = llvm::ConstantFP::get(f32, a.fill), *m = b_.CreateLoad(f32, at(maxes, lane));
+        llvm::Value *newMax = b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, m, fill);
+        llvm::Value *shift = b_.CreateSelect(b_.CreateFCmpOEQ(newMax, minusInf), zero, newMax);
+        llvm::Value *w = math(MathFn::Exp, {b_.CreateFSub(fill, shift)});
+        llvm::Value *hidden = b_.CreateSub(keys, end);
+        llvm::Value *takes = b_.CreateOr(b_.CreateFCmpUNE(w, zero), hiddenNotFinite);
+        onlyIf(b_.CreateAnd(b_.CreateICmpSGT(hidden, i(0)), takes), [&] {
+          llvm::Value *corr = math(MathFn::Exp, {b_.CreateFSub(m, shift)});
+          b_.CreateStore(b_.CreateFAdd(b_.CreateFMul(b_.CreateLoad(f32, sumAt), corr), b_.CreateFMul(b_.CreateSIToFP(hidden, f32), w)), sumAt);
+          llvm::Value *wv = b_.CreateVectorSplat(vw, w);
+          rowVectorsOf("att.hidden", [&](llvm::Value *y0, llvm::Value *mask) {
+            llvm::Value *ptr = at(oRow(row), y0);
+            b_.CreateStore(b_.CreateFMul(loadLanes(ptr, mask), b_.CreateVectorSplat(vw, corr)), acc[0]);
+            forLoop("att.hj", end, keys, 1, [&](llvm::Value *j) {
+              llvm::Value *vRow = at(V, b_.CreateAdd(vBase, b_.CreateAdd(b_.CreateMul(j, dv), y0)));
+              b_.CreateStore(b_.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {wv, loadLanes(vRow, mask), b_.CreateLoad(vec, acc[0])}), acc[0]);
+            });
+            storeVec(b_.CreateLoad(vec, acc[0]), ptr, mask);
+          });
+        });
+      }
+      onlyIf(b_.CreateICmpSGT(keys, i(0)), [&] {
+        llvm::Value *l = b_.CreateVectorSplat(vw, b_.CreateLoad(f32, sumAt));
+        rowVectorsOf("att.norm", [&](llvm::Value *y0, llvm::Value *mask) {
+          llvm::Value *ptr = at(oRow(row), y0);
+          storeVec(b_.CreateFDiv(loadLanes(ptr, mask), l), ptr, mask);
+        });
       });
     });
   });

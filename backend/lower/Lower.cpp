@@ -915,14 +915,16 @@ StmtPtr Lowering::matmul(const ir::Op &mm) {
   return loopNest(loopShape, oIdx, std::move(body));
 }
 
-// attention: one parallel task per (batch, block of kAttentionRowBlock query rows), each a
-// kir::Attention over its rows; q, k, v and the result share their batch dims, and the
-// mask's dims broadcast (a dim of 1 reads index 0, a stride of 0).
+// attention: one parallel task per (batch, the schedule's attentionRowBlocks blocks of
+// kAttentionRowBlock query rows), each a kir::Attention over its rows; q, k, v and the
+// result share their batch dims, and the mask's dims broadcast (a dim of 1 reads index 0,
+// a stride of 0).
 StmtPtr Lowering::attention() {
   const Dims &q = in(0), &k = in(1), &v = in(2);
   size_t r = q.size(), batch = r - 2;
   ExprRef tq = q[r - 2];
-  ExprRef blocks = sym::floorDiv(sym::add(tq, c(kAttentionRowBlock - 1)), c(kAttentionRowBlock));
+  const int64_t taskRows = kAttentionRowBlock * schedule_.attentionRowBlocks;
+  ExprRef blocks = sym::floorDiv(sym::add(tq, c(taskRows - 1)), c(taskRows));
   ExprRef tasks = blocks, p = sym::var(kir::loopVar(next_++));
   for (size_t a = 0; a < batch; ++a)
     tasks = sym::mul(tasks, q[a]);
@@ -942,8 +944,8 @@ StmtPtr Lowering::attention() {
   kir::Attention att;
   att.q = 0, att.k = 1, att.v = 2, att.o = out();
   att.qBase = base(q), att.kBase = base(k), att.vBase = base(v), att.oBase = base(dims(out()));
-  att.row0 = sym::mul(sym::mod(p, blocks), c(kAttentionRowBlock));
-  att.rows = sym::min(c(kAttentionRowBlock), sym::sub(tq, att.row0));
+  att.row0 = sym::mul(sym::mod(p, blocks), c(taskRows));
+  att.rows = sym::min(c(taskRows), sym::sub(tq, att.row0));
   att.keys = k[r - 2], att.d = q[r - 1], att.dv = v[r - 1];
   att.scale = op_.has("scale") ? op_.get<double>("scale") : 1.0;
   att.causal = op_.has("causal") && op_.get<bool>("causal");

@@ -49,9 +49,14 @@ struct ScheduleOptions {
   // parts' nests run one after another, each a grid-stride loop over its elements on a
   // GPU (coalesced), but on the CPU none of them parallel (a kernel body of several nests).
   bool sharedConcatLoops = false;
+  // Row blocks of kAttentionRowBlock query rows per attention task. The CPU's task runs
+  // its blocks last first, so that a causal block's scan of the values hidden from it
+  // covers only the keys the next block's scan did not (each task would otherwise read
+  // the rest of v, 8% of the kernel at T = 512); a GPU's task is one block's threads.
+  int64_t attentionRowBlocks = 1;
 };
-inline constexpr ScheduleOptions kCpuSchedule{true, 512, true, true, true, true, true, true};
-inline constexpr ScheduleOptions kGpuSchedule{false, 0, false, true, false, false, false, false};
+inline constexpr ScheduleOptions kCpuSchedule{true, 512, true, true, true, true, true, true, 4};
+inline constexpr ScheduleOptions kGpuSchedule{false, 0, false, true, false, false, false, false, 1};
 
 // Elements of the innermost kept axis per task of a column reduction. (256 made 3 tasks
 // of a sum over [4096, 768] for 2 threads: one thread did two, the other one.)
@@ -63,9 +68,10 @@ constexpr int64_t kColumnLanes = 256;
 // Rows of A per GEMM task: an f32 matmul is one parallel task per (batch, row block,
 // column block).
 constexpr int64_t kGemmRowBlock = 64;
-// Query rows per attention task: B*H*T/16 tasks share the threads (a causal task's work
-// grows with its rows' index, so blocks are kept small for the split to even out); on a
-// GPU a task is a thread block, two rows per warp.
+// Query rows per attention block, the lanes of the CPU's vectors across rows: a task of
+// ScheduleOptions::attentionRowBlocks of them (a causal task's work grows with its rows'
+// index, so tasks are kept small for the split to even out); on a GPU a task is a thread
+// block, two rows per warp.
 constexpr int64_t kAttentionRowBlock = 16;
 
 // A body of one statement.

@@ -98,7 +98,9 @@ struct Attention {
   sym::ExprRef qBase = nullptr, kBase = nullptr, vBase = nullptr, oBase = nullptr, row0 = nullptr, rows = nullptr, keys = nullptr,
                d = nullptr, dv = nullptr;
   sym::ExprRef maskBase = nullptr, maskRow = nullptr, maskCol = nullptr; // with a mask
-  int64_t rowBlock = 1; // rows <= rowBlock (the GPU sizes its shared tiles by it)
+  // The rows go in blocks of rowBlock (the CPU's lanes across rows; the GPU sizes its
+  // shared tiles by it and takes rows <= rowBlock).
+  int64_t rowBlock = 1;
   double scale = 1;
   bool causal = false;
   double fill = -1e9; // with causal: the hidden keys' score

@@ -597,8 +597,8 @@ def make_row_test(name, expr, ref):
 # put every visible score at or near the fill (or at -inf), where the keys the causal
 # where hides take weight too, and causal with a fill of 0 above most visible scores.
 # q f32[B, H, T, D], k f32[B, H, S, D], v f32[B, H, S, E]. Every device runs the model as
-# one attention op (the oracle's, the CPU kernel's: blocks of 16 query rows, key tiles of
-# 64, so T = 67 and 130 cross tiles, q's depth 128 at a time (D = 129, 257: two, three
+# one attention op (the oracle's, the CPU kernel's: tasks of 4 blocks of 16 query rows, key
+# tiles of 64, so T = 67 and 130 cross tiles and tasks, q's depth 128 at a time (D = 129, 257: two, three
 # chunks), 64 of E per register block (E = 70, 129: masked tails); the GPU's: 16 query
 # rows per block, key tiles of 32). The NumPy twin rounds
 # the scores to f32 where the ops store them (-1e9 + s is -1e9 in f32).
@@ -682,14 +682,15 @@ class Attention(unittest.TestCase):
 def test_attention_hidden_not_finite(self):
     # inf and NaN among the values of keys a causal row does not see: their weight is 0
     # (fill -1e9) or not (fill 0), and 0 inf, 0 NaN are NaN in the unfused p v, so a row
-    # is NaN or inf as NumPy gives, whether the key lies in the row's block of 16 query rows
-    # or past it.
+    # is NaN or inf as NumPy gives, whether the key lies in the row's block of 16 query rows,
+    # in a later block of the row's task or past the task.
     rng = np.random.default_rng(17)
     with tempfile.TemporaryDirectory() as d:
         for fill in (-1e9, 0.0):
             expr = f"softmax(where({CAUSAL}, q @ transpose(k) * 0.125, {fill}), axis = -1) @ v"
             model = write_model(d, f"attention_hidden_{abs(int(fill))}", ATTENTION_HEADER, CAUSAL_QKV, "f32[B, H, T, E]", expr)
-            for t, planted in ((2, [(1, 0, np.inf)]), (17, [(16, 0, np.nan)]), (40, [(20, 1, np.inf), (33, 3, -np.inf), (35, 0, np.nan)])):
+            for t, planted in ((2, [(1, 0, np.inf)]), (17, [(16, 0, np.nan)]), (40, [(20, 1, np.inf), (33, 3, -np.inf), (35, 0, np.nan)]),
+                               (100, [(50, 4, np.nan), (70, 2, np.inf)])):  # the CPU's tasks of 4 blocks, the last first
                 q, k = (rng.standard_normal((1, 2, t, 8)).astype(np.float32) for _ in range(2))
                 v = rng.standard_normal((1, 2, t, 5)).astype(np.float32)
                 for key, col, value in planted:
