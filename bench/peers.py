@@ -23,7 +23,10 @@ A --variant is dnnc built with those flags too, one more column interleaved with
 with those `dnnc run` flags (e.g. loops walked op by op); dnnc/best compares the plain build.
 
 Prints one row per (model, shape): milliseconds per call for each tool, dnnc/best-peer and
-the largest |difference| from dnnc's output; GF/s for the micro GEMMs.
+the largest |difference| from dnnc's output; GF/s for the micro GEMMs. dnnc/best-peer is
+paired: the median over rounds of each round's dnnc time over that round's best peer time,
+so that a slow stretch of the machine (this VM's speed drifts by tens of percent over
+seconds) weighs on both sides of a ratio rather than on whichever tool it fell on.
 """
 import argparse
 import importlib.util
@@ -394,8 +397,9 @@ def main():
                 if a.shapes and label not in a.shapes.split(";"):
                     continue
                 times = {t.name: [] for t in tools}
-                outputs, notes = {}, []
+                outputs, notes, ratios = {}, [], []
                 for _ in range(a.rounds):
+                    this_round = {}
                     for t in tools:
                         if t.name in outputs and outputs[t.name] is None:
                             continue
@@ -409,10 +413,13 @@ def main():
                             outputs[t.name] = None
                             continue
                         times[t.name].append(ms)
+                        this_round[t.name] = ms
                         outputs[t.name] = out
+                    best_now = min((v for k, v in this_round.items() if not k.startswith("dnnc")), default=None)
+                    if best_now:
+                        ratios.append(this_round["dnnc"] / best_now)
                 med = {k: statistics.median(v) for k, v in times.items() if v}
-                best = min((v for k, v in med.items() if not k.startswith("dnnc")), default=None)
-                ratio = med["dnnc"] / best if best else float("nan")
+                ratio = statistics.median(ratios) if ratios else float("nan")
                 diff = max((float(np.abs(outputs["dnnc"].astype(np.float64) - o).max())
                             for k, o in outputs.items() if k != "dnnc" and o is not None), default=0.0)
                 if model.flops:

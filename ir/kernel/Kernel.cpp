@@ -245,8 +245,8 @@ void printStmt(const Kernel &k, const Stmt &s, int depth, std::string &out) {
   }
   case Stmt::Kind::Attention: {
     const Attention &a = s.attention;
-    out += fmt::format("{}attention rows [{}, {} + {}) keys {}{} d {} dv {} scale {}:\n", pad, a.row0->str(), a.row0->str(),
-                       a.rows->str(), a.keys->str(), a.causal ? fmt::format(" (causal: j <= i, else {})", a.fill) : "", a.d->str(), a.dv->str(), a.scale);
+    out += fmt::format("{}attention rows [{}, {} + {}) in blocks of {} keys {}{} d {} dv {} scale {}:\n", pad, a.row0->str(), a.row0->str(),
+                       a.rows->str(), a.rowBlock, a.keys->str(), a.causal ? fmt::format(" (causal: j <= i, else {})", a.fill) : "", a.d->str(), a.dv->str(), a.scale);
     out += fmt::format("{}  s(i, j) = sum_x b{}[{} + i*{} + x] * b{}[{} + j*{} + x] * scale", pad, a.q, a.qBase->str(), a.d->str(),
                        a.k, a.kBase->str(), a.d->str());
     if (a.mask >= 0)
