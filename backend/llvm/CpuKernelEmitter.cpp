@@ -1033,6 +1033,27 @@ void CpuKernelEmitter::attentionStmt(const kir::Attention &a) {
   llvm::Value *iota = laneNumbers();
   auto at = [&](llvm::Value *base, llvm::Value *i) { return b_.CreateInBoundsGEP(f32, base, i); };
   auto i = [&](int64_t v) { return b_.getInt64(v); };
+  auto storeVec = [&](llvm::Value *v, llvm::Value *ptr, llvm::Value *mask) {
+    if (mask)
+      b_.CreateMaskedStore(v, ptr, align, mask);
+    else
+      b_.CreateAlignedStore(v, ptr, align);
+  };
+  // sT's vector v of key jj, and qT's of depth x.
+  auto sAt = [&](llvm::Value *jj, unsigned v) { return at(sT, b_.CreateAdd(b_.CreateMul(jj, i(lanes)), i(v * vw))); };
+  auto qAt = [&](llvm::Value *x, unsigned v) { return at(qT, b_.CreateAdd(b_.CreateMul(x, i(lanes)), i(v * vw))); };
+  // body(y0, mask) over [0, dv) in whole vectors, then one masked vector for the tail.
+  auto rowVectorsOf = [&](const std::string &name, const std::function<void(llvm::Value *, llvm::Value *)> &body) {
+    llvm::Value *whole = b_.CreateSub(dv, b_.CreateURem(dv, i(vw)));
+    forLoop(name, i(0), whole, vw, [&](llvm::Value *y0) { body(y0, nullptr); });
+    onlyIf(b_.CreateICmpSLT(whole, dv), [&] {
+      body(whole, b_.CreateICmpSLT(b_.CreateAdd(b_.CreateVectorSplat(vw, whole), iota), b_.CreateVectorSplat(vw, dv)));
+    });
+  };
+  auto oRow = [&](llvm::Value *row) { return at(O, b_.CreateAdd(oBase, b_.CreateMul(row, dv))); };
+  // q's depths go in chunks of kDepthChunk.
+  llvm::Value *depthChunks = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, i(1), b_.CreateSDiv(b_.CreateAdd(d, i(kDepthChunk - 1)), i(kDepthChunk)));
+  auto chunkDepth = [&](llvm::Value *x0) { return b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, i(kDepthChunk), b_.CreateSub(d, x0)); };
   // Causal: whether a value hidden from a block so far (rows [end, scanned) of v) is inf
   // or NaN, as one sum of x - x (NaN from inf or NaN, in any order).
   llvm::AllocaInst *bad = nullptr, *scanned = nullptr;
@@ -1046,36 +1067,15 @@ void CpuKernelEmitter::attentionStmt(const kir::Attention &a) {
     llvm::Value *row0 = b_.CreateAdd(taskRow0, b_.CreateMul(b_.CreateSub(b_.CreateSub(blocks, i(1)), fromLast), i(a.rowBlock)));
     llvm::Value *rowEnd = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, taskRowEnd, b_.CreateAdd(row0, i(a.rowBlock)));
     llvm::Value *rows = b_.CreateSub(rowEnd, row0);
-    auto storeVec = [&](llvm::Value *v, llvm::Value *ptr, llvm::Value *mask) {
-      if (mask)
-        b_.CreateMaskedStore(v, ptr, align, mask);
-      else
-        b_.CreateAlignedStore(v, ptr, align);
-    };
     // The row (query index) of each lane of vector v of a key's scores.
     std::vector<llvm::Value *> laneRows;
     for (unsigned v = 0; v < rowVectors; ++v)
       laneRows.push_back(b_.CreateAdd(b_.CreateVectorSplat(vw, b_.CreateAdd(row0, i(v * vw))), iota));
-    // sT's vector v of key jj, and qT's of depth x.
-    auto sAt = [&](llvm::Value *jj, unsigned v) { return at(sT, b_.CreateAdd(b_.CreateMul(jj, i(lanes)), i(v * vw))); };
-    auto qAt = [&](llvm::Value *x, unsigned v) { return at(qT, b_.CreateAdd(b_.CreateMul(x, i(lanes)), i(v * vw))); };
-    // body(y0, mask) over [0, dv) in whole vectors, then one masked vector for the tail.
-    auto rowVectorsOf = [&](const std::string &name, const std::function<void(llvm::Value *, llvm::Value *)> &body) {
-      llvm::Value *whole = b_.CreateSub(dv, b_.CreateURem(dv, i(vw)));
-      forLoop(name, i(0), whole, vw, [&](llvm::Value *y0) { body(y0, nullptr); });
-      onlyIf(b_.CreateICmpSLT(whole, dv), [&] {
-        body(whole, b_.CreateICmpSLT(b_.CreateAdd(b_.CreateVectorSplat(vw, whole), iota), b_.CreateVectorSplat(vw, dv)));
-      });
-    };
-    auto oRow = [&](llvm::Value *row) { return at(O, b_.CreateAdd(oBase, b_.CreateMul(row, dv))); };
-
     // q's rows [row0, rowEnd), depths [x0, x0 + kDepthChunk) of them, into qT[x][row]; the
-    // lanes past the block's rows hold 0.
-    llvm::Value *depthChunks = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, i(1), b_.CreateSDiv(b_.CreateAdd(d, i(kDepthChunk - 1)), i(kDepthChunk)));
-    auto chunkDepth = [&](llvm::Value *x0) { return b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, i(kDepthChunk), b_.CreateSub(d, x0)); };
-    // vw rows by vw depths at a time, loaded (none past the chunk's depths or the block's
-    // rows) and transposed in registers; qT's rows past the chunk's depths are not read.
-    // (Scattered row by row, the copy took 4% of the kernel at T = 512.)
+    // lanes past the block's rows hold 0. vw rows by vw depths at a time, loaded (none past
+    // the chunk's depths or the block's rows) and transposed in registers; qT's rows past
+    // the chunk's depths are not read. (Scattered row by row, the copy took 4% of the
+    // kernel at T = 512.)
     auto packQ = [&](llvm::Value *x0) {
       llvm::Value *xn = chunkDepth(x0);
       forLoop("att.qx", i(0), xn, vw, [&](llvm::Value *x) {
