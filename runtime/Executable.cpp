@@ -593,11 +593,14 @@ private:
         counter.setInt(0, *i);
         values[r.args[a++]] = std::move(counter);
       }
-      for (const Tensor &t : carried) {
+      // The region's args view the carried values (no op writes an arg: the planner places
+      // results in the arena; an iteration's yields, which may be args, are copied before
+      // they replace `carried`).
+      for (Tensor &t : carried) {
         std::string err = ir::unify(r.args[a]->type, t.shape, inner);
         if (!err.empty())
           throw InternalError(fmt::format("{}: a carried value no longer fits its loop type: {}", ir::opWhere(op), err));
-        values[r.args[a++]] = t;
+        values[r.args[a++]] = Tensor::view(t.dtype, t.shape, t.data());
       }
     };
     auto iterate = [&](std::optional<int64_t> i) {
@@ -605,8 +608,10 @@ private:
       enter(body, i, inner);
       region(body, inner);
       hostReads(valuesOf(body.yields));
+      std::vector<Tensor> next; // every yield copied before the values its args view go
       for (size_t k = 0; k < carried.size(); ++k)
-        carried[k] = values.at(body.yields[k]);
+        next.push_back(values.at(body.yields[k]));
+      carried = std::move(next);
       if (exe_.tracing_)
         exe_.traceCopies(op, carried, {}, true);
     };
@@ -640,7 +645,7 @@ private:
       }
     }
     for (size_t k = 0; k < op.results.size(); ++k)
-      setResult(op, op.results[k], carried[k], b);
+      setResult(op, op.results[k], std::move(carried[k]), b);
   }
 
   // What keeps a for loop whose first step ran from running the rest compiled (empty:

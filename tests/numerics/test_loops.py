@@ -85,6 +85,22 @@ model main(xs: f32[B, T, 3]) -> f32[B, 3] {
   return a * 3.0 + b;
 }
 """, {}, ["carried value 0 yields carried value 1"]),
+    # Yields that exchange two carried values outright (each arg the other's yield): the
+    # walk copies every yield before any carried value is replaced.
+    "exchange": ("""dim B in 0..64; dim T in 0..64;
+model main(xs: f32[B, T, 3]) -> f32[B, 3] {
+  var a = zeros([B, 3]);
+  var b = a + 1.0;
+  var c = a;
+  for t in 0..T {
+    let s = a;
+    a = b;
+    b = s;
+    c = c * 0.5 + xs[:, t] + a;
+  }
+  return a * 3.0 + b + c;
+}
+""", {}, ["carried value 0 yields carried value 1"]),
     # A nested loop: the outer one holds control flow and is walked; the inner one, run
     # anew at each outer step, is compiled.
     "nested": ("""dim B in 0..64; dim T in 0..64;
