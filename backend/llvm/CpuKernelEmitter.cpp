@@ -35,6 +35,16 @@ void transposeSquare(llvm::IRBuilder<> &b, std::vector<llvm::Value *> &rows) {
     }
 }
 
+// The n x n matrix whose rows are row(0) .. row(n - 1), transposed: vector d is lane d of
+// every row (the packing copies: A's micro-panels, a transposed B's panels, attention's q).
+std::vector<llvm::Value *> transposed(llvm::IRBuilder<> &b, unsigned n, const std::function<llvm::Value *(unsigned)> &row) {
+  std::vector<llvm::Value *> rows(n);
+  for (unsigned r = 0; r < n; ++r)
+    rows[r] = row(r);
+  transposeSquare(b, rows);
+  return rows;
+}
+
 // Lane i of the result is the sum of the lanes of vectors[i] (as many vectors as lanes, a
 // power of two): log2(lanes) rounds, each adding the halves of every pair's segments (2
 // shuffles and an add per pair), lanes - 1 adds and 2 (lanes - 1) shuffles in all, where
@@ -632,10 +642,11 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
               vectorEnd = b_.CreateSub(kEnd, b_.CreateSRem(b_.CreateSub(kEnd, k0), b_.getInt64(vw)));
               llvm::Value *rowLanes = b_.CreateICmpSLT(iota, splat(b_.getInt64(kRows))); // a constant
               forLoop("akv", k0, vectorEnd, vw, [&](llvm::Value *k) {
-                std::vector<llvm::Value *> lanes(vw, llvm::PoisonValue::get(vec));
-                for (unsigned r = 0; r < kRows; ++r)
-                  lanes[r] = b_.CreateAlignedLoad(vec, b_.CreateInBoundsGEP(f32, A, b_.CreateAdd(rowAt[r], k)), align);
-                transposeSquare(b_, lanes);
+                std::vector<llvm::Value *> lanes = transposed(b_, vw, [&](unsigned r) -> llvm::Value * {
+                  if (r >= kRows)
+                    return llvm::PoisonValue::get(vec);
+                  return b_.CreateAlignedLoad(vec, b_.CreateInBoundsGEP(f32, A, b_.CreateAdd(rowAt[r], k)), align);
+                });
                 llvm::Value *to = depthAt(k);
                 for (unsigned j = 0; j < vw; ++j)
                   b_.CreateMaskedStore(lanes[j], b_.CreateInBoundsGEP(f32, aPanels, b_.CreateAdd(to, b_.getInt64(j * kRows))), align, rowLanes);
@@ -684,13 +695,11 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
             oneByOne = b_.CreateSub(kEnd, b_.CreateSRem(b_.CreateSub(kEnd, k0), b_.getInt64(vw)));
             forLoop("kt", k0, oneByOne, vw, [&](llvm::Value *k) {
               for (unsigned h = 0; h < 2; ++h) {
-                std::vector<llvm::Value *> runs(vw);
-                for (unsigned l = 0; l < vw; ++l) {
+                std::vector<llvm::Value *> runs = transposed(b_, vw, [&](unsigned l) { // runs[d]: depth k + d of the vw columns
                   llvm::Value *col = b_.CreateAdd(j0, b_.getInt64(h * vw + l)), *inside = b_.CreateICmpSLT(col, n);
                   llvm::Value *at = b_.CreateSelect(inside, b_.CreateAdd(bBase, b_.CreateAdd(b_.CreateMul(col, bColStride), k)), bBase);
-                  runs[l] = loadLanes(b_.CreateInBoundsGEP(f32, B, at), splat(inside));
-                }
-                transposeSquare(b_, runs); // runs[d]: depth k + d of the vw columns
+                  return loadLanes(b_.CreateInBoundsGEP(f32, B, at), splat(inside));
+                });
                 llvm::Value *packedRow = b_.CreateMul(b_.CreateSub(k, k0), b_.getInt64(2 * vw));
                 for (unsigned d = 0; d < vw; ++d)
                   b_.CreateAlignedStore(runs[d], b_.CreateInBoundsGEP(f32, panel, b_.CreateAdd(packedRow, b_.getInt64(d * 2 * vw + h * vw))),
@@ -1105,13 +1114,11 @@ void CpuKernelEmitter::attentionStmt(const kir::Attention &a) {
       forLoop("att.qx", i(0), xn, vw, [&](llvm::Value *x) {
         llvm::Value *depths = b_.CreateICmpSLT(b_.CreateAdd(b_.CreateVectorSplat(vw, x), iota), b_.CreateVectorSplat(vw, xn));
         for (unsigned v = 0; v < rowVectors; ++v) {
-          std::vector<llvm::Value *> rowsOf(vw);
-          for (unsigned r = 0; r < vw; ++r) {
+          std::vector<llvm::Value *> rowsOf = transposed(b_, vw, [&](unsigned r) {
             llvm::Value *row = b_.CreateAdd(row0, i(v * vw + r)), *inside = b_.CreateICmpSLT(row, rowEnd);
             llvm::Value *from = b_.CreateAdd(b_.CreateMul(b_.CreateSelect(inside, row, row0), d), b_.CreateAdd(x0, x));
-            rowsOf[r] = loadLanes(at(Q, b_.CreateAdd(qBase, from)), b_.CreateAnd(depths, b_.CreateVectorSplat(vw, inside)));
-          }
-          transposeSquare(b_, rowsOf);
+            return loadLanes(at(Q, b_.CreateAdd(qBase, from)), b_.CreateAnd(depths, b_.CreateVectorSplat(vw, inside)));
+          });
           for (unsigned j = 0; j < vw; ++j)
             b_.CreateAlignedStore(rowsOf[j], qAt(b_.CreateAdd(x, i(j)), v), align);
         }
