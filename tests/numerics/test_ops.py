@@ -513,6 +513,28 @@ def test_column_signed_zeros(self):
                 self.assertTrue(np.isnan(outs[0][-1]), f"{kind}, L={length}")
 
 
+def test_binary_signed_zeros(self):
+    # Elementwise maximum and minimum keep the first operand when the two are equal (-0 and
+    # +0), as the reductions above and the reference interpreter do, and propagate NaN; alone
+    # and fused into a chain (the kernels' vector and scalar loops both: 37 elements).
+    with tempfile.TemporaryDirectory() as d:
+        model = write_model(d, "zeros_binary", "dim N;", "a: f32[N], b: f32[N]", "(f32[N], f32[N], f32[N], f32[N])",
+                            "(maximum(a, b), minimum(a, b), maximum(a * 1.0, b) * 1.0, clip(a, b, b))")
+        zeros = np.array([-0.0, 0.0, -0.0, 0.0, 1.0, np.nan, -1.0, np.nan], np.float32)
+        a = np.resize(zeros, 37)
+        b = np.resize(np.array([0.0, -0.0, -0.0, 0.0, np.nan, 1.0, -2.0, np.nan], np.float32), 37)
+        outs, p = self.dnnc.run(model, None, {"a": a, "b": b})
+        self.assertEqual(p.returncode, 0, p.stderr)
+        nan = np.isnan(a) | np.isnan(b)
+        want_max = np.where(nan, np.nan, np.where(b > a, b, a))
+        want_min = np.where(nan, np.nan, np.where(b < a, b, a))
+        want_clip = np.where(nan, np.nan, np.where(b < want_max, b, want_max))
+        for i, want in enumerate((want_max, want_min, want_max, want_clip)):
+            np.testing.assert_array_equal(np.isnan(outs[i]), np.isnan(want), f"output {i}")
+            np.testing.assert_array_equal(outs[i][~nan], want[~nan], f"output {i}")
+            np.testing.assert_array_equal(np.signbit(outs[i][~nan]), np.signbit(want[~nan]), f"output {i}")
+
+
 def test_column_schedule(self):
     # The CPU's kernels stream rows through vector loops (a local array for a sum's blocks
     # or for row groups, which a width known only at run time may take); the GPU's keep a
@@ -736,6 +758,7 @@ for _name, (_expr, _result, _ref) in REDUCTIONS.items():
 
 Ops.test_column_schedule = test_column_schedule
 Ops.test_column_signed_zeros = test_column_signed_zeros
+Ops.test_binary_signed_zeros = test_binary_signed_zeros
 for _name, _model in COLUMNS.items():
     setattr(Ops, f"test_columns_{_name}", make_column_test(_name, *_model))
 for _name, _model in TRAILING.items():
