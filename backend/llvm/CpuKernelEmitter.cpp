@@ -177,6 +177,9 @@ private:
   void collapsedChunk(const std::vector<const kir::Stmt *> &nest);
   // v in every lane of a host vector; the lane numbers 0, 1, ... (i64).
   llvm::Value *splat(llvm::Value *v) { return b_.CreateVectorSplat(vectorWidth_, v); }
+  // What a vector access at a whole number of vectors into a 64-byte-aligned local (a
+  // packed panel, attention's score rows) may claim: 64 bytes only at 16 lanes.
+  llvm::Align vectorAlign() const { return llvm::Align(4 * vectorWidth_); }
   llvm::Value *loadLanes(llvm::Value *ptr, llvm::Value *mask) { return backend::loadLanes(b_, vectorWidth_, ptr, mask); }
   llvm::Value *laneNumbers() {
     std::vector<llvm::Constant *> lanes;
@@ -703,7 +706,7 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
                 llvm::Value *packedRow = b_.CreateMul(b_.CreateSub(k, k0), b_.getInt64(2 * vw));
                 for (unsigned d = 0; d < vw; ++d)
                   b_.CreateAlignedStore(runs[d], b_.CreateInBoundsGEP(f32, panel, b_.CreateAdd(packedRow, b_.getInt64(d * 2 * vw + h * vw))),
-                                        llvm::Align(64));
+                                        vectorAlign());
               }
             });
           }
@@ -713,7 +716,7 @@ void CpuKernelEmitter::gemmStmt(const kir::Gemm &g) {
               llvm::Value *bRow = b_.CreateAdd(bBase, b_.CreateAdd(b_.CreateMul(k, ldb), j0));
               for (unsigned h = 0; h < 2; ++h)
                 b_.CreateAlignedStore(loadLanes(b_.CreateInBoundsGEP(f32, B, b_.CreateAdd(bRow, b_.getInt64(h * vw))), masks[h]),
-                                      b_.CreateInBoundsGEP(f32, panel, b_.CreateAdd(packedRow, b_.getInt64(h * vw))), llvm::Align(64));
+                                      b_.CreateInBoundsGEP(f32, panel, b_.CreateAdd(packedRow, b_.getInt64(h * vw))), vectorAlign());
               return;
             }
             // B read transposed: gather each column's element; columns past n pack zeros.
@@ -946,7 +949,7 @@ void CpuKernelEmitter::packWindows(const kir::Gemm::Im2col &x, llvm::Value *X, l
         phi->addIncoming(gathered, gatherEnd);
         v = phi;
       }
-      b_.CreateAlignedStore(v, b_.CreateInBoundsGEP(f32, panel, b_.CreateAdd(packedRow, b_.getInt64(h * vw))), llvm::Align(64));
+      b_.CreateAlignedStore(v, b_.CreateInBoundsGEP(f32, panel, b_.CreateAdd(packedRow, b_.getInt64(h * vw))), vectorAlign());
     }
   });
 }
@@ -1144,12 +1147,12 @@ void CpuKernelEmitter::attentionStmt(const kir::Attention &a) {
             llvm::Value *jj = b_.CreateAdd(jj0, i(g));
             kRows.push_back(at(K, b_.CreateAdd(kBase, b_.CreateAdd(b_.CreateMul(b_.CreateAdd(j0, jj), d), x0))));
             for (unsigned v = 0; v < rowVectors; ++v)
-              b_.CreateStore(b_.CreateSelect(firstChunk, zeroVec, b_.CreateAlignedLoad(vec, sAt(jj, v), llvm::Align(64))), acc[g * rowVectors + v]);
+              b_.CreateStore(b_.CreateSelect(firstChunk, zeroVec, b_.CreateAlignedLoad(vec, sAt(jj, v), vectorAlign())), acc[g * rowVectors + v]);
           }
           forLoop("att.x", i(0), xn, 1, [&](llvm::Value *x) {
             std::vector<llvm::Value *> qv;
             for (unsigned v = 0; v < rowVectors; ++v)
-              qv.push_back(b_.CreateAlignedLoad(vec, qAt(x, v), llvm::Align(64)));
+              qv.push_back(b_.CreateAlignedLoad(vec, qAt(x, v), vectorAlign()));
             for (unsigned g = 0; g < G; ++g) {
               llvm::Value *kb = b_.CreateVectorSplat(vw, b_.CreateLoad(f32, at(kRows[g], x)));
               for (unsigned v = 0; v < rowVectors; ++v) {
@@ -1160,7 +1163,7 @@ void CpuKernelEmitter::attentionStmt(const kir::Attention &a) {
           });
           for (unsigned g = 0; g < G; ++g)
             for (unsigned v = 0; v < rowVectors; ++v)
-              b_.CreateAlignedStore(b_.CreateLoad(vec, acc[g * rowVectors + v]), sAt(b_.CreateAdd(jj0, i(g)), v), llvm::Align(64));
+              b_.CreateAlignedStore(b_.CreateLoad(vec, acc[g * rowVectors + v]), sAt(b_.CreateAdd(jj0, i(g)), v), vectorAlign());
         };
         tiles("att.s", i(0), n, kScoreKeys, [&](llvm::Value *jj0, unsigned G) { scoreKeys(jj0, G); });
       });
@@ -1175,7 +1178,7 @@ void CpuKernelEmitter::attentionStmt(const kir::Attention &a) {
         llvm::Value *j = b_.CreateAdd(j0, jj);
         for (unsigned v = 0; v < rowVectors; ++v) {
           llvm::Value *ptr = sAt(jj, v);
-          llvm::Value *s = b_.CreateFMul(b_.CreateAlignedLoad(vec, ptr, llvm::Align(64)), b_.CreateVectorSplat(vw, llvm::ConstantFP::get(f32, a.scale)));
+          llvm::Value *s = b_.CreateFMul(b_.CreateAlignedLoad(vec, ptr, vectorAlign()), b_.CreateVectorSplat(vw, llvm::ConstantFP::get(f32, a.scale)));
           if (M) {
             llvm::Value *maskAt = b_.CreateAdd(b_.CreateVectorSplat(vw, b_.CreateAdd(index(a.maskBase), b_.CreateMul(j, index(a.maskCol)))),
                                                b_.CreateMul(laneRows[v], b_.CreateVectorSplat(vw, index(a.maskRow))));
@@ -1183,7 +1186,7 @@ void CpuKernelEmitter::attentionStmt(const kir::Attention &a) {
           }
           if (diagonal) // as the unfused where: a key past the row's diagonal scores the fill
             s = b_.CreateSelect(b_.CreateICmpSGT(b_.CreateVectorSplat(vw, j), laneRows[v]), b_.CreateVectorSplat(vw, llvm::ConstantFP::get(f32, a.fill)), s);
-          b_.CreateAlignedStore(s, ptr, llvm::Align(64));
+          b_.CreateAlignedStore(s, ptr, vectorAlign());
           llvm::AllocaInst *m = acc[chain * rowVectors + v];
           llvm::Value *max = b_.CreateLoad(vec, m);
           b_.CreateStore(b_.CreateSelect(b_.CreateFCmpOGT(s, max), s, max), m);
@@ -1215,14 +1218,14 @@ void CpuKernelEmitter::attentionStmt(const kir::Attention &a) {
         llvm::Value *corr = math(MathFn::Exp, {b_.CreateFSub(oldMax, shift[v])});
         b_.CreateStore(b_.CreateFMul(b_.CreateLoad(vec, runSum[v]), corr), runSum[v]);
         b_.CreateStore(newMax, runMax[v]);
-        b_.CreateAlignedStore(corr, at(corrs, i(v * vw)), llvm::Align(64));
+        b_.CreateAlignedStore(corr, at(corrs, i(v * vw)), vectorAlign());
       }
       // p = exp(s - max) in place of the scores, summed per row.
       forLoop("att.p", i(0), n, 1, [&](llvm::Value *jj) {
         for (unsigned v = 0; v < rowVectors; ++v) {
           llvm::Value *ptr = sAt(jj, v);
-          llvm::Value *p = math(MathFn::Exp, {b_.CreateFSub(b_.CreateAlignedLoad(vec, ptr, llvm::Align(64)), shift[v])});
-          b_.CreateAlignedStore(p, ptr, llvm::Align(64));
+          llvm::Value *p = math(MathFn::Exp, {b_.CreateFSub(b_.CreateAlignedLoad(vec, ptr, vectorAlign()), shift[v])});
+          b_.CreateAlignedStore(p, ptr, vectorAlign());
           b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(vec, runSum[v]), p), runSum[v]);
         }
       });
@@ -1278,8 +1281,8 @@ void CpuKernelEmitter::attentionStmt(const kir::Attention &a) {
       forLoop("att.r1", fullRows, rowEnd, 1, [&](llvm::Value *r0) { pvTile(r0, 1); });
     });
     for (unsigned v = 0; v < rowVectors; ++v) {
-      b_.CreateAlignedStore(b_.CreateLoad(vec, runMax[v]), at(maxes, i(v * vw)), llvm::Align(64));
-      b_.CreateAlignedStore(b_.CreateLoad(vec, runSum[v]), at(sums, i(v * vw)), llvm::Align(64));
+      b_.CreateAlignedStore(b_.CreateLoad(vec, runMax[v]), at(maxes, i(v * vw)), vectorAlign());
+      b_.CreateAlignedStore(b_.CreateLoad(vec, runSum[v]), at(sums, i(v * vw)), vectorAlign());
     }
     // Causal: the keys past the block's last row, hidden from every row of it, score the
     // fill. Skipped above: their weight w = exp(fill - m) is 0 unless a row's scores all lie
