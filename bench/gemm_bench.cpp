@@ -4,7 +4,7 @@
 // matrix-vector products and few-row products included. Each rate is given per second of
 // wall time and per second of CPU time (the process's, over its threads): on a machine
 // other work shares, the CPU-time fraction still measures the kernel, not the sharing.
-//   usage: gemm_bench [--threads N]
+//   usage: gemm_bench [--threads N] [--shape MxKxN]... (default: a fixed list of shapes)
 #include "backend/llvm/CpuBackend.h"
 #include "backend/lower/Lower.h"
 #include "runtime/CpuDevice.h"
@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <iostream>
@@ -83,9 +84,21 @@ Rate fmaPeak(unsigned threads) {
 
 int main(int argc, char **argv) {
   unsigned threads = std::max(1u, std::thread::hardware_concurrency());
-  for (int i = 1; i + 1 < argc; ++i)
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes;
+  for (int i = 1; i + 1 < argc; ++i) {
+    long long m = 0, k = 0, n = 0;
     if (!std::strcmp(argv[i], "--threads"))
       threads = static_cast<unsigned>(std::atoi(argv[i + 1]));
+    else if (!std::strcmp(argv[i], "--shape") && std::sscanf(argv[i + 1], "%lldx%lldx%lld", &m, &k, &n) == 3 && m > 0 && k > 0 && n > 0)
+      shapes.emplace_back(m, k, n);
+    else if (!std::strcmp(argv[i], "--shape")) {
+      std::cerr << fmt::format("gemm_bench: --shape '{}' is not MxKxN with positive sizes\n", argv[i + 1]);
+      return 1;
+    }
+  }
+  if (shapes.empty())
+    shapes = {{128, 512, 512}, {256, 1024, 1024}, {512, 512, 2048}, {1024, 1024, 1024}, {127, 511, 1001},
+              {1, 768, 3072},  {4, 768, 3072},    {16, 768, 3072}};
   rt::ThreadPool::setGlobalThreads(threads);
   Program program;
   DiagnosticEngine diags(program.sources());
@@ -106,9 +119,7 @@ int main(int argc, char **argv) {
   std::cout << fmt::format("{:>6} {:>6} {:>6} {:>10} {:>8} {:>14}\n", "M", "K", "N", "GFLOP/s", "of peak", "of peak (CPU)");
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
-  for (auto [m, k, n] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-           {128, 512, 512}, {256, 1024, 1024}, {512, 512, 2048}, {1024, 1024, 1024}, {127, 511, 1001},
-           {1, 768, 3072}, {4, 768, 3072}, {16, 768, 3072}}) {
+  for (auto [m, k, n] : shapes) {
     rt::Tensor a = rt::Tensor::zeros(DType::F32, {m, k}), b = rt::Tensor::zeros(DType::F32, {k, n});
     for (size_t i = 0; i < a.numel(); ++i)
       a.set(i, normal(rng));

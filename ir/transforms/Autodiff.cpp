@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -67,6 +68,8 @@ size_t expand(Graph &g, sym::Analyzer &an, Region &region, size_t at, std::vecto
   GraphBuilder bw(g, an, grad.loc);
   bw.wanted = wanted;
   bw.backwardStarts = &starts;
+  std::vector<std::pair<const Op *, Op *>> stashedLoops;
+  bw.stashedLoops = &stashedLoops;
   size_t first = starts.size();
   Adjoints adjoint;
   adjoint[y] = bw.constant(1.0, y->type.dtype);
@@ -84,6 +87,53 @@ size_t expand(Graph &g, sym::Analyzer &an, Region &region, size_t at, std::vecto
       value->name = result->name;
     replaced[result] = value;
   }
+  // A loop's stashing copy computes what the loop computes (its body, from its operands):
+  // it runs in the loop's place, with the ops it reads that the backward made (its
+  // stashes' zeros), and the loop goes. Else the forward of every iteration ran three
+  // times: the loop, the copy, the backward's replay.
+  std::vector<std::pair<size_t, std::vector<Op *>>> moves; // (the loop's index, what replaces it)
+  for (auto [loop, copy] : stashedLoops) {
+    auto where = std::find(region.ops.begin(), region.ops.begin() + static_cast<long>(at), loop);
+    if (where == region.ops.begin() + static_cast<long>(at))
+      continue;
+    std::unordered_set<const Value *> read(copy->operands.begin(), copy->operands.end());
+    std::vector<Op *> moved{copy};
+    for (size_t k = bw.built.size(); k-- > 0;) {
+      Op *op = bw.built[k];
+      if (op == copy || std::none_of(op->results.begin(), op->results.end(), [&](const Value *v) { return read.count(v) != 0; }))
+        continue;
+      read.insert(op->operands.begin(), op->operands.end());
+      moved.insert(moved.begin(), op);
+    }
+    std::unordered_set<const Value *> later; // defined from the loop on: not readable before it
+    for (auto op = where; op != region.ops.begin() + static_cast<long>(at); ++op)
+      later.insert((*op)->results.begin(), (*op)->results.end());
+    std::unordered_set<const Op *> gone(moved.begin(), moved.end());
+    bool readsLater = false;
+    for (const Op *op : moved)
+      for (const Value *v : op->operands)
+        readsLater = readsLater || (later.count(v) && !gone.count(v->def));
+    if (readsLater)
+      continue;
+    bw.built.erase(std::remove_if(bw.built.begin(), bw.built.end(), [&](const Op *op) { return gone.count(op) != 0; }), bw.built.end());
+    copy->loc = loop->loc;
+    for (size_t k = 0; k < loop->results.size(); ++k) {
+      copy->results[k]->name = loop->results[k]->name;
+      replaced[loop->results[k]] = copy->results[k];
+    }
+    moves.push_back({static_cast<size_t>(where - region.ops.begin()), std::move(moved)});
+  }
+  if (!bw.built.empty()) // the span's first op, before any nested span's
+    starts.insert(starts.begin() + static_cast<long>(first), bw.built.front());
+  region.ops.erase(region.ops.begin() + static_cast<long>(at));
+  region.ops.insert(region.ops.begin() + static_cast<long>(at), bw.built.begin(), bw.built.end());
+  size_t end = at + bw.built.size(); // past the backward ops
+  std::sort(moves.begin(), moves.end(), [](const auto &a, const auto &b) { return a.first > b.first; });
+  for (auto &[index, ops] : moves) { // from the last loop back: the earlier indices hold
+    region.ops.erase(region.ops.begin() + static_cast<long>(index));
+    region.ops.insert(region.ops.begin() + static_cast<long>(index), ops.begin(), ops.end());
+    end += ops.size() - 1;
+  }
   walkRegions(g.body, [&](Region &r) {
     for (Op *op : r.ops)
       for (Value *&v : op->operands)
@@ -93,11 +143,7 @@ size_t expand(Graph &g, sym::Analyzer &an, Region &region, size_t at, std::vecto
       if (auto it = replaced.find(v); it != replaced.end())
         v = it->second;
   });
-  if (!bw.built.empty()) // the span's first op, before any nested span's
-    starts.insert(starts.begin() + static_cast<long>(first), bw.built.front());
-  region.ops.erase(region.ops.begin() + static_cast<long>(at));
-  region.ops.insert(region.ops.begin() + static_cast<long>(at), bw.built.begin(), bw.built.end());
-  return bw.built.size();
+  return end - at;
 }
 } // namespace
 

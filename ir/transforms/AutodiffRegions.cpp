@@ -9,7 +9,8 @@
 //   applies the rules to them; it yields the adjoint of each wanted outer value, zeros
 //   where that branch does not read it. Only the branch taken runs.
 // - loops: a copy of the forward loop that also carries one stash per carried value, into
-//   which each iteration writes its carried inputs as a row; then a backward `for` over the
+//   which each iteration writes its carried inputs as a row (the differentiate pass runs
+//   it in the forward loop's place, bw.stashedLoops); then a backward `for` over the
 //   trip count whose iteration j takes the inputs of the (trips - 1 - j)-th iteration from
 //   the stashes, recomputes the body (per-iteration recomputation, as Echo does) and applies
 //   the rules, carrying the adjoints of the carried values (seeded with the results'
@@ -354,6 +355,8 @@ std::vector<std::pair<const Value *, Value *>> forGrad(GraphBuilder &bw, const O
   Op *fwd = regionOp(bw, OpKind::For, std::move(operands), std::move(regions), types, stashNames(op));
   fwd->attrs = op.attrs;
   fwd->attrs["carried"] = stashCarried(op);
+  if (bw.stashedLoops)
+    bw.stashedLoops->push_back({&op, fwd});
   std::vector<Value *> stashes(fwd->results.begin() + static_cast<long>(op.results.size()), fwd->results.end());
   LoopVar loopVar = [&](GraphBuilder &b, Value *row) { return b.emit(OpKind::Add, {row, b.dimValue(lo, DType::I64)}); };
   return reverseLoop(bw, op, body, 1, loopVar, trips, stashes, wantedCaptures(bw, op), resultGrads);
@@ -389,6 +392,8 @@ std::vector<std::pair<const Value *, Value *>> growingStashGrad(GraphBuilder &bw
   fwd->attrs = op.attrs;
   fwd->attrs["carried"] = stashCarried(op);
   fwd->shapeClass = ShapeClass::EDO;
+  if (bw.stashedLoops)
+    bw.stashedLoops->push_back({&op, fwd});
   std::vector<Value *> stashes(fwd->results.begin() + static_cast<long>(op.results.size()), fwd->results.end());
   LoopVar loopVar;
   if (isFor) { // iteration r runs i = lo + r

@@ -37,6 +37,10 @@ public:
   // Where the differentiate pass records the first op of each backward span it builds
   // (the recompute pass's input); a nested region's builder shares its parent's.
   std::vector<const Op *> *backwardStarts = nullptr;
+  // Where the differentiate pass records each loop of the grad's own region that it copied
+  // to stash its iterations' inputs: (the forward loop, the copy). Nested builders leave it
+  // null: a loop in a region the backward replays is a replay itself.
+  std::vector<std::pair<const Op *, Op *>> *stashedLoops = nullptr;
 
 private:
   Value *scalar(OpKind kind, std::map<std::string, Attr> attrs, DType dt);

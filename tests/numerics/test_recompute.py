@@ -176,15 +176,16 @@ class Recompute(TrainingRuns):
                         np.testing.assert_allclose(runs[mode][1][k], w, rtol=0, atol=1e-5 * float(np.abs(w).max()), err_msg=f"{mode}: {k}")
 
     def test_repl_versions(self):
-        """`:mem train` sizes the step of the version the bound dims run: at T = 512 the
-        example transformer (D = 256) stashes a third or less of what none stashes."""
+        """`:mem train` sizes the step of the version the bound dims run: at T = 2048 the
+        example transformer (D = 256) recomputes its T x T probabilities too, and stashes a
+        third or less of what none stashes."""
         src = example("transformer", {}, "nn.cross_entropy(prediction, targets)", "targets: i32[B, T]")
         model = self.path("tr.dnn")
         with open(model, "w") as f:
             f.write(src)
         stashed = {}
         for mode in ("none", "auto"):
-            for t in (1, 512):
+            for t in (1, 2048):
                 p = subprocess.run([self.exe, "repl", model, "-I", STDLIB], input=f":bind B=8,T={t}\n:set recompute {mode}\n:mem train adam\n",
                                    capture_output=True, text=True, timeout=300)
                 self.assertEqual(p.returncode, 0, p.stderr)
@@ -194,8 +195,8 @@ class Recompute(TrainingRuns):
                     self.assertIsNotNone(version, p.stdout)
                     self.assertIn(f"(this is version {version.group(1)}; ", p.stdout)
                     stashed["version", t] = version.group(1)
-        self.assertNotEqual(stashed["version", 1], stashed["version", 512])
-        self.assertLessEqual(3 * stashed["auto", 512], stashed["none", 512])
+        self.assertNotEqual(stashed["version", 1], stashed["version", 2048])
+        self.assertLessEqual(3 * stashed["auto", 2048], stashed["none", 2048])
 
 
 if __name__ == "__main__":
