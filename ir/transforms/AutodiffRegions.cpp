@@ -28,6 +28,7 @@
 
 #include "base/Error.h"
 #include "ir/graph/OpRegistry.h"
+#include "ir/graph/Walk.h"
 
 #include <fmt/format.h>
 
@@ -151,6 +152,25 @@ Adjoints sweep(GraphBuilder &inner, const std::vector<Op *> &ops, const std::vec
   if (inner.backwardStarts && inner.built.size() > start) // the replayed forward before, the backward from here
     inner.backwardStarts->push_back(inner.built[start]);
   return adjoint;
+}
+
+// Drops the ops among `replayed` whose results nothing in `r` reads (a later op, a nested
+// region, the yields), from the last back: the replayed forward values the backward's
+// rules do not read, such as a layer's last matmul, which only fed the next layer.
+void dropUnread(Region &r, const std::vector<Op *> &replayed) {
+  std::unordered_set<const Op *> candidates(replayed.begin(), replayed.end());
+  std::unordered_set<const Value *> read(r.yields.begin(), r.yields.end());
+  std::vector<Op *> kept;
+  for (size_t k = r.ops.size(); k-- > 0;) {
+    Op *op = r.ops[k];
+    bool unread = candidates.count(op) && !op->results.empty() && op->kind != OpKind::AssertDims &&
+                  std::none_of(op->results.begin(), op->results.end(), [&](const Value *v) { return read.count(v) != 0; });
+    if (unread)
+      continue;
+    forEachRead(*op, [&](const Value *v) { read.insert(v); });
+    kept.push_back(op);
+  }
+  r.ops.assign(kept.rbegin(), kept.rend());
 }
 
 std::string gradName(const Value *v) { return v->name.empty() ? std::string() : "d_" + v->name; }
@@ -286,6 +306,7 @@ std::vector<std::pair<const Value *, Value *>> reverseLoop(GraphBuilder &bw, con
     region->yields.push_back(it != adj.end() ? inner.emit(OpKind::Add, {dCaps[c], it->second}) : dCaps[c]);
   }
   region->ops = inner.built;
+  dropUnread(*region, ops);
   std::vector<TensorType> types;
   std::vector<std::string> names;
   std::string carriedText;
