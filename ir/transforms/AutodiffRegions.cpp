@@ -136,6 +136,29 @@ Value *zerosLike(GraphBuilder &b, const TensorType &t) {
   return b.emit(OpKind::Zeros, {}, {{"shape", t.dims}, {"dtype", t.dtype}});
 }
 
+// sum + g for the running sum of a captured value's adjoint (a backward loop's carried
+// d_w). The gradient of a stacked param's row w[l] is index_add(zeros, [l], g): then the
+// row is added to the sum itself, index_add(sum, [l], g), instead of zeros of the whole
+// param filled, the row added in and the whole added to the sum every iteration. The
+// values are the same: sum + (0 + g) is sum + g, and sum + 0 is sum (but for -0, which
+// becomes +0 that way).
+Value *accumulateScatter(GraphBuilder &inner, Value *sum, Value *g) {
+  Op *scatter = g->def, *zeros = scatter && scatter->kind == OpKind::IndexAdd ? scatter->operands[0]->def : nullptr;
+  auto starts = [&](const Op *op) {
+    return inner.backwardStarts && std::find(inner.backwardStarts->begin(), inner.backwardStarts->end(), op) != inner.backwardStarts->end();
+  };
+  if (!zeros || zeros->kind != OpKind::Zeros || !(g->type == sum->type) || starts(scatter) || starts(zeros))
+    return inner.emit(OpKind::Add, {sum, g});
+  int reads = 0; // of g and of the zeros, by any op built so far
+  for (const Op *op : inner.built)
+    forEachRead(*op, [&](const Value *v) { reads += v == g || v == zeros->results[0]; });
+  if (reads != 1)
+    return inner.emit(OpKind::Add, {sum, g});
+  inner.built.erase(std::remove_if(inner.built.begin(), inner.built.end(), [&](const Op *op) { return op == scatter || op == zeros; }),
+                    inner.built.end());
+  return inner.emit(OpKind::IndexAdd, {sum, scatter->operands[1], scatter->operands[2]}, scatter->attrs);
+}
+
 // One region's backward, built into `inner`: `ops` (clones of a forward region) swept in
 // reverse from the seeds (the gradients of its yields), wanting every float value computed
 // from `sources` (the values standing for its carried inputs, the wanted outer values);
@@ -303,7 +326,7 @@ std::vector<std::pair<const Value *, Value *>> reverseLoop(GraphBuilder &bw, con
   }
   for (size_t c = 0; c < caps.size(); ++c) {
     auto it = adj.find(caps[c]);
-    region->yields.push_back(it != adj.end() ? inner.emit(OpKind::Add, {dCaps[c], it->second}) : dCaps[c]);
+    region->yields.push_back(it == adj.end() ? dCaps[c] : accumulateScatter(inner, dCaps[c], it->second));
   }
   region->ops = inner.built;
   dropUnread(*region, ops);
