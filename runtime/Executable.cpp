@@ -75,6 +75,22 @@ Executable::Executable(const ir::Graph &graph, std::map<const ir::Op *, size_t> 
     if (op.kind == ir::OpKind::For)
       loopRefusal_.emplace(&op, bodyRefusal(op, kernelOf_));
   });
+  ir::walk(graph.body, [&](const ir::Op &loop) {
+    if (loop.kind != ir::OpKind::For && loop.kind != ir::OpKind::While)
+      return;
+    const ir::Region &body = *loop.regions.back();
+    size_t first = loop.kind == ir::OpKind::For ? 1 : 0; // a for's counter comes first
+    std::unordered_map<const ir::Value *, int> uses = ir::countUses(body);
+    for (const ir::Op *op : body.ops) {
+      if (op->kind != ir::OpKind::IndexAdd || kernelOf_.count(op))
+        continue;
+      auto arg = std::find(body.args.begin() + static_cast<long>(first), body.args.end(), op->operands[0]);
+      if (arg == body.args.end() || uses[*arg] != 1 || uses[op->results[0]] != 1)
+        continue;
+      if (body.yields[static_cast<size_t>(arg - body.args.begin()) - first] == op->results[0])
+        updatesCarried_.insert(op);
+    }
+  });
   yields_.insert(graph.body.yields.begin(), graph.body.yields.end());
   // Checked again, not trusted: a graph that the execution-order pass did not order (an
   // artifact, a --passes list without it) keeps only the updates its order makes safe.
@@ -519,7 +535,7 @@ public:
         throw InternalError(fmt::format("{} has neither a kernel nor a host implementation", ir::opWhere(op)));
       hostReads(in); // a sync point: the host reads what kernels made
       auto start = std::chrono::steady_clock::now();
-      out = host->run(HostOpContext{op, in, b});
+      out = host->run(HostOpContext{op, in, b, exe_.updatesCarried_.count(&op) != 0});
       for (const ir::Value *r : op.results)
         exe_.outputAllocations_ += exe_.yields_.count(r);
       if (exe_.profiling_)
@@ -608,9 +624,19 @@ private:
       enter(body, i, inner);
       region(body, inner);
       hostReads(valuesOf(body.yields));
-      std::vector<Tensor> next; // every yield copied before the values its args view go
-      for (size_t k = 0; k < carried.size(); ++k)
-        next.push_back(values.at(body.yields[k]));
+      // Every yield copied before the values its args view go; a yield that is its own
+      // slot's carried buffer (updated in place, or passed through) keeps that buffer.
+      std::vector<Tensor> next(carried.size());
+      std::vector<size_t> kept;
+      for (size_t k = 0; k < carried.size(); ++k) {
+        const Tensor &y = values.at(body.yields[k]);
+        if (y.isView() && y.data() == carried[k].data() && y.byteSize() == carried[k].byteSize())
+          kept.push_back(k);
+        else
+          next[k] = y;
+      }
+      for (size_t k : kept)
+        next[k] = std::move(carried[k]);
       carried = std::move(next);
       if (exe_.tracing_)
         exe_.traceCopies(op, carried, {}, true);

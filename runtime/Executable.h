@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace dnnc::rt {
@@ -284,6 +285,10 @@ private:
   void traceCopies(const ir::Op &loop, const std::vector<Tensor> &carried, const std::vector<const Tensor *> &operands, bool step);
   std::vector<OpTime> times_; // by op index, while profiling
   std::unordered_map<const ir::Op *, std::string> loopRefusal_; // what the body alone rules out, per for loop
+  // Host ops in a loop body that update a carried value in place (HostOpContext::updatesFirst):
+  // index_add(arg, ...) whose only reader is the yield of that arg's slot, the arg read by
+  // nothing else. The walk then keeps the carried buffer instead of copying it twice a step.
+  std::unordered_set<const ir::Op *> updatesCarried_;
   std::vector<LoopTime> loopPaths_;                          // the last run's
   bool compiledLoops_ = true;
   bool paramsChangeEveryRun_ = false;

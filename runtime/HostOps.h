@@ -18,6 +18,10 @@ struct HostOpContext {
   const ir::Op &op;
   const std::vector<const Tensor *> &in;
   const ir::Binding &binding;
+  // The executor hands over the first operand's memory: nothing reads it after the op (a
+  // loop's carried value that the op updates, as a training step's stash row or gradient
+  // sum). index_add then writes its result there and returns a view of it.
+  bool updatesFirst = false;
 };
 using HostOpFn = std::vector<Tensor> (*)(const HostOpContext &c);
 

@@ -101,6 +101,21 @@ model main(xs: f32[B, T, 3]) -> f32[B, 3] {
   return a * 3.0 + b + c;
 }
 """, {}, ["carried value 0 yields carried value 1"]),
+    # Carried values updated by the host's index_add: `acc`, read by nothing else, in place
+    # in its carried buffer (a training step's stash rows and gradient sums); `seen`, whose
+    # old value is read after its update, into a copy.
+    "index_add": ("""dim B in 0..64; dim T in 0..64;
+model main(xs: f32[B, T, 3]) -> (f32[T, B, 3], f32[4, B, 3]) {
+  var acc = zeros([T, B, 3]);
+  var seen = zeros([4, B, 3]) + 1.0;
+  for t in 0..T {
+    let before = seen;
+    seen = index_add(seen, reshape(t % 4, [1]), reshape(xs[:, t], [1, B, 3]), axis = 0);
+    acc = index_add(acc, reshape(t, [1]), reshape(xs[:, t] * 2.0 + before[t % 4], [1, B, 3]), axis = 0);
+  }
+  return (acc, seen);
+}
+""", {}, ["a host op"]),
     # A nested loop: the outer one holds control flow and is walked; the inner one, run
     # anew at each outer step, is compiled.
     "nested": ("""dim B in 0..64; dim T in 0..64;
