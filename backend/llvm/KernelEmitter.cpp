@@ -303,12 +303,8 @@ llvm::Value *KernelEmitter::floatBinary(BinaryOp k, llvm::Value *a, llvm::Value 
     return b_.CreateSelect(fix, b_.CreateFAdd(r, c), r);
   }
   case BinaryOp::Pow: return math(MathFn::Pow, {a, c});
-  case BinaryOp::Maximum: case BinaryOp::Minimum: {
-    // NaN propagates and equal values keep the first operand, as the reference interpreter
-    // and the reductions' scans do (llvm.maximum would order -0 below +0).
-    llvm::Value *better = k == BinaryOp::Maximum ? b_.CreateFCmpOGT(c, a) : b_.CreateFCmpOLT(c, a);
-    return b_.CreateSelect(b_.CreateOr(better, b_.CreateFCmpUNO(c, c)), c, a);
-  }
+  case BinaryOp::Maximum: return call(llvm::Intrinsic::maximum, {a, c});
+  case BinaryOp::Minimum: return call(llvm::Intrinsic::minimum, {a, c});
   case BinaryOp::Eq: return b_.CreateFCmpOEQ(a, c);
   case BinaryOp::Ne: return b_.CreateFCmpUNE(a, c);
   case BinaryOp::Lt: return b_.CreateFCmpOLT(a, c);

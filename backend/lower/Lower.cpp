@@ -164,10 +164,20 @@ public:
   static ValuePtr scalarOf(const ir::Op &op, const std::vector<ValuePtr> &in, DType t) {
     switch (op.kind) {
     case OpKind::Where: return kir::select(in[0], in[1], in[2]);
-    case OpKind::Clip: return kir::binary(OpKind::Minimum, kir::binary(OpKind::Maximum, in[0], in[1], t), in[2], t);
+    case OpKind::Clip: return extremum(OpKind::Minimum, extremum(OpKind::Maximum, in[0], in[1], t), in[2], t);
+    case OpKind::Maximum: case OpKind::Minimum: return extremum(op.kind, in[0], in[1], t);
     case OpKind::Cast: return kir::cast(in[0], t);
     default: return in.size() == 1 ? kir::unary(op.kind, in[0], t) : kir::binary(op.kind, in[0], in[1], t);
     }
+  }
+  // maximum(a, b) or minimum(a, b): of floats, NaN propagating and equal values keeping
+  // the first, as the reference interpreter and the reductions' scans give them (-0 and
+  // +0). The kernels' own Maximum, which reductions accumulate with (a max reduction the
+  // vectorizer recognizes), orders -0 below +0 instead: an elementwise op is not that.
+  static ValuePtr extremum(OpKind kind, const ValuePtr &a, const ValuePtr &b, DType t) {
+    if (!isFloat(t))
+      return kir::binary(kind, a, b, t);
+    return kir::select(replacesBest(kind == OpKind::Maximum, b, a), b, a);
   }
   ValuePtr loadAt(int b, const Dims &idx) { return kir::load(b, kir::flatIndex(dims(b), idx), dtype(b)); }
 
