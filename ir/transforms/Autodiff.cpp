@@ -91,8 +91,12 @@ size_t expand(Graph &g, sym::Analyzer &an, Region &region, size_t at, std::vecto
   // it runs in the loop's place, with the ops it reads that the backward made (its
   // stashes' zeros), and the loop goes. Else the forward of every iteration ran three
   // times: the loop, the copy, the backward's replay.
+  // Not while another grad in the region is still to be expanded: it would differentiate
+  // the copy, stashes and all (a stash of the stashes per iteration); the last grad moves
+  // its copy.
+  bool lastGrad = std::none_of(region.ops.begin(), region.ops.end(), [&](const Op *op) { return op != &grad && op->kind == OpKind::Grad; });
   std::vector<std::pair<size_t, std::vector<Op *>>> moves; // (the loop's index, what replaces it)
-  for (auto [loop, copy] : stashedLoops) {
+  for (auto [loop, copy] : lastGrad ? stashedLoops : decltype(stashedLoops){}) {
     auto where = std::find(region.ops.begin(), region.ops.begin() + static_cast<long>(at), loop);
     if (where == region.ops.begin() + static_cast<long>(at))
       continue;

@@ -326,7 +326,17 @@ std::vector<std::pair<const Value *, Value *>> reverseLoop(GraphBuilder &bw, con
   }
   for (size_t c = 0; c < caps.size(); ++c) {
     auto it = adj.find(caps[c]);
-    region->yields.push_back(it == adj.end() ? dCaps[c] : accumulateScatter(inner, dCaps[c], it->second));
+    if (it == adj.end()) {
+      region->yields.push_back(dCaps[c]);
+      continue;
+    }
+    // A gradient that is also another value's (an add passes one to both operands) stays
+    // as it is: the rewrite would take its ops from under the other reader.
+    bool shared = std::count(region->yields.begin(), region->yields.end(), it->second) != 0;
+    for (size_t other = 0; other < caps.size(); ++other)
+      if (auto o = adj.find(caps[other]); other != c && o != adj.end() && o->second == it->second)
+        shared = true;
+    region->yields.push_back(shared ? inner.emit(OpKind::Add, {dCaps[c], it->second}) : accumulateScatter(inner, dCaps[c], it->second));
   }
   region->ops = inner.built;
   dropUnread(*region, ops);

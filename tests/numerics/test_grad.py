@@ -205,6 +205,11 @@ CONTROL = {
     "for_runtime_bounds": ("var y = a;\n  for i in argmin(b)..argmax(b) + 1 { y = tanh(y * b[i]) + a; }",
                            lambda a, b: loop(a, max(int(b.argmax()) + 1 - int(b.argmin()), 0),
                                              lambda i, y: np.tanh(y * b[int(b.argmin()) + i]) + a), [MN, N_], MN, "distinct"),
+    # One gradient for a carried value and an outer one (an add passes it to both): the
+    # backward loop's sum for c and the carried s share it.
+    "for_shared_grad": ("var y = a;\n  var s = b;\n  for l in 0..N { y = tanh(y * (s + c)[l]);  s = b * 0.5; }",
+                        lambda a, b, c: loop((a, b), a.shape[1], lambda l, ys: (np.tanh(ys[0] * (ys[1] + c)[l]), b * 0.5))[0],
+                        [MN, "N, N", "N, N"], MN, "any"),
     # while: through every iteration run, the trip count found by running (0 at "while_none").
     "while_counter": ("var y = a;\n  var k = 0.0;\n  while k < 3.0 { y = sin(y) * b; k = k + 1.0; }",
                       lambda a, b: loop(a, 3, lambda i, y: np.sin(y) * b), [MN, N_], MN, "any"),
@@ -292,6 +297,40 @@ class Gradients(unittest.TestCase):
                             np.testing.assert_allclose(got, w, rtol=2e-3, atol=2e-3, err_msg=f"d loss / d {names[i]}\n{source}")
 
 
+def test_two_grads_over_one_loop(self):
+    """Two grads whose paths cross the same loop (a for, a while): each gets what it gets
+    alone. (The last grad's stashing copy takes the loop's place; an earlier one's must
+    not, or the later grad differentiates that copy, stashes and all.)"""
+    loops = {"for": "for i in 0..N { y = tanh(y * w[i]) + a; }", "while": "var k = 0.0;\n  while k < 3.0 { y = sin(y) * w[0]; k = k + 1.0; }"}
+    rng = np.random.default_rng(7)
+    a, w, r = (rng.uniform(-1, 1, shape).astype(np.float32) for shape in ((3, 4), (4, 4), (3, 4)))
+    with tempfile.TemporaryDirectory() as d:
+        inputs = []
+        for n, v in (("a", a), ("w", w), ("r", r)):
+            np.save(os.path.join(d, n + ".npy"), v)
+            inputs += ["--input", f"{n}={d}/{n}.npy"]
+        for kind, body in loops.items():
+            def run(grads, device):
+                source = (f"dim M;\ndim N;\nmodel main(a: f32[M, N], w: f32[N, N], r: f32[M, N]) -> ({', '.join(['f32[N, N]'] * len(grads))}) {{\n"
+                          f"  var y = a;\n  {body}\n" + "".join(f"  let g{k} = grad({g}, [w]);\n" for k, g in enumerate(grads)) +
+                          f"  return ({', '.join(f'g{k}[0]' for k in range(len(grads)))});\n}}\n")
+                model = os.path.join(d, f"{kind}{len(grads)}.dnn")
+                with open(model, "w") as f:
+                    f.write(source)
+                out = os.path.join(d, f"out-{kind}-{len(grads)}-{grads[0][:3]}-{device}")
+                p = subprocess.run([self.exe, "run", model, *inputs, "--device", device, "--out", out], capture_output=True, text=True,
+                                   timeout=120)
+                self.assertEqual(p.returncode, 0, source + p.stderr)
+                return [np.load(os.path.join(out, f"out{k}.npy")) for k in range(len(grads))]
+            first, second = "sum(y * r)", "sum(y * y)"
+            for device in ("ref", "cpu", "cuda-sim"):
+                with self.subTest(loop=kind, device=device):
+                    both = run([first, second], device)
+                    np.testing.assert_allclose(both[0], run([first], device)[0], rtol=1e-5, atol=1e-6)
+                    np.testing.assert_allclose(both[1], run([second], device)[0], rtol=1e-5, atol=1e-6)
+
+
+Gradients.test_two_grads_over_one_loop = test_two_grads_over_one_loop
 for case in list(CASES) + list(CONTROL):
     setattr(Gradients, f"test_{case}", lambda self, case=case: self.check(case))
 
