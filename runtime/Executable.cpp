@@ -61,6 +61,22 @@ std::string bodyRefusal(const ir::Op &loop, const std::map<const ir::Op *, size_
         return fmt::format("carried value {} yields carried value {}", k, a - 1);
   return {};
 }
+// The host index_adds in a loop's body that may update a carried value in place
+// (Executable::updatesCarried_): the first operand a carried arg nothing else reads, the
+// result read only as that arg's slot's yield.
+void addCarriedUpdates(const ir::Op &loop, const std::map<const ir::Op *, size_t> &kernelOf, std::unordered_set<const ir::Op *> &into) {
+  const ir::Region &body = *loop.regions.back();
+  size_t first = loop.kind == ir::OpKind::For ? 1 : 0; // a for's counter comes first
+  std::unordered_map<const ir::Value *, int> uses = ir::countUses(body);
+  for (const ir::Op *op : body.ops) {
+    if (op->kind != ir::OpKind::IndexAdd || kernelOf.count(op))
+      continue;
+    auto arg = std::find(body.args.begin() + static_cast<long>(first), body.args.end(), op->operands[0]);
+    if (arg != body.args.end() && uses[*arg] == 1 && uses[op->results[0]] == 1 &&
+        body.yields[static_cast<size_t>(arg - body.args.begin()) - first] == op->results[0])
+      into.insert(op);
+  }
+}
 } // namespace
 
 Executable::Executable(const ir::Graph &graph, std::map<const ir::Op *, size_t> kernelOf, std::vector<KernelInfo> kernels,
@@ -74,22 +90,8 @@ Executable::Executable(const ir::Graph &graph, std::map<const ir::Op *, size_t> 
                            ir::readsIndices(op)});
     if (op.kind == ir::OpKind::For)
       loopRefusal_.emplace(&op, bodyRefusal(op, kernelOf_));
-  });
-  ir::walk(graph.body, [&](const ir::Op &loop) {
-    if (loop.kind != ir::OpKind::For && loop.kind != ir::OpKind::While)
-      return;
-    const ir::Region &body = *loop.regions.back();
-    size_t first = loop.kind == ir::OpKind::For ? 1 : 0; // a for's counter comes first
-    std::unordered_map<const ir::Value *, int> uses = ir::countUses(body);
-    for (const ir::Op *op : body.ops) {
-      if (op->kind != ir::OpKind::IndexAdd || kernelOf_.count(op))
-        continue;
-      auto arg = std::find(body.args.begin() + static_cast<long>(first), body.args.end(), op->operands[0]);
-      if (arg == body.args.end() || uses[*arg] != 1 || uses[op->results[0]] != 1)
-        continue;
-      if (body.yields[static_cast<size_t>(arg - body.args.begin()) - first] == op->results[0])
-        updatesCarried_.insert(op);
-    }
+    if (op.kind == ir::OpKind::For || op.kind == ir::OpKind::While)
+      addCarriedUpdates(op, kernelOf_, updatesCarried_);
   });
   yields_.insert(graph.body.yields.begin(), graph.body.yields.end());
   // Checked again, not trusted: a graph that the execution-order pass did not order (an

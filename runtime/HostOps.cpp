@@ -246,6 +246,8 @@ std::vector<Tensor> dropout(const HostOpContext &c) {
 // double and rounded once.
 std::vector<Tensor> indexAdd(const HostOpContext &c) {
   const Tensor &x = *c.in[0], &idx = *c.in[1], &src = *c.in[2];
+  // The result's memory: x's own when the executor hands it over, else `fresh()`.
+  auto result = [&](auto fresh) { return c.updatesFirst ? Tensor::view(x.dtype, x.shape, const_cast<uint8_t *>(x.data())) : fresh(); };
   size_t axis = static_cast<size_t>(intAttr(c, "axis")); // non-negative after sema
   int64_t d = x.shape[axis], outer = 1, inner = 1;
   for (size_t k = 0; k < axis; ++k)
@@ -271,9 +273,7 @@ std::vector<Tensor> indexAdd(const HostOpContext &c) {
     // each iteration's row to its stash this way: element by element through double, the
     // transformer's took 40 of a 180 ms step.
     checkedBytes(x.dtype, x.shape, fmt::format("the result of {}", ir::opWhere(c.op)));
-    // x's own memory when the executor hands it over, else a copy (sized()'s zeros would
-    // be a second pass)
-    Tensor r = c.updatesFirst ? Tensor::view(x.dtype, x.shape, const_cast<uint8_t *>(x.data())) : x;
+    Tensor r = result([&] { return Tensor(x); }); // a copy: sized()'s zeros would be a second pass
     auto *to = reinterpret_cast<float *>(r.data());
     const auto *from = reinterpret_cast<const float *>(src.data());
     for (int64_t i = 0; i < n; ++i)
@@ -301,7 +301,7 @@ std::vector<Tensor> indexAdd(const HostOpContext &c) {
       for (int64_t e = 0; e < inner; ++e)
         to[e] += srcF32 ? static_cast<double>(srcF32[from + static_cast<size_t>(e)]) : src.get(from + static_cast<size_t>(e));
     }
-  Tensor r = c.updatesFirst ? Tensor::view(x.dtype, x.shape, const_cast<uint8_t *>(x.data())) : sized(x.dtype, x.shape, c);
+  Tensor r = result([&] { return sized(x.dtype, x.shape, c); });
   if (auto *to = r.dtype == DType::F32 ? reinterpret_cast<float *>(r.data()) : nullptr)
     for (size_t k = 0; k < acc.size(); ++k)
       to[k] = static_cast<float>(acc[k]); // rounded to nearest, as set() rounds

@@ -94,9 +94,10 @@ size_t expand(Graph &g, sym::Analyzer &an, Region &region, size_t at, std::vecto
   // Not while another grad in the region is still to be expanded: it would differentiate
   // the copy, stashes and all (a stash of the stashes per iteration); the last grad moves
   // its copy.
-  bool lastGrad = std::none_of(region.ops.begin(), region.ops.end(), [&](const Op *op) { return op != &grad && op->kind == OpKind::Grad; });
+  if (std::any_of(region.ops.begin(), region.ops.end(), [&](const Op *op) { return op != &grad && op->kind == OpKind::Grad; }))
+    stashedLoops.clear();
   std::vector<std::pair<size_t, std::vector<Op *>>> moves; // (the loop's index, what replaces it)
-  for (auto [loop, copy] : lastGrad ? stashedLoops : decltype(stashedLoops){}) {
+  for (auto [loop, copy] : stashedLoops) {
     auto where = std::find(region.ops.begin(), region.ops.begin() + static_cast<long>(at), loop);
     if (where == region.ops.begin() + static_cast<long>(at))
       continue;

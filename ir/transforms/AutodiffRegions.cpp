@@ -141,13 +141,14 @@ Value *zerosLike(GraphBuilder &b, const TensorType &t) {
 // row is added to the sum itself, index_add(sum, [l], g), instead of zeros of the whole
 // param filled, the row added in and the whole added to the sum every iteration. The
 // values are the same: sum + (0 + g) is sum + g, and sum + 0 is sum (but for -0, which
-// becomes +0 that way).
-Value *accumulateScatter(GraphBuilder &inner, Value *sum, Value *g) {
+// becomes +0 that way). Not when `shared`: g is another value's gradient too (an add
+// passes one to both operands), and the rewrite would take its ops from under that reader.
+Value *accumulateScatter(GraphBuilder &inner, Value *sum, Value *g, bool shared) {
   Op *scatter = g->def, *zeros = scatter && scatter->kind == OpKind::IndexAdd ? scatter->operands[0]->def : nullptr;
   auto starts = [&](const Op *op) {
     return inner.backwardStarts && std::find(inner.backwardStarts->begin(), inner.backwardStarts->end(), op) != inner.backwardStarts->end();
   };
-  if (!zeros || zeros->kind != OpKind::Zeros || !(g->type == sum->type) || starts(scatter) || starts(zeros))
+  if (shared || !zeros || zeros->kind != OpKind::Zeros || !(g->type == sum->type) || starts(scatter) || starts(zeros))
     return inner.emit(OpKind::Add, {sum, g});
   int reads = 0; // of g and of the zeros, by any op built so far
   for (const Op *op : inner.built)
@@ -330,13 +331,11 @@ std::vector<std::pair<const Value *, Value *>> reverseLoop(GraphBuilder &bw, con
       region->yields.push_back(dCaps[c]);
       continue;
     }
-    // A gradient that is also another value's (an add passes one to both operands) stays
-    // as it is: the rewrite would take its ops from under the other reader.
     bool shared = std::count(region->yields.begin(), region->yields.end(), it->second) != 0;
     for (size_t other = 0; other < caps.size(); ++other)
       if (auto o = adj.find(caps[other]); other != c && o != adj.end() && o->second == it->second)
         shared = true;
-    region->yields.push_back(shared ? inner.emit(OpKind::Add, {dCaps[c], it->second}) : accumulateScatter(inner, dCaps[c], it->second));
+    region->yields.push_back(accumulateScatter(inner, dCaps[c], it->second, shared));
   }
   region->ops = inner.built;
   dropUnread(*region, ops);
