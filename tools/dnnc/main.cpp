@@ -4,8 +4,7 @@
 #include "frontend/Ast.h"
 #include "frontend/Parser.h"
 #include "ir/graph/Serialize.h"
-#include "ir/transforms/Autodiff.h"
-#include "ir/transforms/Dropout.h"
+#include "ir/transforms/PassManager.h"
 #include "base/Limits.h"
 #include "base/TensorIO.h"
 #include "runtime/Artifact.h"
@@ -344,9 +343,11 @@ int cmdEmit(int argc, char **argv) {
       graphs.push_back(ir::toJson(*m.graph));
     text = (graphs.size() == 1 ? graphs[0] : graphs).dump(1) + "\n";
   } else if (stage == "grad") { // after differentiation only (and dropout's mode, which it depends on)
+    // Through the pass manager, so that --verify-each and --print-* apply here too.
+    ir::PassManager manager(options.passes);
     for (ModelInfo &m : p.models()) {
-      ir::resolveDropout(*m.graph);
-      ir::differentiate(*m.graph);
+      ir::PassState state;
+      manager.run(*m.graph, {ir::passInfo(ir::PassId::DropoutMode), ir::passInfo(ir::PassId::Differentiate)}, state);
       text += ir::print(*m.graph);
     }
   } else if (stage == "opt") {
