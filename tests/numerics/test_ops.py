@@ -511,6 +511,23 @@ def test_column_signed_zeros(self):
                 want[-1] = np.nan
                 np.testing.assert_array_equal(np.signbit(outs[0][:-1]), np.signbit(want[:-1]), f"{kind}, L={length}")
                 self.assertTrue(np.isnan(outs[0][-1]), f"{kind}, L={length}")
+        # A constant width of at most half a vector: the CPU's row groups (lane group g
+        # holds rows g, g + G, ...), where the first in group order need not be the first
+        # down the column. Random -0, +0 and -1 (+1 for min) in 300 rows, with a NaN column.
+        rng = np.random.default_rng(11)
+        for width in (3, 4):
+            for kind, other in (("max", -1.0), ("min", 1.0)):
+                model = write_model(d, f"zeros_{kind}_{width}", "dim R;", f"x: f32[R, {width}]", f"f32[{width}]",
+                                    f"{kind}(x, axis = 0)")
+                x = rng.choice(np.array([-0.0, 0.0, other], np.float32), size=(300, width))
+                x[20, 0] = np.nan
+                outs, p = self.dnnc.run(model, None, {"x": x})
+                self.assertEqual(p.returncode, 0, p.stderr)
+                best = x.max(axis=0) if kind == "max" else x.min(axis=0)  # NaN-free columns: the value
+                first = np.array([x[np.flatnonzero(x[:, n] == best[n])[0], n] for n in range(1, width)])
+                self.assertTrue(np.isnan(outs[0][0]), f"{kind}, width {width}")
+                np.testing.assert_array_equal(outs[0][1:], first, f"{kind}, width {width}")
+                np.testing.assert_array_equal(np.signbit(outs[0][1:]), np.signbit(first), f"{kind}, width {width}\n{x}")
 
 
 def test_binary_signed_zeros(self):
