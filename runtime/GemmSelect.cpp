@@ -139,6 +139,9 @@ GemmTable parseGemmTable(const std::string &text, const std::string &name) {
     for (size_t i = 0; i < at; ++i)
       text[i] == '\n' ? (++line, col = 1) : ++col;
     throw DataError(fmt::format("{}:{}:{}: not a JSON tune table (run dnnc tune to write one)", name, line, col));
+  } catch (const nlohmann::json::exception &e) { // a number past a double's range: no position to give
+    throw DataError(fmt::format("{}: not a JSON tune table (run dnnc tune to write one): {}", name,
+                                e.id == 406 ? "a number overflows a double" : e.what()));
   }
   auto fail = [&](const std::string &where, const std::string &what) -> DataError {
     return DataError(fmt::format("{}: {}: {}", name, where, what));
