@@ -192,6 +192,7 @@ TensorType Sema::declaredType(const ast::Type &t, ScopePtr scope, bool declareIm
       fail(DiagKind::Range, item.range, fmt::format("dim {} is negative", d->str()));
     out.dims.push_back(d);
   }
+  checkBytes(out, t.range, "a tensor of this type");
   return out;
 }
 

@@ -80,13 +80,17 @@ void Sema::checkResultSize(const ir::Op &op, const ir::TensorType &t, SourceRang
         an().canProve(t.dims[k], Rel::LT, sym::constant(0)))
       fail(DiagKind::Range, loc, fmt::format("the result of '{}' would be {}: dim {} ({}) is negative", spelling, t.str(), k,
                                              t.dims[k]->str()));
+  checkBytes(t, loc, fmt::format("the result of '{}'", spelling));
+}
+
+void Sema::checkBytes(const ir::TensorType &t, SourceRange loc, const std::string &what) {
   try {
     auto bytes = an().simplify(t.bytes())->asConst();
     if (bytes && *bytes > limit(Limit::TensorBytes))
-      fail(DiagKind::Limit, loc, fmt::format("the result of '{}' would be {}: {} bytes, over the limit of {} bytes (limit tensor-bytes)",
-                                             spelling, t.str(), *bytes, limit(Limit::TensorBytes)));
+      fail(DiagKind::Limit, loc, fmt::format("{} would be {}: {} bytes, over the limit of {} bytes (limit tensor-bytes)", what,
+                                             t.str(), *bytes, limit(Limit::TensorBytes)));
   } catch (const std::overflow_error &) {
-    fail(DiagKind::Range, loc, fmt::format("the result of '{}' would be {}: its size overflows 64 bits", spelling, t.str()));
+    fail(DiagKind::Range, loc, fmt::format("{} would be {}: its size overflows 64 bits", what, t.str()));
   }
 }
 

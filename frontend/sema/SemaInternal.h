@@ -193,6 +193,9 @@ private:
   ExprRef freshDim(const std::string &hint, SourceRange loc, const std::string &origin);
   [[noreturn]] void ruleFailure(const ir::RuleError &err, const ir::Op &op, SourceRange loc);
   void checkResultSize(const ir::Op &op, const ir::TensorType &t, SourceRange loc);
+  // A size known for every binding past the tensor-bytes limit or 64 bits: an error at
+  // loc, `what` naming the tensor ("the result of 'zeros'", "a tensor of this type").
+  void checkBytes(const ir::TensorType &t, SourceRange loc, const std::string &what);
 
   // ---- types ----
   void checkAgainst(const SVal &v, const ast::Type &t, ScopePtr scope, const std::string &what, DiagKind kind,
