@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
 
 #include <type_traits>
@@ -387,6 +388,11 @@ std::unique_ptr<Graph> fromJson(const json &j) {
       if (!dim)
         bad("a value has an unknown dim");
       t.dims.push_back(dim);
+    }
+    try { // constant dims whose product no 64-bit size holds (a source file's are a located error)
+      (void)t.bytes();
+    } catch (const std::overflow_error &) {
+      bad("a value's size overflows 64 bits");
     }
     g->newValue(std::move(t), get<std::string>(at(v, "name"), "name"), locFromJson(at(v, "loc")));
   }
