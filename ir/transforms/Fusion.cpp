@@ -13,6 +13,12 @@
 
 namespace dnnc::ir {
 namespace {
+// A fill sized by run-time values (zeros([k]) or arange(n) for an i64[] k or n) binds its
+// fresh dims when it runs, which a kernel launch needs before: it stays a host op.
+bool sizedByValues(const Op &p) {
+  return p.has("value_dims") || p.shapeClass == ShapeClass::ISVDOS || p.shapeClass == ShapeClass::EDO;
+}
+
 
 bool isFill(OpKind k) { return opInfo(k).has(OpFlag::Fill); }
 
@@ -89,9 +95,7 @@ private:
     return convGemmChannels(p.results[0]->type.dims[1], groups);
   }
   bool mayJoin(const Op &root, const Op &p) const {
-    // A fill sized by run-time values (zeros([k]) for an i64[] k) binds its fresh dims when
-    // it runs, which a kernel launch needs before: it stays a host op.
-    if (p.has("value_dims"))
+    if (sizedByValues(p))
       return false;
     if (isElementwise(p.kind) || isFill(p.kind))
       return elementwise_ || (reduction_ && isReduction(root.kind));
@@ -130,7 +134,7 @@ private:
       if (!p || taken_.count(p) || p->results.size() != 1 || !inRegion.count(p) || inGroup.count(p) || ++readsInGroup[v] < uses_[v])
         continue;
       bool reduce = isRowReduction(*p, rowDims);
-      if (!reduce && (!(isElementwise(p->kind) || isFill(p->kind)) || p->has("value_dims")))
+      if (!reduce && (!(isElementwise(p->kind) || isFill(p->kind)) || sizedByValues(*p)))
         continue;
       rows = rows || reduce;
       group.push_back(p);

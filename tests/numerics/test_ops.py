@@ -552,6 +552,27 @@ def test_binary_signed_zeros(self):
             np.testing.assert_array_equal(np.signbit(outs[i][~nan]), np.signbit(want[~nan]), f"output {i}")
 
 
+def test_fills_sized_by_values(self):
+    # A fill whose size is an i64[] value (arange(n), zeros([n])) binds its dim when it runs,
+    # so a consumer fused with it would launch before the dim is known: fusion leaves it
+    # out (an arange fused with its `* 2` stopped the CPU with an internal error).
+    cases = {
+        "arange_n": ("n: i64[]", "i64[R]", "arange(n) * 2", lambda n, a, b, s: np.arange(n) * 2),
+        "arange_between": ("a: i64[], b: i64[]", "i64[R]", "arange(b, a) * 2", lambda n, a, b, s: np.arange(b, a) * 2),
+        "arange_step": ("a: i64[], b: i64[], s: i64[]", "i64[R]", "arange(a, b, s) + 1", lambda n, a, b, s: np.arange(a, b, s) + 1),
+        "arange_down": ("a: i64[], b: i64[], s: i64[]", "i64[R]", "arange(b, a, 0 - s) + 1", lambda n, a, b, s: np.arange(b, a, -s) + 1),
+        "zeros_n": ("n: i64[]", "f32[R]", "zeros([n]) * 2.0 + 1.0", lambda n, a, b, s: np.zeros(n, np.float32) + 1),
+    }
+    with tempfile.TemporaryDirectory() as d:
+        for name, (args, result, expr, ref) in cases.items():
+            model = write_model(d, f"sized_{name}", "", args, result, expr)
+            values = {"n": 5, "a": 2, "b": 13, "s": 3}
+            inputs = {k: np.array(v, np.int64) for k, v in values.items() if f"{k}: i64[]" in args}
+            outs, p = self.dnnc.run(model, None, inputs)
+            self.assertEqual(p.returncode, 0, f"{name}: {p.stderr}")
+            np.testing.assert_array_equal(outs[0], ref(**values), name)
+
+
 def test_column_schedule(self):
     # The CPU's kernels stream rows through vector loops (a local array for a sum's blocks
     # or for row groups, which a width known only at run time may take); the GPU's keep a
@@ -774,6 +795,7 @@ for _name, (_expr, _result, _ref) in REDUCTIONS.items():
     setattr(Ops, f"test_reduce_{_name}", make_reduction_test(_name, _expr, _result, _ref))
 
 Ops.test_column_schedule = test_column_schedule
+Ops.test_fills_sized_by_values = test_fills_sized_by_values
 Ops.test_column_signed_zeros = test_column_signed_zeros
 Ops.test_binary_signed_zeros = test_binary_signed_zeros
 for _name, _model in COLUMNS.items():
