@@ -300,7 +300,9 @@ llvm::Value *KernelEmitter::floatBinary(BinaryOp k, llvm::Value *a, llvm::Value 
     llvm::Value *r = b_.CreateFRem(a, c);
     auto zero = llvm::ConstantFP::get(a->getType(), 0.0);
     llvm::Value *fix = b_.CreateAnd(b_.CreateFCmpUNE(r, zero), b_.CreateXor(b_.CreateFCmpOLT(r, zero), b_.CreateFCmpOLT(c, zero)));
-    return b_.CreateSelect(fix, b_.CreateFAdd(r, c), r);
+    // (ir::floorMod: a zero remainder takes the divisor's sign, as np.mod's does)
+    llvm::Value *signedZero = call(llvm::Intrinsic::copysign, {zero, c});
+    return b_.CreateSelect(b_.CreateFCmpOEQ(r, zero), signedZero, b_.CreateSelect(fix, b_.CreateFAdd(r, c), r));
   }
   case BinaryOp::Pow: return math(MathFn::Pow, {a, c});
   case BinaryOp::Maximum: return call(llvm::Intrinsic::maximum, {a, c});

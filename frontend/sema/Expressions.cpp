@@ -1,6 +1,7 @@
 // Sema: expressions, and the compile-time evaluation of dim arithmetic and numbers.
 #include "frontend/sema/SemaInternal.h"
 #include "frontend/Stack.h"
+#include "ir/graph/ScalarOps.h"
 
 #include <cmath>
 
@@ -210,7 +211,7 @@ SVal Sema::compileTimeBinary(const SVal &a, const SVal &b, const ast::Expr &e) {
     else if (op == O::Sub) r.f = *x - *y;
     else if (op == O::Mul) r.f = *x * *y;
     else if (op == O::Div) r.f = *x / *y;
-    else if (op == O::Mod) r.f = std::fmod(*x, *y);
+    else if (op == O::Mod) r.f = ir::floorMod(*x, *y);
     else if (op == O::Pow) r.f = std::pow(*x, *y);
     else return {};
     return r;

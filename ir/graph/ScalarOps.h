@@ -9,6 +9,7 @@
 #include "base/Error.h"
 #include "ir/graph/Graph.h"
 
+#include <cmath>
 #include <optional>
 
 namespace dnnc::ir {
@@ -24,6 +25,16 @@ enum class BinaryOp {
 };
 
 enum class BinaryClass { Arith, Compare, Logical };
+
+// Float `%` as NumPy's np.mod and Python: the remainder of floor division, with the
+// divisor's sign, a zero remainder too (0.0 % -1.0 is -0.0). For the reference ops and
+// sema's folding of constants; the kernel emitter builds the same steps in IR.
+inline double floorMod(double a, double b) {
+  double r = std::fmod(a, b);
+  if (r == 0)
+    return std::copysign(0.0, b);
+  return (r < 0) != (b < 0) ? r + b : r;
+}
 
 // Follows a switch that names every scalar op: only a value outside the enum gets here.
 [[noreturn]] inline void unreachableScalarOp() { throw InternalError("a scalar op outside ScalarOps.def"); }

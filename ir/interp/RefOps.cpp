@@ -96,11 +96,6 @@ size_t axisOf(int64_t a) {
   return static_cast<size_t>(a);
 }
 
-double floorMod(double a, double b) {
-  double r = std::fmod(a, b);
-  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}
-
 double unaryFn(UnaryOp k, double x) {
   switch (k) {
   case UnaryOp::Neg: return -x;
@@ -150,7 +145,7 @@ double binaryFn(BinaryOp k, double a, double b) {
   case BinaryOp::Sub: return a - b;
   case BinaryOp::Mul: return a * b;
   case BinaryOp::Div: return a / b;
-  case BinaryOp::Mod: return floorMod(a, b);
+  case BinaryOp::Mod: return ir::floorMod(a, b);
   case BinaryOp::Pow: return std::pow(a, b);
   case BinaryOp::Maximum: return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b);
   case BinaryOp::Minimum: return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b);

@@ -146,6 +146,25 @@ class Semantics(unittest.TestCase):
                 self.check(outs[7], np.maximum(x, 0), "relu " + msg, 0, 0)
                 self.check(outs[8], np.sign(x), "sign " + msg, 0, 0)
 
+    def test_float_mod(self):
+        # Float % is np.mod: the remainder of floor division with the divisor's sign, a zero
+        # remainder too (0.0 % -1.0 is -0.0; the kernels and the reference gave fmod's sign),
+        # and constants folded by the compiler alike (-7.0 % 3.0 folded to fmod's -1).
+        with tempfile.TemporaryDirectory() as d:
+            m = self.model(d, "fmod", "dim N;\nmodel main(a: f32[N], b: f32[N]) -> (f32[N], f32[N], f32[N]) {\n"
+                           "  return (a % b, a % -1.0, a * 0.0 + (-7.0 % 3.0));\n}\n")
+            a = np.array([0.0, 2.0, -6.0, -0.0, -2.0, 5.5, -5.5, 7.0, np.nan, 1.0, np.inf], np.float32)
+            b = np.array([-1.0, -1.0, 3.0, 1.0, 1.0, -2.0, 2.0, np.inf, 1.0, 0.0, 2.0], np.float32)
+            for n in (1, 11, 37):
+                x, y = np.resize(a, n), np.resize(b, n)
+                outs = self.run_ok(m, {"a": x, "b": y}, n=3)
+                with np.errstate(invalid="ignore"):  # NaN where NumPy's is NaN too
+                    wants = (np.mod(x, y), np.mod(x, np.float32(-1)), x * np.float32(0) + np.float32(2))
+                for k, want in enumerate(wants):
+                    self.check(outs[k], want, f"output {k}, N={n}", 0, 0)
+                    finite = np.isfinite(want)
+                    np.testing.assert_array_equal(np.signbit(outs[k][finite]), np.signbit(want[finite]), f"output {k}, N={n}")
+
     def test_nan_max_pool(self):
         with tempfile.TemporaryDirectory() as d:
             m = self.model(d, "nan_pool", "dim H; dim W;\nmodel main(x: f32[1, 2, H, W]) -> f32[1, 2, H / 2, W / 2] {\n"
