@@ -106,6 +106,21 @@ std::optional<SVal> Sema::callSemaBuiltin(const std::string &name, CallArgs &arg
     fail(DiagKind::Type, e.range, fmt::format("'{}' of two numbers needs integers (dims); for tensors use {}imum", name, name));
   }
   if (name == "arange") {
+    // Its one keyword, dtype (start, stop and step are positional, as in NumPy).
+    DType dtype = DType::I64;
+    for (auto it = args.begin(); it != args.end();) {
+      if (it->first->keyword != "dtype") {
+        ++it;
+        continue;
+      }
+      SVal d = it->second;
+      if (d.kind == SVal::Kind::String && ir::parseDType(d.s))
+        d.dtype = *ir::parseDType(d.s), d.kind = SVal::Kind::DType;
+      if (d.kind != SVal::Kind::DType || d.dtype == DType::Bool)
+        fail(DiagKind::Type, it->first->range, fmt::format("the dtype of arange must be a numeric dtype such as i64 or f32, not {}", describe(d)));
+      dtype = d.dtype;
+      it = args.erase(it);
+    }
     positional(1, 3);
     std::vector<SVal> v;
     for (auto &[a, val] : args)
@@ -116,11 +131,16 @@ std::optional<SVal> Sema::callSemaBuiltin(const std::string &name, CallArgs &arg
     bool symbolic = start.kind == SVal::Kind::Int && stop.kind == SVal::Kind::Int && step.kind == SVal::Kind::Int;
     if (symbolic) {
       auto s = step.dim->asConst();
-      if (!s || *s <= 0)
-        fail(DiagKind::Range, e.range, "the step of arange must be a positive constant");
+      if (!s || *s == 0)
+        fail(DiagKind::Range, step.loc.valid() ? step.loc : e.range,
+             "the step of arange must be a nonzero constant (or an i64[] value, checked when it runs)");
+      // ceil((stop - start) / step) elements, none where the range runs the other way: for a
+      // negative step, ceil((start - stop) / -step).
+      ExprRef span = *s > 0 ? sym::sub(stop.dim, start.dim) : sym::sub(start.dim, stop.dim);
+      int64_t stride = *s > 0 ? *s : -*s;
       ExprRef count = an().simplify(
-          sym::max(sym::floorDiv(sym::add(sym::sub(stop.dim, start.dim), sym::constant(*s - 1)), step.dim), sym::constant(0)));
-      std::map<std::string, ir::Attr> attrs{{"count", count}, {"dtype", DType::I64}, {"start", start.dim}, {"step", step.dim}};
+          sym::max(sym::floorDiv(sym::add(span, sym::constant(stride - 1)), sym::constant(stride)), sym::constant(0)));
+      std::map<std::string, ir::Attr> attrs{{"count", count}, {"dtype", dtype}, {"start", start.dim}, {"step", step.dim}};
       return SVal::ofTensor(emit(OpKind::Arange, {}, attrs, 1, e.range)->results[0]);
     }
     std::vector<ir::Value *> ops;
@@ -130,7 +150,7 @@ std::optional<SVal> Sema::callSemaBuiltin(const std::string &name, CallArgs &arg
         fail(DiagKind::Rank, x->loc, fmt::format("arange bounds must be scalars, not {}", t->type.str()));
       ops.push_back(t);
     }
-    return SVal::ofTensor(emit(OpKind::Arange, ops, {{"dtype", DType::I64}}, 1, e.range, ir::ShapeClass::ISVDOS)->results[0]);
+    return SVal::ofTensor(emit(OpKind::Arange, ops, {{"dtype", dtype}}, 1, e.range, ir::ShapeClass::ISVDOS)->results[0]);
   }
   return std::nullopt;
 }

@@ -165,6 +165,20 @@ class Semantics(unittest.TestCase):
                     finite = np.isfinite(want)
                     np.testing.assert_array_equal(np.signbit(outs[k][finite]), np.signbit(want[finite]), f"output {k}, N={n}")
 
+    def test_arange_steps_and_dtypes(self):
+        # arange as NumPy's: a negative constant step counts down (it was refused), a range
+        # that runs the other way is empty, and dtype = ... makes that dtype.
+        with tempfile.TemporaryDirectory() as d:
+            m = self.model(d, "arange", "dim N;\nmodel main(x: f32[N], n: i64[]) -> (i64[A], i64[B], i64[C], i64[D], f32[E], i32[F], f16[G], f32[H]) {\n"
+                           "  return (arange(10, 0, -3), arange(N, 0, -2), arange(0, 5, -1), arange(-2, -9, -2), arange(n, dtype = f32) * 0.5,\n"
+                           "          arange(N, 1, -1, dtype = i32), arange(0, 7, 2, dtype = f16), arange(n, 0, 0 - 2, dtype = f32));\n}\n")
+            for n in (1, 2, 7):  # (a dim is at least 1)
+                outs = self.run_ok(m, {"x": np.zeros(n, np.float32), "n": np.array(n + 2, np.int64)}, n=8)
+                wants = (np.arange(10, 0, -3), np.arange(n, 0, -2), np.arange(0, 5, -1), np.arange(-2, -9, -2),
+                         np.arange(n + 2, dtype=np.float32) * np.float32(0.5), np.arange(n, 1, -1, dtype=np.int32),
+                         np.arange(0, 7, 2, dtype=np.float16), np.arange(n + 2, 0, -2, dtype=np.float32))
+                self.check_each(outs, wants, f"N={n}")
+
     def test_nan_max_pool(self):
         with tempfile.TemporaryDirectory() as d:
             m = self.model(d, "nan_pool", "dim H; dim W;\nmodel main(x: f32[1, 2, H, W]) -> f32[1, 2, H / 2, W / 2] {\n"
