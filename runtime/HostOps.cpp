@@ -49,6 +49,8 @@ Shape valueList(const HostOpContext &c, const std::string &name) {
       size_t at = static_cast<size_t>(dimOf(c, p));
       out[at] = c.in[next++]->getInt(0);
       given[at] = true;
+      if (out[at] < 0) // (a shape's -1 is a constant; a value is a size)
+        throw DataError(fmt::format("'{}' of {} has the negative entry {}, given by a value", name, ir::opWhere(c.op), out[at]));
     }
   }
   for (size_t k = 0; k < dims.size(); ++k)
@@ -137,18 +139,17 @@ std::vector<Tensor> arange(const HostOpContext &c) {
 std::vector<Tensor> reshape(const HostOpContext &c) {
   const Tensor &x = *c.in[0];
   Shape target = valueList(c, "shape");
-  auto inferred = std::find(target.begin(), target.end(), -1);
-  if (inferred != target.end()) {
-    int64_t known = 1;
-    for (int64_t d : target)
-      known *= d == -1 ? 1 : d;
-    *inferred = known == 0 ? 0 : static_cast<int64_t>(x.numel()) / known;
-  }
-  int64_t count = 1;
+  // The elements of the sizes given (sizes from values may be anything up to 2^63).
+  std::optional<int64_t> known = 1;
   for (int64_t d : target)
-    count *= d;
+    known = known && d != -1 ? checkedMul(*known, d) : known;
+  auto inferred = std::find(target.begin(), target.end(), -1);
+  if (inferred != target.end() && known)
+    *inferred = *known == 0 ? 0 : static_cast<int64_t>(x.numel()) / *known;
+  std::optional<int64_t> count = known && inferred != target.end() ? checkedMul(*known, *inferred) : known;
   if (count != static_cast<int64_t>(x.numel()))
-    throw DataError(fmt::format("cannot reshape {} into {} elements", x.typeText(), count));
+    throw DataError(fmt::format("cannot reshape {} ({} elements) into {} elements", x.typeText(), x.numel(),
+                                count ? std::to_string(*count) : std::string("more than 2^63")));
   Tensor t = sized(x.dtype, target, c);
   std::memcpy(t.data(), x.data(), x.byteSize());
   return one(std::move(t));

@@ -265,6 +265,11 @@ std::vector<Value *> movementGrad(GradContext &c, const Op &op, const std::vecto
   B b{c, r->type.dtype};
   switch (op.kind) {
   case OpKind::Reshape:
+    // Sized by i64[] values, the result has fresh dims no rule relates to x's: the counts
+    // were checked equal when the reshape ran, and the reverse one says so.
+    if (op.has("value_dims"))
+      return {b.op(OpKind::Reshape, {g}, {{"shape", x->type.dims}, {"count_checked", true}})};
+    [[fallthrough]];
   case OpKind::Flatten:
   case OpKind::Squeeze:
   case OpKind::Unsqueeze: return {b.reshape(g, x->type.dims)};

@@ -73,8 +73,11 @@ std::string typeText(const RuleContext &c, int i) { return c.in(i).str(); }
 // ---- dtype rules -------------------------------------------------------------------
 
 DType applyDTypeRule(const RuleContext &c, DTypeRule rule) {
+  // The entries of a list given by i64[] values (reshape(x, [a, -1])) are the trailing
+  // operands: sizes, not data, so they take no part.
+  size_t data = c.numInputs() - (c.op.has("value_dims") ? c.op.get<DimList>("value_dims").size() : 0);
   auto requireSame = [&](size_t from) {
-    for (size_t i = from + 1; i < c.numInputs(); ++i)
+    for (size_t i = from + 1; i < data; ++i)
       if (c.in(i).dtype != c.in(from).dtype)
         c.error(DiagKind::DType,
                 fmt::format("cannot {} {} and {}: element types {} and {} differ", opVerb(c.op.kind),
@@ -237,7 +240,14 @@ std::vector<TensorType> reshapeRule(const RuleContext &c, DType dt) {
     }
   }
   ExprRef inCount = product(c.in(0).dims), outCount = product(known);
-  if (inferred >= 0) {
+  if (c.has("value_dims")) {
+    // Sizes given by i64[] values (fresh dims here): the count is checked when it runs,
+    // and a -1 beside them is fresh too.
+    if (inferred >= 0)
+      target[inferred] = c.freshDim("S");
+  } else if (c.has("count_checked")) {
+    // The gradient's reverse of such a reshape: back to the shape whose count was checked.
+  } else if (inferred >= 0) {
     ExprRef q = c.analyzer.simplify(sym::floorDiv(inCount, outCount));
     if (!c.analyzer.canProve(sym::mul(q, outCount), Rel::EQ, inCount))
       c.error(DiagKind::Unprovable,

@@ -7,6 +7,7 @@
 #include "base/Backward.h"
 #include "base/Random.h"
 #include "base/Error.h"
+#include "base/Size.h"
 #include "ir/graph/OpRegistry.h"
 #include "ir/graph/ScalarOps.h"
 
@@ -843,8 +844,12 @@ Shape valueList(const RefContext &c, const std::string &name) {
   if (c.op.has("value_dims")) {
     auto positions = c.listAttr("value_dims");
     next = c.in.size() - positions.size();
-    for (int64_t p : positions)
+    for (int64_t p : positions) {
       out[static_cast<size_t>(p)] = c.in[next++]->getInt(0), fromOperands.insert(p);
+      if (out[static_cast<size_t>(p)] < 0) // (a shape's -1 is a constant; a value is a size)
+        throw DataError(fmt::format("'{}' of '{}' has the negative entry {}, given by a value", name, ir::opInfo(c.op.kind).spelling,
+                                    out[static_cast<size_t>(p)]));
+    }
   }
   for (size_t k = 0; k < dims.size(); ++k)
     if (!fromOperands.count(static_cast<int64_t>(k)))
@@ -952,12 +957,16 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
   case OpKind::AvgPool2d: return one(pool2d(c, false));
   case OpKind::Reshape: {
     Shape target = valueList(c, "shape");
-    int64_t known = 1;
+    // In double: sizes from values may be anything up to 2^63, and their product more.
+    double known = 1;
     int inferred = -1;
     for (size_t k = 0; k < target.size(); ++k)
-      target[k] == -1 ? (void)(inferred = static_cast<int>(k)) : (void)(known *= target[k]);
+      target[k] == -1 ? (void)(inferred = static_cast<int>(k)) : (void)(known *= static_cast<double>(target[k]));
+    double n = static_cast<double>(c.in[0]->numel());
     if (inferred >= 0)
-      target[inferred] = known == 0 ? 0 : static_cast<int64_t>(c.in[0]->numel()) / known;
+      target[inferred] = known == 0 || known > n ? 0 : static_cast<int64_t>(c.in[0]->numel()) / static_cast<int64_t>(known);
+    if (known * (inferred >= 0 ? static_cast<double>(target[inferred]) : 1) != n)
+      throw DataError(fmt::format("cannot reshape {} into {}", c.in[0]->typeText(), rt::shapeText(c.in[0]->dtype, target)));
     return one(reshaped(*c.in[0], target));
   }
   case OpKind::Transpose:

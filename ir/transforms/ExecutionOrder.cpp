@@ -52,15 +52,30 @@ public:
     };
     for (const Value *a : r.args)
       addVars(a, outer);
-    for (size_t k = 0; k < n; ++k)
+    for (size_t k = 0; k < n; ++k) {
+      std::set<const Value *> inside; // made in op k's own regions (a fused group's args and values)
+      for (const auto &body : r.ops[k]->regions)
+        walkRegions(*body, [&](const Region &nested) {
+          inside.insert(nested.args.begin(), nested.args.end());
+          for (const auto &inner : nested.ops)
+            inside.insert(inner->results.begin(), inner->results.end());
+        });
       for (const Value *v : reads[k])
-        if (!madeBy.count(v))
+        if (!madeBy.count(v) && !inside.count(v))
           addVars(v, outer);
+    }
     std::map<std::string, size_t> boundBy;
     for (size_t k = 0; k < n; ++k) {
       std::set<std::string> names;
       for (const Value *v : r.ops[k]->results)
         addVars(v, names);
+      // (and the values inside its regions: a fused group's broadcast to [S, 3, 4] needs S
+      // though the group's result is f32[3, 4])
+      for (const auto &body : r.ops[k]->regions)
+        walk(*body, [&](const Op &inner) {
+          for (const Value *v : inner.results)
+            addVars(v, names);
+        });
       for (const std::string &name : names)
         if (!outer.count(name))
           deps[k].insert(boundBy.emplace(name, k).first->second); // itself when it is the first

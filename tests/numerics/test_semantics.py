@@ -404,6 +404,27 @@ class Semantics(unittest.TestCase):
                 self.check(outs[1], np.full(2 * k, 2.0, np.float32), f"ones([k * 2]) k={k}")
                 self.check(outs[2], np.full(int((x > 0).sum()), -1.0, np.float32), f"zeros from data N={n}")
 
+    def test_value_shaped_movement(self):
+        # reshape, broadcast_to and resize take i64[] values among their sizes, as zeros does
+        # (they were refused: 'element types f32 and i64 differ'); the counts are checked
+        # when they run, and a gradient flows back through them. Two grads in one model
+        # also need the ops that bind the fresh dims ordered before the fused groups that
+        # use them only inside (the backward's broadcast to [S, 3, 4]).
+        with tempfile.TemporaryDirectory() as d:
+            m = self.model(d, "value_shaped", "model main(x: f32[3, 4], a: i64[]) -> (f32[P, Q], f32[R, 3, 4], f32[S, T], f32[3, 4]) {\n"
+                           "  let r = reshape(x, [a, -1]);\n"
+                           "  return (r * 2.0, broadcast_to(x, [a, 3, 4]) + 1.0, resize(x, [a, a]),\n"
+                           "          grad(sum(r * r), x) + grad(sum(broadcast_to(x, [a, 3, 4])), x));\n}\n")
+            x = np.arange(12, dtype=np.float32).reshape(3, 4)
+            for a in (1, 2, 3, 6):
+                outs = self.run_ok(m, {"x": x, "a": np.array(a, np.int64)}, n=4)
+                rows, cols = (np.arange(a) * 3) // a, (np.arange(a) * 4) // a
+                self.check_each(outs, (x.reshape(a, -1) * 2, np.broadcast_to(x, (a, 3, 4)) + 1, x[rows][:, cols], 2 * x + a), f"a={a}")
+            for a, message in ((5, "cannot reshape f32[3, 4] "), (-2, "has the negative entry -2, given by a value")):
+                outs, p = self.dnnc.run(m, None, {"x": x, "a": np.array(a, np.int64)})
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertIn(message, p.stderr)
+
     # ---- integer division and modulo ----
     def test_integer_division(self):
         with tempfile.TemporaryDirectory() as d:
