@@ -4,6 +4,7 @@
 #include "ir/graph/ScalarOps.h"
 
 #include <cmath>
+#include <stdexcept>
 
 namespace dnnc::sema {
 
@@ -75,6 +76,14 @@ ExprRef Sema::evalDim(const ast::Expr &e, ScopePtr scope, const char *what) {
 
 SVal Sema::eval(const ast::Expr &e, ScopePtr scope) {
   checkStack(e.range);
+  try {
+    return evalUnchecked(e, scope);
+  } catch (const std::overflow_error &) { // integer arithmetic on dims and constants
+    fail(DiagKind::Range, e.range, "the value of this expression overflows 64 bits");
+  }
+}
+
+SVal Sema::evalUnchecked(const ast::Expr &e, ScopePtr scope) {
   SVal out;
   switch (e.kind) {
   case ast::Expr::Kind::Int: out = SVal::ofInt(sym::constant(e.intValue)); break;
@@ -228,7 +237,11 @@ SVal Sema::binary(const ast::Expr &e, ScopePtr scope) {
   SVal acc = eval(*spine.back()->items[0], scope);
   for (auto it = spine.rbegin(); it != spine.rend(); ++it) {
     SVal b = eval(*(*it)->items[1], scope);
-    acc = binaryOp(**it, acc, b);
+    try {
+      acc = binaryOp(**it, acc, b);
+    } catch (const std::overflow_error &) { // the innermost of a chain's terms that overflows
+      fail(DiagKind::Range, (*it)->range, "the value of this expression overflows 64 bits");
+    }
     acc.loc = (*it)->range;
   }
   return acc;

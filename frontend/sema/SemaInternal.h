@@ -172,6 +172,7 @@ private:
 
   // ---- expressions ----
   SVal eval(const ast::Expr &e, ScopePtr scope);
+  SVal evalUnchecked(const ast::Expr &e, ScopePtr scope); // eval without its overflow check
   ExprRef evalDim(const ast::Expr &e, ScopePtr scope, const char *what = "a dim");
   SVal unary(const ast::Expr &e, ScopePtr scope);
   SVal binary(const ast::Expr &e, ScopePtr scope);
