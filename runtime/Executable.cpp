@@ -530,14 +530,23 @@ public:
       exe_.planOp(index, p);
     std::vector<const Tensor *> in = valuesOf(op.operands);
     std::vector<Tensor> out;
-    bool made = exe_.runOp(index, p, in, out, b);
+    bool made = false;
+    try {
+      made = exe_.runOp(index, p, in, out, b);
+    } catch (const DataError &e) { // its indices' check
+      ir::rethrowAt(op, e);
+    }
     if (!made) {
       const HostOp *host = findHostOp(op.kind);
       if (!host)
         throw InternalError(fmt::format("{} has neither a kernel nor a host implementation", ir::opWhere(op)));
       hostReads(in); // a sync point: the host reads what kernels made
       auto start = std::chrono::steady_clock::now();
-      out = host->run(HostOpContext{op, in, b, exe_.updatesCarried_.count(&op) != 0});
+      try {
+        out = host->run(HostOpContext{op, in, b, exe_.updatesCarried_.count(&op) != 0});
+      } catch (const DataError &e) {
+        ir::rethrowAt(op, e);
+      }
       for (const ir::Value *r : op.results)
         exe_.outputAllocations_ += exe_.yields_.count(r);
       if (exe_.profiling_)

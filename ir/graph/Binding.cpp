@@ -30,6 +30,13 @@ std::string opWhere(const Op &op) {
   return fmt::format("'{}' at line {}", opInfo(named->kind).spelling, named->loc.begin.line);
 }
 
+void rethrowAt(const Op &op, const DataError &e) {
+  std::string where = opWhere(op), what = e.what();
+  if (what.find(where) != std::string::npos)
+    throw e;
+  throw DataError(where + ": " + what);
+}
+
 std::string unify(const TensorType &expected, const std::vector<int64_t> &actual, Binding &b) {
   if (expected.rank() != actual.size())
     return fmt::format("rank {} where {} was expected", actual.size(), expected.str());

@@ -21,6 +21,9 @@ using Binding = std::map<std::string, int64_t>;
 // "'conv2d' at line 3"; a fused group is named by the op that makes its first result, as
 // the user wrote it.
 std::string opWhere(const Op &op);
+// Rethrows a run-time error an op's values caused (an index out of range, topk's k) with
+// the op and its line in front, unless its message names them already.
+[[noreturn]] void rethrowAt(const Op &op, const DataError &e);
 
 // Makes `actual` agree with `expected` under `b`: known dims must match, and a dim with one
 // unbound name in it (T, or T0 + iters) binds that name. Returns an error text or "".

@@ -74,7 +74,11 @@ public:
       for (const ir::Value *y : body.yields)
         out.push_back(values.at(y));
     } else {
-      out = runRefOp(RefContext{op, in, b});
+      try {
+        out = runRefOp(RefContext{op, in, b});
+      } catch (const DataError &e) {
+        ir::rethrowAt(op, e);
+      }
     }
     for (size_t k = 0; k < out.size(); ++k)
       setResult(op, op.results[k], std::move(out[k]), b);
