@@ -807,8 +807,12 @@ StmtPtr Lowering::softmax() {
   // element was a quarter of a softmax's time (vdivps is ~8x an FMA's throughput); the
   // result is within an ulp of the quotient.
   ValuePtr reciprocal = kir::binary(OpKind::Div, kir::constant(1, DType::F32), sum, DType::F32);
+  // log_softmax is x - logsumexp(x): where the row's max is +inf, so is logsumexp, and
+  // x - max alone is the answer (NaN at the infinities, -inf elsewhere; log(sum) is NaN).
+  ValuePtr infiniteMax = kir::binary(OpKind::Eq, best, kir::constant(INFINITY, DType::F32), DType::Bool);
+  ValuePtr logSum = kir::select(infiniteMax, kir::constant(0, DType::F32), kir::unary(OpKind::Log, sum, DType::F32));
   ValuePtr v = op_.kind == OpKind::LogSoftmax
-                   ? kir::binary(OpKind::Sub, shifted, kir::unary(OpKind::Log, sum, DType::F32), DType::F32)
+                   ? kir::binary(OpKind::Sub, shifted, logSum, DType::F32)
                    : kir::binary(OpKind::Mul, keepExp ? kir::load(out(), flat, DType::F32) : kir::unary(OpKind::Exp, shifted, DType::F32), reciprocal, DType::F32);
   body.push_back(kir::loop(j, in[a], one(kir::store(out(), flat, kir::cast(v, dtype(out())))), Stmt::Schedule::Vectorize));
   return loopNest(rowShape, rowIdx, std::move(body));

@@ -469,7 +469,8 @@ Tensor softmax(const RefContext &c, bool logarithm) {
       sum += std::exp(x.get(flat + j * st[axis]) - mx);
     for (int64_t j = 0; j < n; ++j) {
       double v = x.get(flat + j * st[axis]) - mx;
-      r.set(flat + j * st[axis], logarithm ? v - std::log(sum) : std::exp(v) / sum);
+      // (log_softmax is x - logsumexp(x), which is x - inf where the max is +inf)
+      r.set(flat + j * st[axis], logarithm ? v - (mx == INFINITY ? 0 : std::log(sum)) : std::exp(v) / sum);
     }
   });
   return r;

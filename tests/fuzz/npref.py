@@ -204,7 +204,7 @@ def softmax(x, axis, log, out):
         mx = np.max(np.where(np.isnan(v), -np.inf, v), axis=axis, keepdims=True, initial=-np.inf)
         e = v - mx
         s = np.sum(np.exp(e), axis=axis, keepdims=True)
-        return to(e - np.log(s) if log else np.exp(e) / s, out)
+        return to(e - np.where(np.isposinf(mx), 0.0, np.log(s)) if log else np.exp(e) / s, out)
 
 
 def matmul(a, b, out):

@@ -284,6 +284,25 @@ class Semantics(unittest.TestCase):
                 self.check(outs[0], lse(x)[:, 0], f"logsumexp R={r} L={l}", 1e-5, 1e-5)
                 self.check(outs[1], lse(masked), f"masked logsumexp R={r} L={l}", 1e-5, 1e-5)
 
+    def test_log_softmax_infinite_rows(self):
+        # log_softmax is x - logsumexp(x) (scipy.special.log_softmax): a row whose max is +inf
+        # gives NaN at its infinities and -inf elsewhere (it was NaN throughout); all -inf
+        # is NaN; a finite row is unchanged.
+        with tempfile.TemporaryDirectory() as d:
+            m = self.model(d, "lsm", "dim R; dim L;\nmodel main(x: f32[R, L]) -> f32[R, L] {\n  return log_softmax(x, axis = 1);\n}\n")
+            rng = np.random.default_rng(5)
+            for r, l in WIDTHS:
+                x = rng.standard_normal((r, l)).astype(np.float32)
+                x[0, 0] = np.inf
+                if r > 1:
+                    x[1] = -np.inf
+                v = x.astype(np.float64)
+                mx = v.max(1, keepdims=True)
+                with np.errstate(all="ignore"):
+                    lse = np.where(np.isposinf(mx), mx, mx + np.log(np.exp(v - np.where(np.isinf(mx), 0, mx)).sum(1, keepdims=True)))
+                    want = (v - lse).astype(np.float32)
+                self.check(self.run_ok(m, {"x": x})[0], want, f"log_softmax R={r} L={l}", 1e-5, 1e-5)
+
     # ---- accumulation ----
     def test_long_f32_sums(self):
         n = 2 ** 25
