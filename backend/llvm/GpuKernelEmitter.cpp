@@ -520,10 +520,16 @@ protected:
   // libdevice's __nv_ form: NVPTX has no lowering for exp, log, sin, ... GELU is
   // x/2 erfc(-x/sqrt 2): 1 + erf(x/sqrt 2) cancels to 0 for x below about -6.
   llvm::Value *math(MathFn fn, std::vector<llvm::Value *> args) override {
-    if (fn != MathFn::Gelu)
-      return callExternal(std::string("__nv_") + libmName(fn), args);
     llvm::Type *f = b_.getFloatTy();
     llvm::Value *x = args[0];
+    if (fn == MathFn::Silu) { // x / (1 + e^-x): x e^x / (1 + e^x) below 0, where e^-x may overflow
+      auto one = llvm::ConstantFP::get(f, 1.0);
+      llvm::Value *e = callExternal("__nv_expf", {b_.CreateFNeg(call(llvm::Intrinsic::fabs, {x}))});
+      llvm::Value *xs = b_.CreateFMul(x, b_.CreateFDiv(one, b_.CreateFAdd(one, e)));
+      return b_.CreateSelect(b_.CreateFCmpOLT(x, llvm::ConstantFP::get(f, 0.0)), b_.CreateFMul(xs, e), xs);
+    }
+    if (fn != MathFn::Gelu)
+      return callExternal(std::string("__nv_") + libmName(fn), args);
     return b_.CreateFMul(b_.CreateFMul(llvm::ConstantFP::get(f, 0.5), x),
                          callExternal("__nv_erfcf", {b_.CreateFMul(x, llvm::ConstantFP::get(f, -M_SQRT1_2))}));
   }

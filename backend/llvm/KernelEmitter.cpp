@@ -238,7 +238,7 @@ llvm::Value *KernelEmitter::floatUnary(UnaryOp k, llvm::Value *x) {
   case UnaryOp::Sigmoid: return sigmoid(x);
   case UnaryOp::Relu: return b_.CreateSelect(b_.CreateFCmpUGT(x, zero), x, zero); // NaN propagates
   case UnaryOp::Gelu: return math(MathFn::Gelu, {x});
-  case UnaryOp::Silu: return b_.CreateFMul(x, sigmoid(x));
+  case UnaryOp::Silu: return math(MathFn::Silu, {x});
   case UnaryOp::Erf: return math(MathFn::Erf, {x});
   case UnaryOp::Sin: return math(MathFn::Sin, {x});
   case UnaryOp::Cos: return math(MathFn::Cos, {x});

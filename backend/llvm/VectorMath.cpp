@@ -25,11 +25,21 @@ public:
   llvm::Value *tanh(llvm::Value *x);
   llvm::Value *erf(llvm::Value *x);
   llvm::Value *gelu(llvm::Value *x);
+  llvm::Value *silu(llvm::Value *x);
   llvm::Value *sinCos(llvm::Value *x, bool cosine);
   llvm::Value *pow(llvm::Value *x, llvm::Value *y);
 
 private:
   llvm::Value *expParts(llvm::Value *hi, llvm::Value *lo, bool canOverflow = true);
+  // exp(hi + lo) as er 2^n before the scaling (er in [0.7, 1.42]), lanes with hi below
+  // zeroBelow marked: whose result is 0.
+  struct ReducedExp {
+    llvm::Value *er, *ni, *zero;
+  };
+  ReducedExp expReduced(llvm::Value *hi, llvm::Value *lo, bool canOverflow, double zeroBelow);
+  // v 2^n, rounded once (in two steps, each exact but the last); zeroValue (else +0) in
+  // the zero lanes.
+  llvm::Value *scaled(llvm::Value *v, const ReducedExp &e, llvm::Value *zeroValue = nullptr);
   std::pair<llvm::Value *, llvm::Value *> erfcOfAbs(llvm::Value *a, llvm::Value *hi, llvm::Value *lo);
   std::pair<llvm::Value *, llvm::Value *> negSquare(llvm::Value *x, double scale = 1.0);
   llvm::Value *erfSmall(llvm::Value *x);
@@ -83,7 +93,12 @@ private:
 // roundeven would), never from fptosi, which is poison for NaN. A caller whose hi is never
 // positive says so (canOverflow false) and skips the clamp.
 llvm::Value *MathBuilder::expParts(llvm::Value *hi, llvm::Value *lo, bool canOverflow) {
-  llvm::Value *zero = b_.CreateFCmpOLT(hi, f(-104.0));
+  ReducedExp e = expReduced(hi, lo, canOverflow, -104.0);
+  return scaled(e.er, e);
+}
+
+MathBuilder::ReducedExp MathBuilder::expReduced(llvm::Value *hi, llvm::Value *lo, bool canOverflow, double zeroBelow) {
+  llvm::Value *zero = b_.CreateFCmpOLT(hi, f(zeroBelow));
   if (canOverflow) // min(hi, 89), NaN kept
     hi = b_.CreateSelect(b_.CreateFCmpOGT(hi, f(89.0)), f(89.0), hi);
   hi = b_.CreateSelect(zero, f(0.0), hi);
@@ -99,11 +114,27 @@ llvm::Value *MathBuilder::expParts(llvm::Value *hi, llvm::Value *lo, bool canOve
   llvm::Value *p = poly(r, {0.5000000004185935, 0.16666666529971413, 0.04166649713654613, 0.008333365085349835,
                             0.0013931463464891877, 0.00019853861354332287});
   llvm::Value *er = b_.CreateFAdd(fma(p, b_.CreateFMul(r, r), r), f(1.0));
-  // 2^n as 2^n1 2^n2, both normal for n in [-150, 129]; n is the low bits of `rounded`.
-  llvm::Value *ni = b_.CreateSub(bits(rounded), bits(f(kRound)));
-  llvm::Value *n1 = b_.CreateAShr(ni, 1), *n2 = b_.CreateSub(ni, n1);
+  // n is the low bits of `rounded`.
+  return {er, b_.CreateSub(bits(rounded), bits(f(kRound))), zero};
+}
+
+llvm::Value *MathBuilder::scaled(llvm::Value *v, const ReducedExp &e, llvm::Value *zeroValue) {
+  // 2^n as 2^n1 2^n2, both normal for n in [-252, 129].
+  llvm::Value *n1 = b_.CreateAShr(e.ni, 1), *n2 = b_.CreateSub(e.ni, n1);
   auto pow2 = [&](llvm::Value *k) { return fromBits(b_.CreateShl(b_.CreateAdd(k, i32(127)), 23)); };
-  return b_.CreateSelect(zero, f(0.0), b_.CreateFMul(b_.CreateFMul(er, pow2(n1)), pow2(n2)));
+  return b_.CreateSelect(e.zero, zeroValue ? zeroValue : f(0.0), b_.CreateFMul(b_.CreateFMul(v, pow2(n1)), pow2(n2)));
+}
+
+// x / (1 + e^-x) as x s, s = 1 / (1 + e^-|x|), for x >= 0, and x e^x s for x < 0, where
+// x s is multiplied into e^x's reduced form er before the scaling by 2^n: where e^x is
+// denormal (x below -87) it has lost bits, and x e^x made from it was up to 18 ulp off
+// and 0 below x = -104, while x er s 2^n rounds once. One reduction serves both: its
+// zero lanes start at -112, past where x e^x is below 2^-150.
+llvm::Value *MathBuilder::silu(llvm::Value *x) {
+  ReducedExp e = expReduced(b_.CreateFNeg(abs(x)), f(0.0), false, -112.0);
+  llvm::Value *xs = b_.CreateFMul(x, b_.CreateFDiv(f(1.0), b_.CreateFAdd(f(1.0), scaled(e.er, e))));
+  // (below -112: x 0, which is -0, and NaN for -inf as x / (1 + e^-x) is)
+  return b_.CreateSelect(b_.CreateFCmpOLT(x, f(0.0)), scaled(b_.CreateFMul(xs, e.er), e, b_.CreateFMul(x, f(0.0))), xs);
 }
 
 llvm::Value *MathBuilder::log(llvm::Value *x) {
@@ -316,6 +347,7 @@ const char *libmName(MathFn fn) {
   case MathFn::Tanh: return "tanhf";
   case MathFn::Erf: return "erff";
   case MathFn::Gelu: return "gelu";
+  case MathFn::Silu: return "silu";
   case MathFn::Sin: return "sinf";
   case MathFn::Cos: return "cosf";
   case MathFn::Pow: return "powf";
@@ -354,6 +386,7 @@ llvm::Function *vectorMathFunction(llvm::Module &m, MathFn fn, unsigned lanes) {
   case MathFn::Tanh: r = mb.tanh(x); break;
   case MathFn::Erf: r = mb.erf(x); break;
   case MathFn::Gelu: r = mb.gelu(x); break;
+  case MathFn::Silu: r = mb.silu(x); break;
   case MathFn::Sin: r = mb.sinCos(x, false); break;
   case MathFn::Cos: r = mb.sinCos(x, true); break;
   case MathFn::Pow: r = mb.pow(x, function->getArg(1)); break;
