@@ -33,6 +33,7 @@ int64_t memoryLimit() {
     long long v = std::strtoll(env, &end, 10);
     if (end != env && *end == '\0' && v > 0)
       return v;
+    throw DataError(fmt::format("DNNC_MAX_MEMORY is '{}': it takes a positive number of bytes", env));
   }
   static const int64_t physical = [] {
     long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);

@@ -303,8 +303,9 @@ int cmdEmit(int argc, char **argv) {
       std::cerr << "dnnc: error: " << ir::unknownOptimizer(train) << "\n";
       return kUsage;
     }
-    if (!std::isfinite(trainSettings.weightDecay) || trainSettings.weightDecay < 0) {
-      std::cerr << "dnnc: error: --weight-decay takes a non-negative number\n";
+    if (!std::isfinite(trainSettings.weightDecay) || trainSettings.weightDecay < 0 || !std::isfinite(trainSettings.momentum) ||
+        trainSettings.momentum < 0) {
+      std::cerr << "dnnc: error: --weight-decay and --momentum take non-negative numbers\n";
       return kUsage;
     }
     trainSettings.kind = optimizer->kind;
@@ -490,6 +491,20 @@ bool readThreads(const po::variables_map &vm, const std::string &text, int &out)
   return true;
 }
 
+// --seed, a non-negative integer (read into an unsigned, -1 would wrap to 2^64 - 1); `out`
+// keeps its default without one. False with the error printed.
+bool readSeed(const po::variables_map &vm, uint64_t &out) {
+  if (!vm.count("seed"))
+    return true;
+  int64_t seed = vm["seed"].as<int64_t>();
+  if (seed < 0) {
+    std::cerr << "dnnc: error: --seed takes a non-negative integer, not " << seed << "\n";
+    return false;
+  }
+  out = static_cast<uint64_t>(seed);
+  return true;
+}
+
 // NAME=FILE pairs of a repeatable option; false with the error printed.
 bool readNamedFiles(const std::vector<std::string> &given, const char *option,
                     std::vector<std::pair<std::string, std::string>> &out) {
@@ -523,7 +538,7 @@ int cmdRun(int argc, char **argv) {
       "bind", po::value(&bind), "bind dims, e.g. B=2,T=8 (sizes for random inputs)")(
       "out", po::value(&o.outDir), "where out0.npy, out1.npy, ... go (default: out)")(
       "device", po::value(&o.device), "auto (the GPU if one works, else the CPU), cpu, cuda, ref (the reference interpreter), or cuda-sim (the GPU kernels on a CPU simulator, for testing)")(
-      "seed", po::value(&o.seed), "seed for random weights and inputs (default 0)")(
+      "seed", po::value<int64_t>(), "seed for random weights and inputs (default 0)")(
       "threads", po::value(&threads), "CPU threads, 1 to 1024 (default: DNNC_NUM_THREADS, else one per core)")(
       "max-iterations", po::value(&maxIterations),
       "stop with an error when a while loop runs N iterations and its condition still holds (default: no limit)")(
@@ -560,7 +575,7 @@ int cmdRun(int argc, char **argv) {
     std::cerr << "dnnc: error: --repeat takes a count from 0 to 1000000\n";
     return kUsage;
   }
-  if (!readThreads(vm, threads, o.threads))
+  if (!readThreads(vm, threads, o.threads) || !readSeed(vm, o.seed))
     return kUsage;
   if (vm.count("max-iterations")) {
     if (std::string err = setLimit(Limit::Iterations, maxIterations); !err.empty() || maxIterations < 1) {
@@ -629,7 +644,7 @@ int cmdTrain(int argc, char **argv) {
       "no-in-place", "return the updated params and optimizer state as new tensors each step and copy them back, instead "
       "of updating them in place (to compare against; the results are bit for bit the same)")(
       "device", po::value(&o.device), "auto, cpu, cuda, ref or cuda-sim, as for dnnc run")(
-      "seed", po::value(&o.seed), "seed for the initializers (default 0)")(
+      "seed", po::value<int64_t>(), "seed for the initializers (default 0)")(
       "threads", po::value(&threads), "CPU threads, 1 to 1024 (default: DNNC_NUM_THREADS, else one per core)")(
       "log-every", po::value(&o.logEvery), "log every K steps (default 1)")("json", "log JSON lines")(
       "profile", po::value(&o.profile)->implicit_value("time"),
@@ -651,14 +666,15 @@ int cmdTrain(int argc, char **argv) {
   std::string err;
   if (!kind)
     err = ir::unknownOptimizer(optimizer);
-  else if (o.batch < 1 || o.epochs < 1 || o.steps < 0 || o.logEvery < 1 || o.saveEvery < 0)
-    err = "--batch, --epochs and --log-every take positive counts, --steps and --save-every counts";
+  else if (o.batch < 1 || o.epochs < 1 || o.steps < 0 || (vm.count("steps") && o.steps < 1) || o.logEvery < 1 || o.saveEvery < 0)
+    err = "--batch, --epochs, --steps and --log-every take positive counts, --save-every a count";
   else if (!o.resume.empty() && !o.weights.empty())
     err = "--resume continues from the params in its checkpoint: it takes no --weights";
   else if (o.saveEvery > 0 && o.save.empty())
     err = "--save-every needs --save OUT (where the checkpoints go)";
-  else if (!std::isfinite(o.lr) || o.lr <= 0 || !std::isfinite(o.optimizer.weightDecay) || o.optimizer.weightDecay < 0)
-    err = "--lr takes a positive number, --weight-decay a non-negative one";
+  else if (!std::isfinite(o.lr) || o.lr <= 0 || !std::isfinite(o.optimizer.weightDecay) || o.optimizer.weightDecay < 0 ||
+           !std::isfinite(o.optimizer.momentum) || o.optimizer.momentum < 0)
+    err = "--lr takes a positive number, --weight-decay and --momentum non-negative ones";
   else if (data.empty())
     err = "no --data: give NAME=FILE.npy for each input of the model";
   else if (!api::checkDeviceName(o.device).empty())
@@ -677,7 +693,7 @@ int cmdTrain(int argc, char **argv) {
       return kUsage;
     }
   }
-  if (!readPassOptions(vm, flags, o.compile.passes) || !readThreads(vm, threads, threadCount) ||
+  if (!readPassOptions(vm, flags, o.compile.passes) || !readThreads(vm, threads, threadCount) || !readSeed(vm, o.seed) ||
       (o.dataDir.empty() && !readNamedFiles(data, "--data", o.data)))
     return kUsage;
   if (threadCount > 0)
@@ -704,7 +720,7 @@ int cmdProfile(int argc, char **argv) {
       "backward shaded, and with --recompute auto the curve of --recompute none beside it)")(
       "json", "print one JSON object instead of the tables")(
       "device", po::value(&o.device), "cpu (the default) or cuda-sim: where the step runs to be measured")(
-      "seed", po::value(&o.seed), "seed for the random inputs and params (default 0)");
+      "seed", po::value<int64_t>(), "seed for the random inputs and params (default 0)");
   desc.add(passOptions(flags));
   po::variables_map vm;
   const char *usage = "usage: dnnc profile FILE [--bind B=8,T=512] [--train [--optimizer sgd|momentum|adam|adamw]] "
@@ -732,6 +748,8 @@ int cmdProfile(int argc, char **argv) {
     std::cerr << "dnnc: error: " << err << "\n";
     return kUsage;
   }
+  if (!readSeed(vm, o.seed))
+    return kUsage;
   if (vm.count("optimizer")) {
     o.optimizerName = optimizer;
     o.optimizer = *ir::parseOptimizer(optimizer);
