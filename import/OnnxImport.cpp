@@ -531,6 +531,12 @@ ImportResult Importer::run() {
     initNames.insert(i.name);
   std::vector<std::string> inputs, inputNames;
   std::map<std::string, ExprRef> dimParams;
+  // The inputs' names first: they are what `dnnc run --input NAME=...` takes, so a dim_param
+  // of the same name (an input `b` of dims [b, 4, 5]) is the one renamed.
+  std::map<std::string, std::string> inputRefs;
+  for (const ValueInfo &vi : g.inputs)
+    if (!initNames.count(vi.name) && !inputRefs.count(vi.name))
+      inputRefs[vi.name] = fresh(sanitize(vi.name));
   for (const ValueInfo &vi : g.inputs) {
     if (initNames.count(vi.name))
       continue; // an initializer listed as an input too (opsets before 9): a param
@@ -542,7 +548,7 @@ ImportResult Importer::run() {
       throw DataError(fmt::format("{}: graph input '{}' has no shape (its rank must be known)", opts_.sourceName, vi.name));
     Val v;
     v.dtype = *dt;
-    v.ref = fresh(sanitize(vi.name));
+    v.ref = inputRefs.at(vi.name);
     v.depth = 1;
     for (size_t k = 0; k < vi.shape->size(); ++k) {
       const Dim &d = (*vi.shape)[k];
@@ -1415,7 +1421,9 @@ void Importer::opSlice(const Node &n) {
         return sym::constant(0);
       if (v < 0)
         return dc ? sym::constant(std::max<int64_t>(*dc + v, 0)) : sym::max(sym::add(d, sym::constant(v)), sym::constant(0));
-      return dc ? sym::constant(std::min(v, *dc)) : sym::constant(v);
+      // (on a dim only known when it runs, clamped there: x[:, :2] is min(2, feat) long, as
+      // the .dnn slice's type says)
+      return dc || v == 0 ? sym::constant(dc ? std::min(v, *dc) : 0) : sym::min(sym::constant(v), d);
     };
     ExprRef lo = bound(starts[q]), hi = bound(ends[q]);
     auto sc = starts[q]->asConst(), ec = ends[q]->asConst();
@@ -1432,6 +1440,8 @@ void Importer::opSlice(const Node &n) {
     ExprRef len = sym::floorDiv(sym::add(sym::sub(openHi ? d : hi, lo), sym::constant(st - 1)), sym::constant(st));
     if (auto c = len->asConst(); c && *c < 0)
       len = sym::constant(0);
+    else if (!c && !(lo->asConst() && *lo->asConst() == 0))
+      len = sym::max(len, sym::constant(0)); // (a start past the end: empty)
     shape[a] = len;
     auto text = [](ExprRef e) { return e->str(); };
     std::string t = (openLo ? "" : text(starts[q])) + ":" + (openHi ? "" : text(ends[q]));
@@ -1527,6 +1537,9 @@ void Importer::opRange(const Node &n) {
   }
   // Values only running knows: the length is a fresh dim.
   std::string expr = fmt::format("arange({}, {}, {})", ref(start), ref(limit), ref(delta));
+  if (isFloat(start.dtype)) // start + k delta for k below max(ceil((limit - start) / delta), 0), as ONNX counts
+    expr = fmt::format("cast(arange(cast(ceil(({1} - {0}) / {2}), i64)), {3}) * {2} + {0}", ref(start), ref(limit), ref(delta),
+                       dtypeName(start.dtype));
   def(0, expr, start.dtype, {freshDim()}, true);
 }
 

@@ -239,6 +239,14 @@ OP_CASES = {
     "Slice": (lambda: op_model("Slice", [X3, ("s", np.array([1, 0], np.int64)), ("e", np.array([2**62, 3], np.int64)),
                                          ("a", np.array([1, 2], np.int64)), ("p", np.array([1, 2], np.int64))]),
               [{"B": 2, "T": 3}, {"B": 1, "T": 6}]),
+    # Constant bounds on a dim only running knows: clamped to it, as ONNX does (x[:, 1:3] is
+    # min(3, T) - 1 long; it was declared 2 and failed to type-check).
+    "Slice_const_on_dynamic": (lambda: op_model("Slice", [X3, ("s", np.array([1], np.int64)), ("e", np.array([3], np.int64)),
+                                                          ("a", np.array([1], np.int64))]),
+                               [{"B": 2, "T": 1}, {"B": 1, "T": 2}, {"B": 2, "T": 6}]),
+    "Slice_step_past_end": (lambda: op_model("Slice", [X3, ("s", np.array([0, 1], np.int64)), ("e", np.array([2, 100], np.int64)),
+                                                       ("a", np.array([1, 2], np.int64)), ("p", np.array([1, 3], np.int64))]),
+                            [{"B": 2, "T": 1}, {"B": 1, "T": 5}]),
     "Slice_negative": (lambda: op_model("Slice", [X3, ("s", np.array([-2], np.int64)), ("e", np.array([-1], np.int64)),
                                                   ("a", np.array([2], np.int64))]), BT),
     "Gather_ids": (lambda: op_model("Gather", [("e", w(10, 4)), ("i", I64, ["B", "T"])]), BT),
@@ -269,6 +277,9 @@ OP_CASES = {
                                             helper.make_node("Range", ["zero", "t", "one"], ["r"])],
                                            [vi(*X)], [("z", F), ("r", I64)],
                                            [init("one", np.array(1, np.int64)), init("zero", np.array(0, np.int64))]), BT),
+    # A float Range whose bounds are values: start + k delta, k below ceil((limit - start) / delta).
+    "Range_float": (lambda: op_model("Range", [("s", np.array(0.5, np.float32)), ("l", F, []), ("d", np.array(0.7, np.float32))]),
+                    [{}]),
     **{f"reduce_{op}": (lambda op=op: op_model(op, [X3], axes=[1], keepdims=0), BT) for op in
        ["ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp"]},
     "reduce_ReduceSum_input_axes": (lambda: op_model("ReduceSum", [X3, ("a", np.array([0, 2], np.int64))]), BT),
@@ -610,6 +621,18 @@ class ErrorTest(ImportTest):
         self.assertIn("let layer_0_Relu_output_0 = relu(input_1);", src)
         x = np.array([[1.0, -2.0]], np.float32)
         np.testing.assert_array_equal(self.run_dnn(dnn, None, {"input.1": x}, ["output:0"])[0], -np.maximum(x, 0))
+
+    def test_input_keeps_its_name_beside_a_dim_param(self):
+        # An input named like a dim_param (Einsum's b of [b, 4, 5]) keeps its name, the
+        # one `dnnc run --input b=...` takes; the dim is renamed (it was the input: b_1).
+        m = make([helper.make_node("Einsum", ["a", "b"], ["y"], equation="bij,bjk->bik")],
+                 [vi("a", F, ["b", "i", 4]), vi("b", F, ["b", 4, 5])], [("y", F)])
+        dnn, _ = self.import_model(m)
+        src = read(dnn)
+        self.assertIn("dim b_1;  # dim_param \"b\"", src)
+        self.assertIn("model main(a: f32[b_1, i, 4], b: f32[b_1, 4, 5])", src)
+        a, b = R.standard_normal((2, 3, 4)).astype(np.float32), R.standard_normal((2, 4, 5)).astype(np.float32)
+        np.testing.assert_allclose(self.run_dnn(dnn, None, {"a": a, "b": b}, ["y"])[0], a @ b, rtol=1e-5, atol=1e-5)
 
     def test_translation_that_does_not_check(self):
         # ONNX leaves B == T to run time; dnnc's checker cannot prove it, so the import
