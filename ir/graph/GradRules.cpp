@@ -149,7 +149,10 @@ std::vector<Value *> binaryGrad(GradContext &c, const Op &op, const std::vector<
     gx = g, gy = wy ? b.neg(b.mul(g, b.op(OpKind::Floor, {b.div(x, y)}))) : nullptr;
     break;
   case OpKind::Pow:
-    gx = wx ? b.mul(g, b.mul(y, b.op(OpKind::Pow, {x, b.sub(y, b.k(1))}))) : nullptr;
+    // y·x^(y-1), taken as 0 where y = 0 (x^0 is constant; at x = 0 the product is 0·inf),
+    // as PyTorch's
+    gx = wx ? b.where(b.op(OpKind::Eq, {y, b.k(0)}), b.k(0), b.mul(g, b.mul(y, b.op(OpKind::Pow, {x, b.sub(y, b.k(1))}))))
+            : nullptr;
     // x^y·log x, taken as 0 where x = 0 (PyTorch's choice: the limit for y > 0)
     gy = wy ? b.where(b.op(OpKind::Eq, {x, b.k(0)}), b.k(0), b.mul(g, b.mul(r, b.op(OpKind::Log, {x})))) : nullptr;
     break;

@@ -2,6 +2,7 @@
 #include "ir/transforms/Autodiff.h"
 
 #include "base/Error.h"
+#include "ir/graph/Binding.h"
 #include "ir/graph/GradRules.h"
 #include "ir/graph/OpRegistry.h"
 #include "ir/graph/Walk.h"
@@ -41,8 +42,9 @@ void backprop(GraphBuilder &bw, const std::vector<Op *> &ops, Adjoints &adjoint)
       continue;
     }
     GradRule rule = opInfo(op.kind).grad;
-    if (!rule)
-      throw InternalError(fmt::format("'{}' reached the differentiate pass without a gradient rule", opInfo(op.kind).spelling));
+    if (!rule) // sema refuses a grad through an op without one; a grad's own backward ops
+               // (conv2d_grad_input, max_pool2d_grad, ...) are what a grad of a grad meets
+      throw DataError(fmt::format("{}: a grad of a grad through it is not supported (it has no gradient rule)", opWhere(op)));
     std::vector<Value *> grads = rule(bw, op, resultGrads);
     for (size_t k = 0; k < op.operands.size() && k < grads.size(); ++k)
       if (grads[k] && bw.wants(op.operands[k]))
@@ -60,6 +62,10 @@ size_t expand(Graph &g, sym::Analyzer &an, Region &region, size_t at, std::vecto
   std::vector<const Value *> xs(grad.operands.begin() + 1, grad.operands.end());
   std::vector<bool> reached;
   std::vector<Op *> path = gradPath(region, y, xs, reached);
+  // Sema refused the grads through ops without a gradient; a grad of a grad meets the inner
+  // one's backward ops too (conv2d_grad_input, a while's growing stashes), which it did not see.
+  if (std::optional<GradBlock> block = gradBlocker(region, y, xs))
+    throw DataError(fmt::format("{}: a grad of a grad through it is not supported: {}", opWhere(*block->op), block->why));
   // The values whose gradients are needed: the xs and what the path computes from them
   // (not constants, params or inputs off the path, which a rule then skips).
   std::unordered_set<const Value *> wanted(xs.begin(), xs.end());

@@ -330,6 +330,55 @@ def test_two_grads_over_one_loop(self):
                     np.testing.assert_allclose(both[1], run([second], device)[0], rtol=1e-5, atol=1e-6)
 
 
+def test_pow_zero_exponent(self):
+    """d(x^y)/dx is 0 where y = 0, x = 0 included (y x^(y-1) there is 0 * inf: it was NaN),
+    as PyTorch's; d(x^y)/dy is x^y log x, 0 where x = 0."""
+    source = ("model main(a: f32[3], b: f32[3], r: f32[3]) -> (f32[3], f32[3], f32[3]) {\n"
+              "  let constant = sum((a ** 0.0) * r) + sum((a ** 1.0) * r);\n"
+              "  return (grad(constant, a), grad(sum(pow(a, b) * r), a), grad(sum(pow(a, b) * r), b));\n}\n")
+    a, b, r = np.array([0, 1, 2], np.float32), np.array([0, 0, 2], np.float32), np.array([1, 2, 3], np.float32)
+    want = (r, np.array([0, 0, 2 * 2 * 3], np.float32), np.array([0, 0, 4 * np.log(2) * 3], np.float32))
+    with tempfile.TemporaryDirectory() as d:
+        model = os.path.join(d, "pow.dnn")
+        with open(model, "w") as f:
+            f.write(source)
+        inputs = []
+        for n, v in (("a", a), ("b", b), ("r", r)):
+            np.save(os.path.join(d, n + ".npy"), v)
+            inputs += ["--input", f"{n}={d}/{n}.npy"]
+        for device in ("ref", "cpu", "cuda-sim"):
+            with self.subTest(device=device):
+                out = os.path.join(d, "out-" + device)
+                p = subprocess.run([self.exe, "run", model, *inputs, "--device", device, "--out", out], capture_output=True, text=True,
+                                   timeout=120)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                for k, w in enumerate(want):
+                    np.testing.assert_allclose(np.load(os.path.join(out, f"out{k}.npy")), w, rtol=1e-6, atol=1e-6, err_msg=f"output {k}")
+
+
+def test_grad_of_grad_unsupported(self):
+    """A grad of a grad through an op whose backward has no gradient (conv2d's, a while's
+    growing stashes) is a clear error naming the op and its line (it was an internal error)."""
+    cases = {
+        "conv2d": ("x: f32[1, 2, 5, 5], w: f32[2, 2, 3, 3]", "let gi = grad(sum(tanh(conv2d(x, w, padding = 1))), x);",
+                   "'conv2d_grad_input' at line 2: a grad of a grad through it is not supported"),
+        "while": ("x: f32[3], w: f32[3]", "var y = x;\n  while sum(y * y) < 50.0 { y = y * 1.3 + sin(w); }\n  let gi = grad(sum(y * y), w);",
+                  "'while' at line 4: a grad of a grad through it is not supported"),
+    }
+    with tempfile.TemporaryDirectory() as d:
+        for name, (args, inner, message) in cases.items():
+            model = os.path.join(d, f"{name}.dnn")
+            with open(model, "w") as f:
+                f.write(f"model main({args}) -> f32[] {{\n  {inner}\n  return sum(grad(sum(gi * gi), x));\n}}\n")
+            p = subprocess.run([self.exe, "run", model, "--random-inputs", "--out", os.path.join(d, "out")], capture_output=True,
+                               text=True, timeout=120)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn(message, p.stderr)
+            self.assertFalse(os.path.exists(os.path.join(d, "out")), "a failed run leaves no output")
+
+
+Gradients.test_grad_of_grad_unsupported = test_grad_of_grad_unsupported
+Gradients.test_pow_zero_exponent = test_pow_zero_exponent
 Gradients.test_two_grads_over_one_loop = test_two_grads_over_one_loop
 for case in list(CASES) + list(CONTROL):
     setattr(Gradients, f"test_{case}", lambda self, case=case: self.check(case))
