@@ -107,9 +107,16 @@ Binding bindInputs(const Graph &g, const std::vector<const rt::Tensor *> &inputs
     auto r = g.dimRanges.find(name);
     if (r == g.dimRanges.end())
       throw DataError(fmt::format("model '{}' has no dim '{}'", g.name, name));
-    if (value < r->second.first || value > r->second.second)
-      throw DataError(fmt::format("dim {} = {} is outside its range {}..{}", name, value, r->second.first,
+    if (value < r->second.first || value > r->second.second) {
+      // The input that gave it, where one did (else a --bind did).
+      std::string from;
+      for (size_t k = 0; k < args.size() && from.empty(); ++k)
+        for (size_t a = 0; a < args[k]->type.rank() && inputs[k] && from.empty(); ++a)
+          if (args[k]->type.dims[a]->asVar() && args[k]->type.dims[a]->asVar()->name == name)
+            from = fmt::format("input '{}' ({}, axis {}): ", args[k]->name, inputs[k]->typeText(), a);
+      throw DataError(fmt::format("{}dim {} = {} is outside its range {}..{}", from, name, value, r->second.first,
                                   r->second.second >= sym::Interval::kInf ? std::string("inf") : std::to_string(r->second.second)));
+    }
   }
   return b;
 }

@@ -119,7 +119,7 @@ class TrainCli(unittest.TestCase):
         np.save(os.path.join(folder, "000001", "targets.npy"), np.zeros((1, 5), np.int32))
         cases.append((folder, f"{folder}/000001/targets.npy: input 'targets' is i32[1, 5]: axis 1 should be T = 4 but is 5"))
         folder = self.make_folder("range", good + [(1, 65)])
-        cases.append((folder, f"{folder}/000003: dim T = 65 is outside its range 1..64"))
+        cases.append((folder, f"{folder}/000003/tokens.npy: input 'tokens' (i32[1, 65], axis 1): dim T = 65 is outside its range 1..64"))
         folder = self.make_folder("missing", good)
         os.remove(os.path.join(folder, "000000", "tokens.npy"))
         cases.append((folder, f"{folder}/000000/tokens.npy: missing (every step folder has a .npy file for each input of model "

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -514,7 +515,12 @@ bool readNamedFiles(const std::vector<std::string> &given, const char *option,
       std::cerr << "dnnc: error: " << option << " takes NAME=FILE.npy, not '" << in << "'\n";
       return false;
     }
-    out.emplace_back(in.substr(0, eq), in.substr(eq + 1));
+    std::string name = in.substr(0, eq);
+    if (std::any_of(out.begin(), out.end(), [&](const auto &p) { return p.first == name; })) {
+      std::cerr << "dnnc: error: " << option << " gives '" << name << "' twice\n";
+      return false;
+    }
+    out.emplace_back(name, in.substr(eq + 1));
   }
   return true;
 }
