@@ -59,7 +59,9 @@ SolveResult solveLargest(sym::ExprRef bytes, const std::string &dim, std::pair<i
     return bytesAt ? bytesAt(b) : sym::evaluate(bytes, b);
   };
   auto fits = [&](std::optional<int64_t> n) { return n && static_cast<double>(*n) <= limit; };
-  int64_t lo = std::max<int64_t>(range.first, 1), hi = std::min<int64_t>(range.second, int64_t{1} << 40);
+  // (up to 2^62, past any size that 64 bits of bytes hold: a cap at 2^40 answered "any
+  // value fits" for an arena of 2088 B bytes under 16000000 TiB)
+  int64_t lo = std::max<int64_t>(range.first, 1), hi = std::min<int64_t>(range.second, int64_t{1} << 62);
   if (lo > hi)
     throw DataError(fmt::format("the range of {} holds no value to solve for", dim));
   if (auto n = at(lo); !fits(n)) {
