@@ -2,6 +2,7 @@
 // by the driver's subcommands and the Python module (see Models.h).
 #include "api/Models.h"
 
+#include "ir/graph/Binding.h"
 #include "ir/transforms/Pipeline.h"
 
 #include <fmt/format.h>
@@ -55,6 +56,12 @@ std::string checkBinding(const ModelInfo &m, const Binding &b) {
       return fmt::format("{} = {} is outside the range of '{}': {}..{}", name, value, name, r.lo,
                          r.hi >= sym::Interval::kInf ? std::string("inf") : std::to_string(r.hi));
   }
+  // The model's asserts and pins over dims all bound here: a binding that breaks one would
+  // fail every run (detect.dnn's N pinned to M, bound to 3 and 5).
+  for (const ir::Op *op : m.graph->body.ops)
+    if (op->kind == ir::OpKind::AssertDims)
+      if (std::optional<std::string> failed = ir::failedAssert(*op, b); failed && !failed->empty())
+        return *failed;
   return "";
 }
 

@@ -167,19 +167,31 @@ bool checkValueSize(const Op &op, const Value &v, const Binding &b) {
   return true;
 }
 
-void checkAssert(const Op &op, const Binding &b) {
-  if (!std::holds_alternative<sym::ExprRef>(op.attrs.at("lhs")))
-    return; // a pinned fresh dim: checked where its op's result is bound
-  sym::ExprRef l = op.get<sym::ExprRef>("lhs"), r = op.get<sym::ExprRef>("rhs");
+std::optional<std::string> failedAssert(const Op &op, const Binding &b) {
+  const Attr &lhs = op.attrs.at("lhs");
+  sym::ExprRef l = std::holds_alternative<sym::ExprRef>(lhs) ? std::get<sym::ExprRef>(lhs) : sym::var(std::get<std::string>(lhs));
+  sym::ExprRef r = op.get<sym::ExprRef>("rhs");
   auto lv = sym::evaluate(l, b), rv = sym::evaluate(r, b);
   if (!lv || !rv)
-    throw InternalError(fmt::format("assert at line {} has an unbound dim", op.loc.begin.line));
+    return std::nullopt;
   const std::string &rel = op.get<std::string>("rel");
   bool ok = rel == "==" ? *lv == *rv : rel == "!=" ? *lv != *rv : rel == "<" ? *lv < *rv : rel == "<=" ? *lv <= *rv
           : rel == ">" ? *lv > *rv : *lv >= *rv;
-  if (!ok)
-    throw DataError(fmt::format("assert {} {} {} at line {} fails: {} = {} and {} = {}", l->str(), rel, r->str(),
-                                op.loc.begin.line, l->str(), *lv, r->str(), *rv));
+  if (ok)
+    return "";
+  // (a pin is what a declared type makes of a fresh dim: detect.dnn's N pinned to M)
+  return fmt::format("{} {} {} {} at line {} fails: {} = {} and {} = {}", std::holds_alternative<sym::ExprRef>(lhs) ? "assert" : "the pin",
+                     l->str(), rel, r->str(), op.loc.begin.line, l->str(), *lv, r->str(), *rv);
+}
+
+void checkAssert(const Op &op, const Binding &b) {
+  if (!std::holds_alternative<sym::ExprRef>(op.attrs.at("lhs")))
+    return; // a pinned fresh dim: checked where its op's result is bound
+  std::optional<std::string> failed = failedAssert(op, b);
+  if (!failed)
+    throw InternalError(fmt::format("assert at line {} has an unbound dim", op.loc.begin.line));
+  if (!failed->empty())
+    throw DataError(*failed);
 }
 
 void BindingCheck::check(const Graph &g, const Binding &b) {

@@ -49,6 +49,9 @@ bool checkValueSize(const Op &op, const Value &v, const Binding &b);
 
 // An `assert` over dims: DataError when it fails under `b`.
 void checkAssert(const Op &op, const Binding &b);
+// An assert_dims op (an assert, or a declared type's pin of a fresh dim) under `b`: "" when
+// it holds, the failure's message when not, nullopt when `b` leaves one of its dims unbound.
+std::optional<std::string> failedAssert(const Op &op, const Binding &b);
 
 // The checks of a binding made before anything is allocated: the asserts about input
 // dims, then the sizes of the ops that always run (top level). Remembers the last binding
