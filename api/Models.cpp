@@ -52,6 +52,8 @@ std::string checkBinding(const ModelInfo &m, const Binding &b) {
       return fmt::format("model '{}' has no dim '{}' (its dims: {})", m.name, name, known.empty() ? "none" : known);
     }
     sym::Interval r = m.analyzer.range(name);
+    if (value > r.hi && r.hi >= sym::Interval::kInf) // an unbounded dim's values stop short of 2^63, for sums of them
+      return fmt::format("{} = {} is past the largest value dnnc gives a dim, {}", name, value, sym::Interval::kInf);
     if (value < r.lo || value > r.hi)
       return fmt::format("{} = {} is outside the range of '{}': {}..{}", name, value, name, r.lo,
                          r.hi >= sym::Interval::kInf ? std::string("inf") : std::to_string(r.hi));

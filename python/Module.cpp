@@ -103,7 +103,11 @@ std::map<std::string, int64_t> bindingOf(const Model &m, const py::dict &dims) {
     std::string name = py::str(k);
     if (!py::isinstance<py::int_>(v) || py::isinstance<py::bool_>(v))
       throw Failure(fmt::format("the value of dim '{}' must be an int, not {}", name, std::string(py::str(v.get_type().attr("__name__")))));
-    b[name] = v.cast<int64_t>();
+    try {
+      b[name] = v.cast<int64_t>();
+    } catch (const py::cast_error &) { // past 64 bits either way
+      throw Failure(fmt::format("the value of dim '{}' does not fit in 64 bits: {}", name, std::string(py::str(v))));
+    }
   }
   if (std::string err = api::checkBinding(*m.info, b); !err.empty())
     throw Failure(err);

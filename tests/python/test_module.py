@@ -281,6 +281,10 @@ class Module(unittest.TestCase):
         self.assertEqual(self.error(m), "no value for an input of model 'main': 'x' (f32[B, 784])")
         self.assertEqual(self.error(m, x, x), "model 'main' takes 1 inputs, but 2 were given")
         self.assertEqual(self.error(m, x, x=x), "input 'x' is given twice")
+        # Dims past 64 bits, or past the largest dnnc gives a dim: dnnc.Error, not a cast error.
+        self.assertEqual(self.error(m.shapes, B=2**70), "the value of dim 'B' does not fit in 64 bits: 1180591620717411303424")
+        self.assertEqual(self.error(m.shapes, B=2**62), "B = 4611686018427387904 is past the largest value dnnc gives a dim, "
+                                                        "2305843009213693951")
         self.assertEqual(self.error(m, x=x.astype(np.float64)),
                          "input 'x' must be f32[B, 784] (numpy.float32) but is a float64 array of shape (2, 784): "
                          "convert it with .astype(numpy.float32)")
