@@ -124,9 +124,24 @@ ExprType Sema::typeExpression(ModelInfo &info, const ast::Expr &e) {
     t.kind = "int";
     t.dim = an().simplify(v.dim);
     break;
-  default:
+  default: {
+    // A tuple or list by its items' types (topk's (values, indices)), else described.
+    std::function<std::string(const SVal &)> text = [&](const SVal &x) -> std::string {
+      if (x.kind == SVal::Kind::Tensor)
+        return x.tensor->type.str();
+      if (x.kind == SVal::Kind::Int)
+        return an().simplify(x.dim)->str();
+      if (x.kind != SVal::Kind::Tuple && x.kind != SVal::Kind::List)
+        return describe(x);
+      std::vector<std::string> items;
+      for (const SVal &i : x.items)
+        items.push_back(text(i));
+      bool tuple = x.kind == SVal::Kind::Tuple;
+      return fmt::format("{}{}{}", tuple ? "(" : "[", fmt::join(items, ", "), tuple ? ")" : "]");
+    };
     t.kind = "value";
-    t.text = describe(v);
+    t.text = text(v);
+  }
   }
   return t;
 }

@@ -122,6 +122,8 @@ private:
       error("no model is loaded; use :load FILE");
     else if (cmd == ":model")
       focus(arg);
+    else if ((cmd == ":type" || cmd == ":class") && arg.empty())
+      error(fmt::format("usage: {} NAME (a value of model '{}'; an expression alone prints its type)", cmd, model_->name));
     else if (cmd == ":type")
       typeName(arg);
     else if (cmd == ":bind")
