@@ -479,7 +479,11 @@ void Importer::translateNode(const Node &n, size_t index) {
   nodeIndex_ = index;
   if (n.outputs.empty())
     fail("has no outputs");
-  (this->*handlers().at(n.op))(n);
+  try {
+    (this->*handlers().at(n.op))(n);
+  } catch (const AttributeError &e) {
+    fail(e.what());
+  }
   for (const std::string &o : n.outputs)
     if (!o.empty() && !find(o))
       fail(fmt::format("its output '{}' is not supported (only the first outputs of this op are)", o));

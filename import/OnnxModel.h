@@ -3,6 +3,7 @@
 // the translator (OnnxImport.cpp) reads it.
 #pragma once
 
+#include "base/Error.h"
 #include "base/Tensor.h"
 
 #include <cstdint>
@@ -48,6 +49,11 @@ struct ValueInfo {
   std::string name;
   int elemType = 0;                      // 0: not given
   std::optional<std::vector<Dim>> shape; // nullopt: rank unknown
+};
+
+// A node's attribute of the wrong kind, thrown by Node's getters.
+struct AttributeError : DataError {
+  using DataError::DataError;
 };
 
 struct Node {

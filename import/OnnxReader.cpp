@@ -46,17 +46,31 @@ std::optional<DType> dtypeOf(int t) {
   }
 }
 
+namespace {
+// An attribute given with another kind than its op's (Softmax's axis as a string): a
+// malformed model, not the default. (The importer names the file and the node.)
+[[noreturn]] void wrongKind(const std::string &n, const char *want) {
+  throw AttributeError(fmt::format("its attribute '{}' must be {}", n, want));
+}
+} // namespace
+
 int64_t Node::intAttr(const std::string &n, int64_t dflt) const {
   const Attribute *a = attr(n);
-  return a && a->kind == Attribute::Kind::Int ? a->i : dflt;
+  if (a && a->kind != Attribute::Kind::Int)
+    wrongKind(n, "an int");
+  return a ? a->i : dflt;
 }
 double Node::floatAttr(const std::string &n, double dflt) const {
   const Attribute *a = attr(n);
-  return a && a->kind == Attribute::Kind::Float ? a->f : a && a->kind == Attribute::Kind::Int ? double(a->i) : dflt;
+  if (a && a->kind != Attribute::Kind::Float && a->kind != Attribute::Kind::Int)
+    wrongKind(n, "a float");
+  return !a ? dflt : a->kind == Attribute::Kind::Float ? a->f : double(a->i);
 }
 std::string Node::stringAttr(const std::string &n, const std::string &dflt) const {
   const Attribute *a = attr(n);
-  return a && a->kind == Attribute::Kind::String ? a->s : dflt;
+  if (a && a->kind != Attribute::Kind::String)
+    wrongKind(n, "a string");
+  return a ? a->s : dflt;
 }
 std::vector<int64_t> Node::intsAttr(const std::string &n) const {
   const Attribute *a = attr(n);
@@ -64,6 +78,8 @@ std::vector<int64_t> Node::intsAttr(const std::string &n) const {
     return {};
   if (a->kind == Attribute::Kind::Int)
     return {a->i};
+  if (a->kind != Attribute::Kind::Ints)
+    wrongKind(n, "a list of ints");
   return a->ints;
 }
 std::string Node::where(size_t index) const {

@@ -598,6 +598,8 @@ class ErrorTest(ImportTest):
             "TopK 'topk0': input 1 is missing": op_model("TopK", [X3], n_out=2),
             "If 'if0': has no then_branch or else_branch graph": op_model("If", [("c", BOOL, [])]),
             "Loop 'loop0': has no body graph": op_model("Loop", [("m", np.array(3, np.int64)), None, X3]),
+            # An attribute of another kind than the op's (it was read as absent: axis -1).
+            "Softmax 'softmax0': its attribute 'axis' must be an int": op_model("Softmax", [X3], axis="one"),
             "Shape (node 0): has no outputs": make([helper.make_node("Shape", ["x"], []),
                                                      helper.make_node("Relu", ["x"], ["y"])], [vi(*X3)], [("y", F)]),
         }
