@@ -637,27 +637,35 @@ StmtPtr Lowering::columnReduction(const std::set<size_t> &reduced) {
     column.push_back(kir::let("lane", kir::constant(init, DType::F32)));
     column.push_back(kir::loop(g->asVar()->name, perStep,
                                one(kir::assign("lane", fold(kir::local("lane", DType::F32), element(lanes, sym::add(sym::mul(g, width), n)))))));
-    if (!sum) {
-      // The lanes hold rows g, g + G, ..., so the first of equal values in group order need
-      // not be the first in row order: where the result is a zero (+0 and -0 compare
-      // equal) or a NaN (payloads), the reference's value is the column's first row equal
-      // to it (or first NaN). A scan from the last row up finds it, off the hot loop.
-      ValuePtr lane = kir::local("lane", DType::F32);
-      auto isNaN = [](ValuePtr v) { return kir::binary(OpKind::Ne, v, v, DType::Bool); };
-      ValuePtr zero = kir::constant(0, DType::F32);
-      ExprRef r = sym::var(kir::loopVar(next_++));
-      ValuePtr v = kir::cast(kir::load(0, sym::add(slab, sym::add(sym::mul(sym::sub(sym::sub(rows, c(1)), r), width), n)), dtype(0)),
-                             DType::F32);
-      ValuePtr same = kir::binary(OpKind::Or, kir::binary(OpKind::Eq, v, lane, DType::Bool),
-                                  kir::binary(OpKind::And, isNaN(v), isNaN(lane), DType::Bool), DType::Bool);
-      std::vector<StmtPtr> scan;
-      scan.push_back(kir::loop(r->asVar()->name, rows, one(kir::when(same, one(kir::assign("lane", v))))));
-      column.push_back(kir::when(kir::binary(OpKind::Or, kir::binary(OpKind::Eq, lane, zero, DType::Bool), isNaN(lane), DType::Bool),
-                                 std::move(scan)));
-    }
     ValuePtr folded = sum ? kir::binary(OpKind::Add, element(total, n), kir::local("lane", DType::F32), DType::F32) : kir::local("lane", DType::F32);
     column.push_back(kir::store(total.buffer, sym::add(total.base, n), folded));
     perBlock.push_back(kir::loop(n->asVar()->name, width, std::move(column)));
+    if (!sum) {
+      // The lanes hold rows g, g + G, ..., so the first of equal values in group order need
+      // not be the first in row order: where a column's result is a zero (+0 and -0 compare
+      // equal) or a NaN (payloads), the reference's value is its first row equal to it (or
+      // first NaN). Where any column's is, one pass over the rows from the last up, a
+      // vector loop along each row, makes each such column's result its earliest equal
+      // value (at most one more pass over the input; none for other results).
+      auto isNaN = [](ValuePtr v) { return kir::binary(OpKind::Ne, v, v, DType::Bool); };
+      auto unsettled = [&](ValuePtr t) {
+        return kir::binary(OpKind::Or, kir::binary(OpKind::Eq, t, kir::constant(0, DType::F32), DType::Bool), isNaN(t), DType::Bool);
+      };
+      ExprRef m = sym::var(kir::loopVar(next_++)), r = sym::var(kir::loopVar(next_++));
+      perBlock.push_back(kir::let("unsettled", kir::constant(0, DType::F32)));
+      perBlock.push_back(kir::loop(m->asVar()->name, width,
+                                   one(kir::when(unsettled(element(total, m)),
+                                                 one(kir::assign("unsettled", kir::constant(1, DType::F32)))))));
+      ValuePtr t = element(total, j);
+      ValuePtr v = kir::cast(kir::load(0, sym::add(slab, sym::add(sym::mul(sym::sub(sym::sub(rows, c(1)), r), width), j)), dtype(0)),
+                             DType::F32);
+      ValuePtr same = kir::binary(OpKind::Or, kir::binary(OpKind::Eq, v, t, DType::Bool),
+                                  kir::binary(OpKind::And, isNaN(v), isNaN(t), DType::Bool), DType::Bool);
+      ValuePtr takes = kir::binary(OpKind::And, unsettled(t), same, DType::Bool);
+      StmtPtr pass = kir::loop(r->asVar()->name, rows, one(each(total, width, [&](ValuePtr now) { return kir::select(takes, v, now); })));
+      perBlock.push_back(kir::when(kir::binary(OpKind::Gt, kir::local("unsettled", DType::F32), kir::constant(0.5, DType::F32), DType::Bool),
+                                   one(std::move(pass))));
+    }
     if (sum)
       body.push_back(set(total, width, 0));
     if (blocked)

@@ -62,10 +62,11 @@ size_t expand(Graph &g, sym::Analyzer &an, Region &region, size_t at, std::vecto
   std::vector<const Value *> xs(grad.operands.begin() + 1, grad.operands.end());
   std::vector<bool> reached;
   std::vector<Op *> path = gradPath(region, y, xs, reached);
-  // Sema refused the grads through ops without a gradient; a grad of a grad meets the inner
-  // one's backward ops too (conv2d_grad_input, a while's growing stashes), which it did not see.
+  // Sema refused the grads it saw through ops without a gradient; a grad of a grad meets
+  // the inner one's backward ops (conv2d_grad_input, a while's growing stashes), and a
+  // training step's loss grad (TrainStep.cpp) any op of the model.
   if (std::optional<GradBlock> block = gradBlocker(region, y, xs))
-    throw DataError(fmt::format("{}: a grad of a grad through it is not supported: {}", opWhere(*block->op), block->why));
+    throw DataError(fmt::format("{}: no gradient can be taken through it: {}", opWhere(*block->op), block->why));
   // The values whose gradients are needed: the xs and what the path computes from them
   // (not constants, params or inputs off the path, which a rule then skips).
   std::unordered_set<const Value *> wanted(xs.begin(), xs.end());

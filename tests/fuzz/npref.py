@@ -84,8 +84,9 @@ UNARY = {
 
 
 def fmod_floor(a, b):
+    # np.mod: a zero remainder takes the divisor's sign (ir::floorMod)
     r = np.fmod(a, b)
-    return np.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+    return np.where(r == 0, np.copysign(0.0, b), np.where((r < 0) != (b < 0), r + b, r))
 
 
 BINARY = {

@@ -90,6 +90,9 @@ public:
     } catch (const std::overflow_error &e) {
       error(fmt::format("{} under the binding {}: bind smaller values", e.what(), bindingText()));
       return true;
+    } catch (const DataError &e) { // the model's compile for :mem (a grad it cannot take)
+      error(e.what());
+      return true;
     }
   }
 

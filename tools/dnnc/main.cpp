@@ -331,34 +331,34 @@ int cmdEmit(int argc, char **argv) {
     }
   }
   std::string text;
-  if (stage == "ast") {
-    DiagnosticEngine parseDiags(p.sources());
-    auto m = parseModule(p.sources(), p.sources().find(c.file), parseDiags);
-    m->name = std::filesystem::path(c.file).stem().string();
-    text = ast::print(*m);
-  } else if (stage == "ir") {
-    for (const ModelInfo &m : p.models())
-      text += ir::print(*m.graph);
-  } else if (stage == "ir-json") { // one model as an object, several as a list
-    nlohmann::json graphs = nlohmann::json::array();
-    for (const ModelInfo &m : p.models())
-      graphs.push_back(ir::toJson(*m.graph));
-    text = (graphs.size() == 1 ? graphs[0] : graphs).dump(1) + "\n";
-  } else if (stage == "grad") { // after differentiation only (and dropout's mode, which it depends on)
-    // Through the pass manager, so that --verify-each and --print-* apply here too.
-    ir::PassManager manager(options.passes);
-    for (ModelInfo &m : p.models()) {
-      ir::PassState state;
-      manager.run(*m.graph, {ir::passInfo(ir::PassId::DropoutMode), ir::passInfo(ir::PassId::Differentiate)}, state);
-      text += ir::print(*m.graph);
-    }
-  } else if (stage == "opt") {
-    for (ModelInfo &m : p.models()) {
-      ir::optimize(*m.graph, options.passes);
-      text += ir::print(*m.graph);
-    }
-  } else {
-    try {
+  try { // (a grad the differentiate pass cannot take, a size past the limits)
+    if (stage == "ast") {
+      DiagnosticEngine parseDiags(p.sources());
+      auto m = parseModule(p.sources(), p.sources().find(c.file), parseDiags);
+      m->name = std::filesystem::path(c.file).stem().string();
+      text = ast::print(*m);
+    } else if (stage == "ir") {
+      for (const ModelInfo &m : p.models())
+        text += ir::print(*m.graph);
+    } else if (stage == "ir-json") { // one model as an object, several as a list
+      nlohmann::json graphs = nlohmann::json::array();
+      for (const ModelInfo &m : p.models())
+        graphs.push_back(ir::toJson(*m.graph));
+      text = (graphs.size() == 1 ? graphs[0] : graphs).dump(1) + "\n";
+    } else if (stage == "grad") { // after differentiation only (and dropout's mode, which it depends on)
+      // Through the pass manager, so that --verify-each and --print-* apply here too.
+      ir::PassManager manager(options.passes);
+      for (ModelInfo &m : p.models()) {
+        ir::PassState state;
+        manager.run(*m.graph, {ir::passInfo(ir::PassId::DropoutMode), ir::passInfo(ir::PassId::Differentiate)}, state);
+        text += ir::print(*m.graph);
+      }
+    } else if (stage == "opt") {
+      for (ModelInfo &m : p.models()) {
+        ir::optimize(*m.graph, options.passes);
+        text += ir::print(*m.graph);
+      }
+    } else {
       for (ModelInfo &m : p.models()) {
         backend::Lowered lowered = backend::lowerFor(*m.graph, *target, options);
         std::vector<const kir::Kernel *> kernels = lowered.kernels.kernelPointers();
@@ -375,10 +375,10 @@ int cmdEmit(int argc, char **argv) {
         else if (stage == "llvm")
           text += target->moduleText(kernels, options.target).llvmIR;
       }
-    } catch (const DataError &e) {
-      std::cerr << "dnnc: error: " << e.what() << "\n";
-      return kUserError;
     }
+  } catch (const DataError &e) {
+    std::cerr << "dnnc: error: " << e.what() << "\n";
+    return kUserError;
   }
   return writeOutput(out, text);
 }
