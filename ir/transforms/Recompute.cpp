@@ -534,7 +534,8 @@ size_t RecomputeReport::versionAt(const std::map<std::string, int64_t> &binding,
   // The smaller planned arena wins where it is smaller by more than 1%; a smaller saving
   // does not pay for recomputation the rule at this binding would not do, so there the
   // version closest to the rule's decisions wins.
-  auto clearlySmaller = [](int64_t a, int64_t b) { return a < b && (b - a) * 100 > b; };
+  // ((b - a) * 100 > b, without its overflow at the sizes :solve tries, up to 2^62)
+  auto clearlySmaller = [](int64_t a, int64_t b) { return a < b && b - a > b / 100; };
   size_t best = 0;
   for (size_t v = 1; v < versions.size(); ++v) {
     std::optional<int64_t> a = bytes(v), b = bytes(best);
