@@ -42,9 +42,8 @@ void backprop(GraphBuilder &bw, const std::vector<Op *> &ops, Adjoints &adjoint)
       continue;
     }
     GradRule rule = opInfo(op.kind).grad;
-    if (!rule) // sema refuses a grad through an op without one; a grad's own backward ops
-               // (conv2d_grad_input, max_pool2d_grad, ...) are what a grad of a grad meets
-      throw DataError(fmt::format("{}: a grad of a grad through it is not supported (it has no gradient rule)", opWhere(op)));
+    if (!rule) // expand() refused this grad's path already (gradBlocker)
+      throw InternalError(fmt::format("'{}' reached the differentiate pass without a gradient rule", opInfo(op.kind).spelling));
     std::vector<Value *> grads = rule(bw, op, resultGrads);
     for (size_t k = 0; k < op.operands.size() && k < grads.size(); ++k)
       if (grads[k] && bw.wants(op.operands[k]))
