@@ -36,6 +36,10 @@ struct Val {
   Shape shape;
   std::optional<std::vector<ExprRef>> ints;   // its values, row-major, when known at import (shape data)
   std::shared_ptr<const rt::Tensor> constant; // its value, for initializers and Constant nodes
+  // A float value that is one dim known at import, cast (a sequence length as a float, the
+  // limit of a positional encoding's float Range); kept apart from `ints`, which integer
+  // arithmetic reads.
+  ExprRef floatOfDim = nullptr;
   std::string onnxName;
   size_t depth = 0; // the block nesting where `ref` was defined
   const Initializer *source = nullptr; // the initializer it is, if any
@@ -832,7 +836,9 @@ void Importer::opCast(const Node &n) {
     alias(0, x);
     return;
   }
-  def(0, fmt::format("cast({}, {})", ref(x), dtypeName(to)), to, x.shape);
+  Val &out = def(0, fmt::format("cast({}, {})", ref(x), dtypeName(to)), to, x.shape);
+  if (x.ints && x.ints->size() == 1 && isFloat(to))
+    out.floatOfDim = (*x.ints)[0];
 }
 
 void Importer::opWhere(const Node &n) {
@@ -1523,6 +1529,15 @@ void Importer::opExpand(const Node &n) {
   def(0, fmt::format("broadcast_to({}, {})", ref(x), dimsText(shape)), x.dtype, shape);
 }
 
+// arange(start, limit, step) for a positive step, as text, and its length as the language
+// types it: max(0, ceil((limit - start) / step)), or limit itself for arange(limit).
+std::pair<std::string, ExprRef> arangeOf(ExprRef start, ExprRef limit, int64_t step) {
+  if (start->asConst() == std::optional<int64_t>(0) && step == 1)
+    return {fmt::format("arange({})", limit->str()), limit};
+  ExprRef len = sym::floorDiv(sym::add(sym::sub(limit, start), sym::constant(step - 1)), sym::constant(step));
+  return {fmt::format("arange({}, {}, {})", start->str(), limit->str(), step), sym::max(sym::constant(0), len)};
+}
+
 void Importer::opRange(const Node &n) {
   Val &start = in(0), &limit = in(1), &delta = in(2);
   if (start.ints && limit.ints && delta.ints && isInteger(start.dtype)) {
@@ -1530,13 +1545,20 @@ void Importer::opRange(const Node &n) {
     auto dc = d->asConst();
     if (!dc || *dc <= 0)
       fail("only a constant positive delta is supported");
-    ExprRef len = sym::floorDiv(sym::add(sym::sub(l, s), sym::constant(*dc - 1)), d);
-    std::string expr = s->asConst() == std::optional<int64_t>(0) && *dc == 1
-                           ? fmt::format("arange({})", l->str())
-                           : fmt::format("arange({}, {}, {})", s->str(), l->str(), d->str());
+    auto [expr, len] = arangeOf(s, l, *dc);
     if (start.dtype != DType::I64)
       expr = fmt::format("cast({}, {})", expr, dtypeName(start.dtype));
     def(0, expr, start.dtype, {len});
+    return;
+  }
+  // A float range from an integer constant to a dim, by an integer constant step:
+  // arange's integers, cast (each start + k delta is an integer, exact below 2^24 either
+  // way), and its length a dim expression, so that it lines up with the tensors it comes from.
+  std::optional<double> s = scalarValue(start), d = scalarValue(delta);
+  auto integral = [](std::optional<double> v) { return v && std::isfinite(*v) && std::abs(*v) < 0x1p53 && *v == std::floor(*v); };
+  if (isFloat(start.dtype) && limit.floatOfDim && integral(s) && integral(d) && *d > 0) {
+    auto [ints, len] = arangeOf(sym::constant(int64_t(*s)), limit.floatOfDim, int64_t(*d));
+    def(0, fmt::format("cast({}, {})", ints, dtypeName(start.dtype)), start.dtype, {len});
     return;
   }
   // Values only running knows: the length is a fresh dim.

@@ -280,6 +280,16 @@ OP_CASES = {
     # A float Range whose bounds are values: start + k delta, k below ceil((limit - start) / delta).
     "Range_float": (lambda: op_model("Range", [("s", np.array(0.5, np.float32)), ("l", F, []), ("d", np.array(0.7, np.float32))]),
                     [{}]),
+    # Positions as floats up to the sequence length (a sinusoidal encoding's): the length is
+    # T itself, so they add to x; from 5 by 3 they are max(0, ceil((T - 5) / 3)) long.
+    "Range_float_to_length": (lambda: make(
+        [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "one"], ["t"]),
+         helper.make_node("Cast", ["t"], ["tf"], to=F), helper.make_node("Range", ["zf", "tf", "onef"], ["pos"]),
+         helper.make_node("Add", ["x", "pos"], ["y"]), helper.make_node("Range", ["fivef", "tf", "threef"], ["r"])],
+        [vi(*X)], [("y", F), ("r", F)],
+        [init("one", np.array(1, np.int64)), init("zf", np.array(0.0, np.float32)), init("onef", np.array(1.0, np.float32)),
+         init("fivef", np.array(5.0, np.float32)), init("threef", np.array(3.0, np.float32))]),
+        [{"B": 2, "T": 3}, {"B": 1, "T": 5}, {"B": 3, "T": 1}, {"B": 1, "T": 9}]),
     **{f"reduce_{op}": (lambda op=op: op_model(op, [X3], axes=[1], keepdims=0), BT) for op in
        ["ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp"]},
     "reduce_ReduceSum_input_axes": (lambda: op_model("ReduceSum", [X3, ("a", np.array([0, 2], np.int64))]), BT),
@@ -491,6 +501,11 @@ class ModelTest(ImportTest):
     def test_folded_scale_is_a_literal(self):
         src = self.check(OP_CASES["scale_from_shape"][0](), BT[:1])
         self.assertIn("let y = x * 0.5;", src)
+
+    def test_float_positions_have_the_sequence_length(self):
+        src = self.check(OP_CASES["Range_float_to_length"][0](), BT[:1])
+        self.assertIn("cast(arange(T), f32)", src)
+        self.assertIn("cast(arange(5, T, 3), f32)", src)
 
     def test_cnn(self):
         src = self.check(cnn_model(), [{"N": 1, "height": 8, "width": 8}, {"N": 2, "height": 11, "width": 6},
