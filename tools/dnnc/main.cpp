@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -492,17 +493,20 @@ bool readThreads(const po::variables_map &vm, const std::string &text, int &out)
   return true;
 }
 
-// --seed, a non-negative integer (read into an unsigned, -1 would wrap to 2^64 - 1); `out`
-// keeps its default without one. False with the error printed.
+// --seed, an integer in [0, 2^64) (read as text: an int64 option refused seeds past 2^63
+// and a uint64 one wraps -1); `out` keeps its default without one. False with the error
+// printed.
 bool readSeed(const po::variables_map &vm, uint64_t &out) {
   if (!vm.count("seed"))
     return true;
-  int64_t seed = vm["seed"].as<int64_t>();
-  if (seed < 0) {
-    std::cerr << "dnnc: error: --seed takes a non-negative integer, not " << seed << "\n";
+  const std::string &text = vm["seed"].as<std::string>();
+  uint64_t seed = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), seed);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+    std::cerr << "dnnc: error: --seed takes an integer from 0 to 2^64 - 1, not '" << text << "'\n";
     return false;
   }
-  out = static_cast<uint64_t>(seed);
+  out = seed;
   return true;
 }
 
@@ -544,7 +548,7 @@ int cmdRun(int argc, char **argv) {
       "bind", po::value(&bind), "bind dims, e.g. B=2,T=8 (sizes for random inputs)")(
       "out", po::value(&o.outDir), "where out0.npy, out1.npy, ... go (default: out)")(
       "device", po::value(&o.device), "auto (the GPU if one works, else the CPU), cpu, cuda, ref (the reference interpreter), or cuda-sim (the GPU kernels on a CPU simulator, for testing)")(
-      "seed", po::value<int64_t>(), "seed for random weights and inputs (default 0)")(
+      "seed", po::value<std::string>(), "seed for random weights and inputs (default 0)")(
       "threads", po::value(&threads), "CPU threads, 1 to 1024 (default: DNNC_NUM_THREADS, else one per core)")(
       "max-iterations", po::value(&maxIterations),
       "stop with an error when a while loop runs N iterations and its condition still holds (default: no limit)")(
@@ -650,7 +654,7 @@ int cmdTrain(int argc, char **argv) {
       "no-in-place", "return the updated params and optimizer state as new tensors each step and copy them back, instead "
       "of updating them in place (to compare against; the results are bit for bit the same)")(
       "device", po::value(&o.device), "auto, cpu, cuda, ref or cuda-sim, as for dnnc run")(
-      "seed", po::value<int64_t>(), "seed for the initializers (default 0)")(
+      "seed", po::value<std::string>(), "seed for the initializers (default 0)")(
       "threads", po::value(&threads), "CPU threads, 1 to 1024 (default: DNNC_NUM_THREADS, else one per core)")(
       "log-every", po::value(&o.logEvery), "log every K steps (default 1)")("json", "log JSON lines")(
       "profile", po::value(&o.profile)->implicit_value("time"),
@@ -726,7 +730,7 @@ int cmdProfile(int argc, char **argv) {
       "backward shaded, and with --recompute auto the curve of --recompute none beside it)")(
       "json", "print one JSON object instead of the tables")(
       "device", po::value(&o.device), "cpu (the default) or cuda-sim: where the step runs to be measured")(
-      "seed", po::value<int64_t>(), "seed for the random inputs and params (default 0)");
+      "seed", po::value<std::string>(), "seed for the random inputs and params (default 0)");
   desc.add(passOptions(flags));
   po::variables_map vm;
   const char *usage = "usage: dnnc profile FILE [--bind B=8,T=512] [--train [--optimizer sgd|momentum|adam|adamw]] "
