@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <unistd.h>
 
@@ -60,14 +61,30 @@ std::string shapeText(DType dtype, const std::vector<int64_t> &shape) {
   return s + "]";
 }
 
-std::optional<int64_t> bytesWithinLimit(DType dtype, const std::vector<int64_t> &shape) {
-  std::optional<int64_t> n = static_cast<int64_t>(dtypeBytes(dtype));
+namespace {
+// first times the shape's nonzero dims (dims assumed non-negative), nullopt past 2^63: as
+// NumPy counts, a tensor with a 0 dim is empty but its other dims must still multiply
+// within 64 bits (reshaping to [0, 2^62, 2^62] is refused).
+std::optional<int64_t> nonzeroProduct(int64_t first, const std::vector<int64_t> &shape) {
+  std::optional<int64_t> n = first;
   for (int64_t d : shape)
-    if (d < 0 || !(n = checkedMul(*n, d)))
-      return std::nullopt;
-  if (*n > limit(Limit::TensorBytes))
-    return std::nullopt;
+    if (d != 0 && n)
+      n = checkedMul(*n, d);
   return n;
+}
+
+bool hasZero(const std::vector<int64_t> &shape) { return std::find(shape.begin(), shape.end(), 0) != shape.end(); }
+} // namespace
+
+std::optional<int64_t> bytesWithinLimit(DType dtype, const std::vector<int64_t> &shape) {
+  if (std::any_of(shape.begin(), shape.end(), [](int64_t d) { return d < 0; }))
+    return std::nullopt;
+  std::optional<int64_t> n = nonzeroProduct(static_cast<int64_t>(dtypeBytes(dtype)), shape);
+  if (!n)
+    return std::nullopt;
+  if (hasZero(shape))
+    return 0;
+  return *n > limit(Limit::TensorBytes) ? std::nullopt : n;
 }
 
 int64_t checkedBytes(DType dtype, const std::vector<int64_t> &shape, const std::string &what) {
@@ -79,20 +96,13 @@ int64_t checkedBytes(DType dtype, const std::vector<int64_t> &shape, const std::
     if (shape[k] < 0)
       throw DataError(fmt::format("{} is {}: dim {} is {}, which is negative", what, shapeText(dtype, shape), k,
                                   shape[k]));
-  int64_t n = 1;
-  for (int64_t d : shape) {
-    auto next = checkedMul(n, d);
-    if (!next)
-      throw DataError(fmt::format("{} is {}: its element count overflows 64 bits", what, shapeText(dtype, shape)));
-    n = *next;
-  }
-  auto bytes = checkedMul(n, static_cast<int64_t>(dtypeBytes(dtype)));
+  if (!nonzeroProduct(1, shape))
+    throw DataError(fmt::format("{} is {}: its element count overflows 64 bits", what, shapeText(dtype, shape)));
+  std::optional<int64_t> bytes = nonzeroProduct(static_cast<int64_t>(dtypeBytes(dtype)), shape);
   if (!bytes)
     throw DataError(fmt::format("{} is {}: its byte count overflows 64 bits", what, shapeText(dtype, shape)));
-  if (*bytes > limit(Limit::TensorBytes))
-    throw DataError(fmt::format("{} is {}: it needs {} bytes, over the limit of {} bytes (limit tensor-bytes)", what,
-                                shapeText(dtype, shape), *bytes, limit(Limit::TensorBytes)));
-  return *bytes;
+  throw DataError(fmt::format("{} is {}: it needs {} bytes, over the limit of {} bytes (limit tensor-bytes)", what,
+                              shapeText(dtype, shape), *bytes, limit(Limit::TensorBytes)));
 }
 
 } // namespace dnnc::rt

@@ -28,13 +28,14 @@ Tensor Tensor::uninitialized(DType dtype, std::vector<int64_t> shape) {
   t.dtype = dtype;
   t.shape = std::move(shape);
   // Called for every result: the messages are built only when one is thrown.
-  std::optional<int64_t> bytes = bytesWithinLimit(dtype, t.shape);
-  if (!bytes || *bytes > memoryLimit())
-    requireMemory(checkedBytes(dtype, t.shape, "a tensor"), fmt::format("a {} tensor", t.typeText()));
+  std::optional<int64_t> within = bytesWithinLimit(dtype, t.shape);
+  int64_t bytes = within ? *within : checkedBytes(dtype, t.shape, "a tensor"); // (which throws)
+  if (bytes > memoryLimit())
+    requireMemory(bytes, fmt::format("a {} tensor", t.typeText()));
   try {
-    t.bytes.resize(static_cast<size_t>(*bytes));
+    t.bytes.resize(static_cast<size_t>(bytes));
   } catch (const std::bad_alloc &) {
-    throw DataError(fmt::format("out of memory: {} bytes for a {} tensor could not be allocated", *bytes, t.typeText()));
+    throw DataError(fmt::format("out of memory: {} bytes for a {} tensor could not be allocated", bytes, t.typeText()));
   }
   if (poison)
     std::fill(t.bytes.begin(), t.bytes.end(), uint8_t{0xff});

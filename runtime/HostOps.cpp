@@ -139,17 +139,26 @@ std::vector<Tensor> arange(const HostOpContext &c) {
 std::vector<Tensor> reshape(const HostOpContext &c) {
   const Tensor &x = *c.in[0];
   Shape target = valueList(c, "shape");
-  // The elements of the sizes given (sizes from values may be anything up to 2^63).
+  // The elements of the sizes given (sizes from values may be anything up to 2^63). As in
+  // NumPy, the nonzero ones must multiply below 2^63 even when another is 0.
   std::optional<int64_t> known = 1;
+  bool empty = false;
   for (int64_t d : target)
-    known = known && d != -1 ? checkedMul(*known, d) : known;
+    if (d == 0)
+      empty = true;
+    else if (d != -1 && known)
+      known = checkedMul(*known, d);
+  if (!known)
+    throw DataError(fmt::format("cannot reshape {} into {}: its sizes multiply past 2^63", x.typeText(),
+                                rt::shapeText(x.dtype, target)));
+  if (empty)
+    known = 0;
   auto inferred = std::find(target.begin(), target.end(), -1);
-  if (inferred != target.end() && known)
+  if (inferred != target.end())
     *inferred = *known == 0 ? 0 : static_cast<int64_t>(x.numel()) / *known;
-  std::optional<int64_t> count = known && inferred != target.end() ? checkedMul(*known, *inferred) : known;
+  int64_t count = inferred != target.end() ? *known * *inferred : *known; // at most numel
   if (count != static_cast<int64_t>(x.numel()))
-    throw DataError(fmt::format("cannot reshape {} ({} elements) into {} elements", x.typeText(), x.numel(),
-                                count ? std::to_string(*count) : std::string("more than 2^63")));
+    throw DataError(fmt::format("cannot reshape {} ({} elements) into {} elements", x.typeText(), x.numel(), count));
   Tensor t = sized(x.dtype, target, c);
   std::memcpy(t.data(), x.data(), x.byteSize());
   return one(std::move(t));

@@ -2,6 +2,8 @@
 // and the materialization of compile-time numbers as tensors.
 #include "frontend/sema/SemaInternal.h"
 
+#include "base/Size.h"
+
 namespace dnnc::sema {
 
 ExprRef Sema::freshDim(const std::string &hint, SourceRange loc, const std::string &origin) {
@@ -84,6 +86,14 @@ void Sema::checkResultSize(const ir::Op &op, const ir::TensorType &t, SourceRang
 }
 
 void Sema::checkBytes(const ir::TensorType &t, SourceRange loc, const std::string &what) {
+  // As NumPy counts (and the runtime, rt::checkedBytes): a 0 dim empties a tensor, but its
+  // other dims must still multiply within 64 bits.
+  std::optional<int64_t> nonzero = static_cast<int64_t>(dtypeBytes(t.dtype));
+  for (sym::ExprRef d : t.dims)
+    if (auto c = d->asConst(); c && *c > 0 && nonzero)
+      nonzero = rt::checkedMul(*nonzero, *c);
+  if (!nonzero)
+    fail(DiagKind::Range, loc, fmt::format("{} would be {}: its size overflows 64 bits", what, t.str()));
   try {
     auto bytes = an().simplify(t.bytes())->asConst();
     if (bytes && *bytes > limit(Limit::TensorBytes))

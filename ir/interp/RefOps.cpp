@@ -958,11 +958,18 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
   case OpKind::AvgPool2d: return one(pool2d(c, false));
   case OpKind::Reshape: {
     Shape target = valueList(c, "shape");
-    // In double: sizes from values may be anything up to 2^63, and their product more.
+    // In double: sizes from values may be anything up to 2^63, and their product more. As
+    // in NumPy, the nonzero ones must multiply below 2^63 even when another is 0.
     double known = 1;
     int inferred = -1;
+    bool empty = false;
     for (size_t k = 0; k < target.size(); ++k)
-      target[k] == -1 ? (void)(inferred = static_cast<int>(k)) : (void)(known *= static_cast<double>(target[k]));
+      target[k] == -1 ? (void)(inferred = static_cast<int>(k))
+                      : target[k] == 0 ? (void)(empty = true) : (void)(known *= static_cast<double>(target[k]));
+    if (known >= 0x1p63)
+      throw DataError(fmt::format("cannot reshape {} into {}: its sizes multiply past 2^63", c.in[0]->typeText(),
+                                  rt::shapeText(c.in[0]->dtype, target)));
+    known = empty ? 0 : known;
     double n = static_cast<double>(c.in[0]->numel());
     if (inferred >= 0)
       target[inferred] = known == 0 || known > n ? 0 : static_cast<int64_t>(c.in[0]->numel()) / static_cast<int64_t>(known);

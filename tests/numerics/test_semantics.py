@@ -458,6 +458,18 @@ class Semantics(unittest.TestCase):
                 outs, p = self.dnnc.run(m, None, {"x": x, "a": np.array(a, np.int64)})
                 self.assertEqual(p.returncode, 1, p.stderr)
                 self.assertIn(message, p.stderr)
+            # As in NumPy, sizes past 2^63 are refused even beside a 0 (the count was 0).
+            m = self.model(d, "value_shaped_huge", "dim N in 0..8;\nmodel main(x: f32[N], a: i64[]) -> (f32[P, Q, R], f32[S, T, U]) {\n"
+                           "  return (reshape(x, [0, a, a]), reshape(x, [a, a, -1]));\n}\n")
+            for a, message in ((2 ** 62, "cannot reshape f32[0] into f32[0, 4611686018427387904, 4611686018427387904]: "
+                                         "its sizes multiply past 2^63"), (2 ** 20, None)):
+                outs, p = self.dnnc.run(m, None, {"x": np.zeros(0, np.float32), "a": np.array(a, np.int64)})
+                if message:
+                    self.assertEqual(p.returncode, 1, p.stderr)
+                    self.assertIn(message, p.stderr)
+                else:
+                    self.assertEqual(p.returncode, 0, p.stderr)
+                    self.assertEqual([o.shape for o in outs], [(0, a, a), (a, a, 0)])
 
     # ---- integer division and modulo ----
     def test_integer_division(self):
