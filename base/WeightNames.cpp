@@ -14,10 +14,30 @@ std::string FromName::expand(const std::vector<int64_t> &index) const {
   return out;
 }
 
+std::string escapeBraces(const std::string &name) {
+  std::string out;
+  for (char c : name) {
+    out += c;
+    if (c == '{' || c == '}')
+      out += c;
+  }
+  return out;
+}
+
+std::string quoteString(const std::string &text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\')
+      out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
 std::string FromName::pattern() const {
-  std::string out = text[0];
+  std::string out = escapeBraces(text[0]);
   for (size_t k = 0; k < slots.size(); ++k)
-    out += "{" + placeholders[slots[k]] + "}" + text[k + 1];
+    out += "{" + placeholders[slots[k]] + "}" + escapeBraces(text[k + 1]);
   return out;
 }
 
@@ -27,8 +47,13 @@ std::string parseFromName(const std::string &pattern, FromName &out, size_t &at)
   for (size_t i = 0; i < pattern.size(); ++i) {
     at = i;
     char c = pattern[i];
+    if ((c == '{' || c == '}') && i + 1 < pattern.size() && pattern[i + 1] == c) { // {{ and }}: the brace itself
+      out.text.back() += c;
+      ++i;
+      continue;
+    }
     if (c == '}')
-      return "'}' closes no placeholder";
+      return "'}' closes no placeholder (a brace in a name is written twice: '}}')";
     if (c != '{') {
       out.text.back() += c;
       continue;

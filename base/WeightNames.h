@@ -22,6 +22,14 @@ struct FromName {
   std::string pattern() const;
 };
 
+// A tensor name as a pattern that stands for itself: its braces doubled ("{{" is a literal
+// "{" in a pattern, as in Python's str.format).
+std::string escapeBraces(const std::string &name);
+
+// `text` as a .dnn string literal: in quotes, with its quotes and backslashes escaped (\"
+// and \\, which the parser reads back).
+std::string quoteString(const std::string &text);
+
 // Parses `pattern` into `out`; returns an error (empty when the pattern is fine) and, in
 // `at`, the byte offset of the trouble.
 std::string parseFromName(const std::string &pattern, FromName &out, size_t &at);

@@ -1,6 +1,8 @@
 // Printing of the AST: expressions and types as source text, modules as an indented tree.
 #include "frontend/Ast.h"
 
+#include "base/WeightNames.h"
+
 #include <fmt/format.h>
 
 namespace dnnc::ast {
@@ -77,7 +79,7 @@ public:
       break;
     case Decl::Kind::Param:
       line(0, std::string(d.frozen ? "Param frozen " : "Param ") + d.name + ": " + printType(*d.type) +
-                  (d.from.empty() ? "" : " from \"" + d.from + "\"") + (d.value ? " = " + printExpr(*d.value) : "") + at);
+                  (d.from.empty() ? "" : " from " + quoteString(d.from)) + (d.value ? " = " + printExpr(*d.value) : "") + at);
       break;
     case Decl::Kind::Fn:
     case Decl::Kind::Model: {
@@ -146,7 +148,7 @@ std::string printExpr(const Expr &e) {
   case Expr::Kind::Int: return std::to_string(e.intValue);
   case Expr::Kind::Float: return fmt::format("{}", e.floatValue);
   case Expr::Kind::Bool: return e.intValue ? "true" : "false";
-  case Expr::Kind::String: return "\"" + e.text + "\"";
+  case Expr::Kind::String: return quoteString(e.text);
   case Expr::Kind::Name:
   case Expr::Kind::DType: return e.text;
   case Expr::Kind::Tuple: return "(" + join(items, ", ") + (items.size() == 1 ? ",)" : ")");

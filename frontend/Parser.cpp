@@ -20,6 +20,18 @@ namespace {
 
 using P = antlr::DnnParser;
 
+// A string literal's text: the quotes dropped, and \" and \\ read as the quote and the
+// backslash (the grammar's only escapes; a backslash before anything else stays as written).
+std::string unquote(const std::string &raw) {
+  std::string out;
+  for (size_t i = 1; i + 1 < raw.size(); ++i) {
+    if (raw[i] == '\\' && i + 2 < raw.size() && (raw[i + 1] == '"' || raw[i + 1] == '\\'))
+      ++i;
+    out += raw[i];
+  }
+  return out;
+}
+
 class CollectingErrorListener : public antlr4::BaseErrorListener {
 public:
   CollectingErrorListener(int file, DiagnosticEngine &diags) : file_(file), diags_(diags) {}
@@ -104,8 +116,7 @@ public:
         if (x->fromKw->getText() != "from")
           fail(DiagKind::Parse, {loc(x->fromKw), endLoc(x->fromKw), loc(x->fromKw)}, fmt::format("expected 'from', '=' or ';' after the type of param '{}', not '{}'",
                                                               d->name, x->fromKw->getText()));
-        std::string raw = x->STRING()->getText();
-        d->from = raw.substr(1, raw.size() - 2);
+        d->from = unquote(x->STRING()->getText());
         d->fromRange = range(x->STRING());
       }
       if (x->expr())
@@ -414,8 +425,7 @@ public:
     }
     if (auto *x = dynamic_cast<P::StringLitContext *>(c)) {
       auto e = make(ast::Expr::Kind::String, r);
-      std::string raw = x->STRING()->getText();
-      e->text = raw.substr(1, raw.size() - 2);
+      e->text = unquote(x->STRING()->getText());
       return e;
     }
     if (auto *x = dynamic_cast<P::NameRefContext *>(c)) {

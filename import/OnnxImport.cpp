@@ -12,6 +12,7 @@
 #include "import/OnnxImport.h"
 
 #include "base/Error.h"
+#include "base/WeightNames.h"
 #include "ir/sym/Sym.h"
 
 #include <fmt/format.h>
@@ -20,6 +21,7 @@
 #include <cstdlib>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -95,6 +97,14 @@ std::string floatLiteral(double v) {
   if (s.find_first_of(".en") == std::string::npos)
     s += ".0";
   return s;
+}
+
+// An integer as .dnn source: negatives in parentheses, and -2^63, whose magnitude is no
+// literal, as an expression.
+std::string intLiteral(int64_t v) {
+  if (v == std::numeric_limits<int64_t>::min())
+    return "(-9223372036854775807 - 1)";
+  return v < 0 ? fmt::format("({})", v) : std::to_string(v);
 }
 
 std::string listText(const std::vector<std::string> &items) {
@@ -337,7 +347,8 @@ std::string Importer::ref(Val &v) {
       key += "_";
     weights_[key] = *v.constant;
     paramDecls_.push_back(key == name ? fmt::format("param {}: {};", name, typeText(v.dtype, v.shape))
-                                      : fmt::format("param {}: {} from \"{}\";", name, typeText(v.dtype, v.shape), key));
+                                      : fmt::format("param {}: {} from {};", name, typeText(v.dtype, v.shape),
+                                                    quoteString(escapeBraces(key))));
     v.ref = name;
     v.depth = 0; // params are visible everywhere
     if (v.source)
@@ -372,7 +383,7 @@ std::string Importer::operand(Val &v, const Val &other) {
     if (isFloat(v.dtype) && std::isfinite(x))
       return x < 0 ? "(" + floatLiteral(x) + ")" : floatLiteral(x);
     if (isInteger(v.dtype))
-      return x < 0 ? fmt::format("({})", v.constant->getInt(0)) : std::to_string(v.constant->getInt(0));
+      return intLiteral(v.constant->getInt(0));
   }
   return ref(v);
 }
@@ -541,10 +552,13 @@ ImportResult Importer::run() {
   std::map<std::string, ExprRef> dimParams;
   // The inputs' names first: they are what `dnnc run --input NAME=...` takes, so a dim_param
   // of the same name (an input `b` of dims [b, 4, 5]) is the one renamed.
+  // Names that are identifiers already go first, so that an input `a_b` keeps its name
+  // beside an input `a.b` (which becomes a_b_1), not the other way round.
   std::map<std::string, std::string> inputRefs;
-  for (const ValueInfo &vi : g.inputs)
-    if (!initNames.count(vi.name) && !inputRefs.count(vi.name))
-      inputRefs[vi.name] = fresh(sanitize(vi.name));
+  for (bool identifiers : {true, false})
+    for (const ValueInfo &vi : g.inputs)
+      if (!initNames.count(vi.name) && !inputRefs.count(vi.name) && (sanitize(vi.name) == vi.name) == identifiers)
+        inputRefs[vi.name] = fresh(sanitize(vi.name));
   for (const ValueInfo &vi : g.inputs) {
     if (initNames.count(vi.name))
       continue; // an initializer listed as an input too (opsets before 9): a param
@@ -560,7 +574,7 @@ ImportResult Importer::run() {
     v.depth = 1;
     for (size_t k = 0; k < vi.shape->size(); ++k) {
       const Dim &d = (*vi.shape)[k];
-      if (d.value && *d.value > 0) {
+      if (d.value && *d.value >= 0) { // (0 is a size: an empty axis)
         v.shape.push_back(sym::constant(*d.value));
         continue;
       }
@@ -891,7 +905,13 @@ void Importer::opActivation(const Node &n) {
   } else if (n.op == "Elu") {
     expr = fmt::format("where({0} > 0.0, {0}, {1} * (exp({0}) - 1.0))", r, floatLiteral(n.floatAttr("alpha", 1.0)));
   } else if (n.op == "Softplus") {
-    expr = fmt::format("log(1.0 + exp({}))", r);
+    // max(x, 0) + log1p(e^-|x|), as ONNX Runtime computes it (log(1 + e^x) is inf from x =
+    // 89 on); log1p(e) as log(u) e / (u - 1) with u = 1 + e, or e where u rounds to 1, so
+    // that very negative x keep their e^x.
+    std::string e = fresh(sanitize(n.outputs[0]) + "_e"), u = fresh(sanitize(n.outputs[0]) + "_u");
+    line(fmt::format("let {} = exp(-abs({}));", e, r));
+    line(fmt::format("let {} = 1.0 + {};", u, e));
+    expr = fmt::format("maximum({0}, 0.0) + where({2} == 1.0, {1}, log({2}) * ({1} / ({2} - 1.0)))", r, e, u);
   } else if (n.op == "HardSigmoid") {
     expr = fmt::format("maximum(minimum({} * {} + {}, 1.0), 0.0)", r, floatLiteral(n.floatAttr("alpha", 0.2)),
                        floatLiteral(n.floatAttr("beta", 0.5)));

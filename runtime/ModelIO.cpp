@@ -166,7 +166,7 @@ std::optional<Tensor> readParam(const Checkpoint &c, const ParamSpec &spec, cons
   if (stacked > want.size())
     throw DataError(fmt::format("param '{}' ({}) has fewer axes than \"{}\" has placeholders", spec.name, spec.type.str(), pattern));
   std::string described = fmt::format("param '{}' ({}{})", spec.name, boundType(spec.type, b),
-                                      spec.from ? fmt::format(" from \"{}\"", pattern) : "");
+                                      spec.from ? " from " + quoteString(pattern) : "");
   // The tensor `name` (whole: the param's own name, or one index of a stacked param),
   // checked against the param's dims from axis `first` on and converted to its dtype.
   auto read = [&](const std::string &name, size_t first) {

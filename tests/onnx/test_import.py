@@ -282,6 +282,9 @@ OP_CASES = {
                     [{}]),
     # Positions as floats up to the sequence length (a sinusoidal encoding's): the length is
     # T itself, so they add to x; from 5 by 3 they are max(0, ceil((T - 5) / 3)) long.
+    "Range_empty": (lambda: make([helper.make_node("Range", ["s", "l", "d"], ["r"])], [vi(*X)], [("r", I64)],
+                                 [init("s", np.array(5, np.int64)), init("l", np.array(0, np.int64)),
+                                  init("d", np.array(1, np.int64))]), [{"B": 1, "T": 2}]),
     "Range_float_to_length": (lambda: make(
         [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "one"], ["t"]),
          helper.make_node("Cast", ["t"], ["tf"], to=F), helper.make_node("Range", ["zf", "tf", "onef"], ["pos"]),
@@ -638,6 +641,51 @@ class ErrorTest(ImportTest):
         self.assertIn("let layer_0_Relu_output_0 = relu(input_1);", src)
         x = np.array([[1.0, -2.0]], np.float32)
         np.testing.assert_array_equal(self.run_dnn(dnn, None, {"input.1": x}, ["output:0"])[0], -np.maximum(x, 0))
+
+    def test_identifier_names_go_first(self):
+        # An input already named `a_b` keeps that name beside one named `a.b` (which was
+        # given `a_b`, so that --input a_b fed the other input).
+        m = make([helper.make_node("Sub", ["a.b", "a_b"], ["y"])], [vi("a.b", F, [1]), vi("a_b", F, [1])], [("y", F)])
+        dnn, _ = self.import_model(m)
+        self.assertIn("model main(a_b_1: f32[1], a_b: f32[1])", read(dnn))
+        d = tempfile.mkdtemp(dir=self.tmp)
+        np.save(os.path.join(d, "one.npy"), np.array([1], np.float32))
+        np.save(os.path.join(d, "ten.npy"), np.array([10], np.float32))
+        p = self.dnnc("run", dnn, "--out", d, "--input", f"a_b_1={d}/one.npy", "--input", f"a_b={d}/ten.npy")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        np.testing.assert_array_equal(np.load(os.path.join(d, "y.npy")), [-9])
+
+    def test_initializer_names_with_braces_and_quotes(self):
+        # `from "..."` names are patterns: an initializer named `w.{l}` is written `w.{{l}}`
+        # (it stacked w.0, w.1, w.2 instead), and a quote is escaped (a parse error).
+        N = helper.make_node
+        nodes = [N("Add", ["x", "w.{l}"], ["t"]), N("Add", ["t", 'q"uote\\'], ["t2"])]
+        nodes += [N("Unsqueeze", [f"w.{i}", "ax"], [f"u{i}"]) for i in range(3)]
+        nodes += [N("Concat", ["u0", "u1", "u2"], ["c"], axis=0), N("Mul", ["t2", "c"], ["y"])]
+        inits = [init("w.{l}", np.array([1, 2, 3], np.float32)), init('q"uote\\', np.array([0.5, 0.5, 0.5], np.float32)),
+                 init("ax", np.array([0], np.int64))] + [init(f"w.{i}", np.array(7 + i, np.float32)) for i in range(3)]
+        m = make(nodes, [vi("x", F, [3])], [("y", F)], inits)
+        src = self.check(m, [{}])
+        self.assertIn('from "w.{{l}}";', src)
+        self.assertIn('from "q\\"uote\\\\";', src)
+
+    def test_softplus_keeps_large_and_tiny_values(self):
+        # log(1 + exp(x)) was inf from x = 89 on; very negative x keep e^x.
+        x = np.array([20, 50, 88, 89, 100, 1e30, 0, -1, -20, -50, -100, 1e-8, -np.inf, np.inf, np.nan], np.float32)
+        dnn, _ = self.import_model(op_model("Softplus", [("x", F, [len(x)])]))
+        got = self.run_dnn(dnn, None, {"x": x}, ["y0"])[0]
+        x64 = x.astype(np.float64)
+        with np.errstate(all="ignore"):
+            want = np.maximum(x64, 0) + np.log1p(np.exp(-np.abs(x64)))
+        np.testing.assert_allclose(got, want.astype(np.float32), rtol=3e-7, atol=0)
+
+    def test_empty_axis_and_int64_min(self):
+        # dim_value 0 is a size (it became a dim of range 1..inf), and -2^63 a literal that
+        # parses ((-9223372036854775807 - 1)).
+        src = self.check(op_model("Relu", [("x", F, [0, 3])]), [{}])
+        self.assertIn("model main(x: f32[0, 3])", src)
+        src = self.check(op_model("Add", [("x", I64, [2]), ("c", np.array(-2 ** 63, np.int64))], out_types=[I64]), [{}])
+        self.assertIn("x + (-9223372036854775807 - 1)", src)
 
     def test_input_keeps_its_name_beside_a_dim_param(self):
         # An input named like a dim_param (Einsum's b of [b, 4, 5]) keeps its name, the
