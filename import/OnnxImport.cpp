@@ -24,6 +24,7 @@
 #include <limits>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 
 namespace dnnc::onnx {
 namespace {
@@ -498,6 +499,8 @@ void Importer::translateNode(const Node &n, size_t index) {
     (this->*handlers().at(n.op))(n);
   } catch (const AttributeError &e) {
     fail(e.what());
+  } catch (const std::overflow_error &) { // from sym: shape data folded past 64 bits
+    fail("its shape arithmetic overflows 64 bits");
   }
   for (const std::string &o : n.outputs)
     if (!o.empty() && !find(o))

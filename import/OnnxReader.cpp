@@ -129,7 +129,7 @@ struct Reader {
       } else {
         std::memcpy(out.data(), raw.data(), raw.size());
       }
-      return out;
+      return boolsAsZeroOrOne(std::move(out));
     }
     auto count = [&](size_t have) {
       if (have != n)
@@ -166,7 +166,16 @@ struct Reader {
         out.setInt(k, t.int32_data(int(k)));
       break;
     }
-    return out;
+    return boolsAsZeroOrOne(std::move(out));
+  }
+
+  // A bool tensor's bytes as 0 or 1 (any nonzero byte is true): the weights file dnnc
+  // writes from it holds bools as safetensors does, and its reader refuses other bytes.
+  static rt::Tensor boolsAsZeroOrOne(rt::Tensor t) {
+    if (t.dtype == DType::Bool)
+      for (size_t k = 0; k < t.numel(); ++k)
+        t.data()[k] = t.data()[k] != 0;
+    return t;
   }
 
   ValueInfo valueInfo(const ::onnx::ValueInfoProto &v) {

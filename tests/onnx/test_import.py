@@ -618,6 +618,11 @@ class ErrorTest(ImportTest):
             "Loop 'loop0': has no body graph": op_model("Loop", [("m", np.array(3, np.int64)), None, X3]),
             # An attribute of another kind than the op's (it was read as absent: axis -1).
             "Softmax 'softmax0': its attribute 'axis' must be an int": op_model("Softmax", [X3], axis="one"),
+            # Shape data folded past 64 bits (an internal error).
+            "Mul (node 1): its shape arithmetic overflows 64 bits": make(
+                [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Mul", ["s", "z"], ["d"]),
+                 helper.make_node("ConstantOfShape", ["d"], ["y"])], [vi("x", F, ["A", 3])], [("y", F)],
+                [init("z", np.array([2 ** 62, 2 ** 62], np.int64))]),
             "Shape (node 0): has no outputs": make([helper.make_node("Shape", ["x"], []),
                                                      helper.make_node("Relu", ["x"], ["y"])], [vi(*X3)], [("y", F)]),
         }
@@ -678,6 +683,16 @@ class ErrorTest(ImportTest):
         with np.errstate(all="ignore"):
             want = np.maximum(x64, 0) + np.log1p(np.exp(-np.abs(x64)))
         np.testing.assert_allclose(got, want.astype(np.float32), rtol=3e-7, atol=0)
+
+    def test_bool_initializer_bytes(self):
+        # Any nonzero byte of a bool initializer is true; they are written 0 or 1 (the
+        # weights file dnnc wrote held a 2, which its own reader refused).
+        raw = TensorProto(name="w", data_type=BOOL, dims=[4], raw_data=bytes([2, 0, 255, 1]))
+        m = make([helper.make_node("And", ["x", "w"], ["a"]), helper.make_node("Or", ["a", "w2"], ["y"])],
+                 [vi("x", BOOL, [4])], [("y", BOOL)], [raw, helper.make_tensor("w2", BOOL, [4], [3, 0, 1, 0])])
+        dnn, weights = self.import_model(m)
+        got = self.run_dnn(dnn, weights, {"x": np.array([1, 1, 1, 0], bool)}, ["y"])[0]
+        np.testing.assert_array_equal(got, [True, False, True, False])
 
     def test_empty_axis_and_int64_min(self):
         # dim_value 0 is a size (it became a dim of range 1..inf), and -2^63 a literal that
