@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -432,6 +433,24 @@ Tensor SafetensorsFile::tensor(const std::string &name) const {
   return t;
 }
 
+namespace {
+// v as a float rounded to odd (toward zero, then the last bit set if that was inexact): a
+// float so made rounds to f16 or bf16 (fewer than 23 bits) as v itself would, where
+// rounding v to nearest float first could round twice (1 + 2^-11 + 2^-40 became 1.0 in f16).
+float roundToOddFloat(double v) {
+  float f = static_cast<float>(v);
+  if (static_cast<double>(f) == v || !std::isfinite(f))
+    return f;
+  if (std::fabs(static_cast<double>(f)) > std::fabs(v))
+    f = std::nextafter(f, 0.0f);
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  bits |= 1;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+} // namespace
+
 Tensor SafetensorsFile::tensorAs(const std::string &name, DType as) const {
   const Entry &e = entries.at(name);
   if (!e.f64 && e.dtype == as)
@@ -444,7 +463,7 @@ Tensor SafetensorsFile::tensorAs(const std::string &name, DType as) const {
     for (size_t k = 0; k < out.numel(); ++k) {
       double v;
       std::memcpy(&v, data + 8 * k, 8);
-      out.set(k, v);
+      out.set(k, as == DType::F32 ? v : static_cast<double>(roundToOddFloat(v)));
     }
     return out;
   }

@@ -221,6 +221,26 @@ class Checkpoints(unittest.TestCase):
                     outs.append(np.load(os.path.join(out, "out0.npy")))
                 np.testing.assert_array_equal(outs[0], outs[1])
 
+    def test_f64_rounds_once_to_f16_and_bf16(self):
+        # A float64 tensor rounds to an f16 or bf16 param once, to nearest even (it went
+        # through f32 first: 1 + 2^-11 + 2^-40 became 1.0 in f16, not 1 + 2^-10).
+        v = np.array([1 + 2 ** -11 + 2 ** -40, 1 + 2 ** -8 + 2 ** -40, 1 + 2 ** -11, -(1 + 2 ** -11 + 2 ** -40), 1e300, 1e-300,
+                      65520.0, 2.0 ** -25 + 2.0 ** -60], np.float64)
+        write_safetensors(self.path("f64.safetensors"), {"a": v, "c": v})
+        with open(self.path("f64.dnn"), "w") as f:
+            f.write("param a: f16[8];\nparam c: bf16[8];\nmodel main(x: f32[1]) -> (f32[8], f32[8]) {\n"
+                    "  return (cast(a, f32), cast(c, f32));\n}\n")
+        # bf16 as the nearest of its values (8 significant bits), by hand: ties do not occur here.
+        bf16 = [1.0, 1 + 2 ** -7, 1.0, -1.0, np.inf, 0.0, 65536.0, 2.0 ** -25]
+        for device in ("cpu", "ref"):
+            out = tempfile.mkdtemp(dir=self.dir.name)
+            p = subprocess.run([self.exe, "run", self.path("f64.dnn"), "--weights", self.path("f64.safetensors"), "--device",
+                                device, "--out", out, "--random-inputs"], capture_output=True, text=True, timeout=600)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            with np.errstate(over="ignore"):
+                np.testing.assert_array_equal(np.load(os.path.join(out, "out0.npy")), v.astype(np.float16).astype(np.float32))
+            np.testing.assert_array_equal(np.load(os.path.join(out, "out1.npy")), np.array(bf16, np.float32))
+
     def test_strict(self):
         _, p = self.run_bert([self.path("model.safetensors")], 1, 3, extra=["--strict"], ok=False)
         self.assertEqual(p.returncode, 1)
