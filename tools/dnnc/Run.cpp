@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <unistd.h>
 #include <iostream>
 
@@ -22,12 +23,19 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The file in an output folder that lists what the last dnnc run wrote there, one name a
+// line: what the next run may remove as stale (and nothing else).
+constexpr const char *kOutputList = ".dnnc-outputs";
+
 // Writes each output as NAME.npy (its name in the model's signature, else out0, out1, ...)
 // into `dir` all or nothing: every file is written into a private folder inside `dir`
-// first, and only when all of them are complete are they moved into place and the outK.npy
-// files an earlier run left that this run did not write (a stale out2.npy beside a new
-// out0.npy) removed. Returns the lines that report each output.
-std::vector<std::string> writeOutputs(const ir::Graph &g, const std::vector<Tensor> &outputs, const std::string &dir) {
+// first, and only when all of them are complete are they moved into place. Then the
+// outputs an earlier run wrote (listed in kOutputList) that this run did not (a stale
+// out2.npy beside a new out0.npy) are removed, but never a file this run read: files
+// dnnc did not write, a user's out3.npy among them, stay. Returns the lines that report
+// each output.
+std::vector<std::string> writeOutputs(const ir::Graph &g, const std::vector<Tensor> &outputs, const std::string &dir,
+                                      const std::vector<std::string> &readPaths) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec)
@@ -44,29 +52,37 @@ std::vector<std::string> writeOutputs(const ir::Graph &g, const std::vector<Tens
     }
   } cleanup{staging};
   std::vector<std::string> lines;
-  std::vector<std::string> names;
+  std::vector<std::string> files;
   for (size_t k = 0; k < outputs.size(); ++k)
-    names.push_back(ir::outputName(g, k));
+    files.push_back(ir::outputName(g, k) + ".npy");
   for (size_t k = 0; k < outputs.size(); ++k)
-    rt::writeNpy((staging / (names[k] + ".npy")).string(), outputs[k]);
-  for (size_t k = 0; k < outputs.size(); ++k) { // what would stop a move, before any is made
-    fs::path path = fs::path(dir) / (names[k] + ".npy");
+    rt::writeNpy((staging / files[k]).string(), outputs[k]);
+  for (const std::string &file : files) { // what would stop a move, before any is made
+    fs::path path = fs::path(dir) / file;
     if (fs::is_directory(path, ec))
       throw DataError(fmt::format("cannot write '{}': it is a directory", path.string()));
   }
+  std::vector<std::string> earlier;
+  if (std::ifstream list(fs::path(dir) / kOutputList); list)
+    for (std::string name; std::getline(list, name);)
+      earlier.push_back(name);
   for (size_t k = 0; k < outputs.size(); ++k) {
-    fs::path path = fs::path(dir) / (names[k] + ".npy");
-    fs::rename(staging / path.filename(), path, ec);
+    fs::path path = fs::path(dir) / files[k];
+    fs::rename(staging / files[k], path, ec);
     if (ec)
       throw DataError(fmt::format("cannot write '{}': {}", path.string(), ec.message()));
-    lines.push_back(fmt::format("{}: {} -> {}", names[k], outputs[k].typeText(), path.string()));
+    lines.push_back(fmt::format("{}: {} -> {}", ir::outputName(g, k), outputs[k].typeText(), path.string()));
   }
-  for (const fs::directory_entry &e : fs::directory_iterator(dir, ec)) {
-    std::string name = e.path().filename().string();
-    if (name.size() > 7 && name.size() < 24 && name.rfind("out", 0) == 0 && name.substr(name.size() - 4) == ".npy" &&
-        std::all_of(name.begin() + 3, name.end() - 4, [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }) &&
-        std::find(names.begin(), names.end(), name.substr(0, name.size() - 4)) == names.end())
-      fs::remove(e.path(), ec);
+  std::string list;
+  for (const std::string &file : files)
+    list += file + "\n";
+  rt::writeFileAtomically((fs::path(dir) / kOutputList).string(), list);
+  for (const std::string &name : earlier) {
+    fs::path path = fs::path(dir) / name;
+    bool wasRead = std::any_of(readPaths.begin(), readPaths.end(), [&](const std::string &r) { return fs::equivalent(r, path, ec); });
+    if (name.find('/') == std::string::npos && name.size() > 4 && name.substr(name.size() - 4) == ".npy" &&
+        std::find(files.begin(), files.end(), name) == files.end() && !wasRead && fs::is_regular_file(path, ec))
+      fs::remove(path, ec);
   }
   return lines;
 }
@@ -143,7 +159,10 @@ int execute(const ir::Graph &g, rt::Executable *compiled, const RunOptions &o) {
       runOnce();
       times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
     }
-    for (const std::string &line : writeOutputs(g, outputs, o.outDir))
+    std::vector<std::string> readPaths = o.weights;
+    for (auto &[name, path] : o.inputs)
+      readPaths.push_back(path);
+    for (const std::string &line : writeOutputs(g, outputs, o.outDir, readPaths))
       std::cout << line << "\n";
     if (o.stats) {
       std::string dims;
