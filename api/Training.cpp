@@ -194,6 +194,16 @@ std::string whyNotFinite(const ir::Graph &g, const Batches &data, int64_t s) {
   return "training diverged (try a smaller --lr)";
 }
 
+// DataError unless a file can be written at `path`: its folder exists and it is not a folder.
+void checkWritable(const std::string &path) {
+  std::error_code ec;
+  fs::path parent = fs::path(path).parent_path();
+  if (fs::is_directory(path, ec))
+    throw DataError(fmt::format("cannot write '{}': it is a directory", path));
+  if (!parent.empty() && !fs::is_directory(parent, ec))
+    throw DataError(fmt::format("cannot write '{}': the folder '{}' does not exist", path, parent.string()));
+}
+
 // Both checkpoint files, complete, announced to the hooks before and after.
 void writeCheckpoint(const std::string &out, const std::map<std::string, Tensor> &params, const ir::TrainStep &step,
                      const std::vector<Tensor> &states, const std::string &optimizer, int64_t done, const TrainHooks &hooks) {
@@ -211,8 +221,7 @@ void writeCheckpoint(const std::string &out, const std::map<std::string, Tensor>
   all["dnnc.optimizer"] = kind;
   if (hooks.checkpoint)
     hooks.checkpoint(true, done);
-  rt::writeSafetensors(out + ".state", all);
-  rt::writeSafetensors(out, params);
+  rt::writeFilesAtomically({{out + ".state", rt::encodeSafetensors(all)}, {out, rt::encodeSafetensors(params)}});
   if (hooks.checkpoint)
     hooks.checkpoint(false, done);
 }
@@ -257,6 +266,8 @@ TrainResult train(ir::Graph &g, const TrainConfig &o, const TrainHooks &hooks) {
   // Executable::run, which returns the updates as new tensors.
   bool inPlace = o.inPlace && o.device != "ref";
   ir::TrainStep step = ir::makeTrainStep(g, o.optimizer);
+  if (!o.save.empty()) // found wanting before training, not after it
+    checkWritable(o.save), checkWritable(o.save + ".state");
   Batches data = o.dataDir.empty() ? sliceFiles(g, step, o) : readFolder(g, step, o.dataDir);
   int64_t steps = o.steps > 0 ? o.steps : o.epochs * data.perEpoch;
   // Every batch shape is checked before anything compiles or trains.

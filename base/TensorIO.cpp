@@ -43,24 +43,35 @@ std::string readFile(const std::string &path) {
   return ss.str();
 }
 
-void writeFileAtomically(const std::string &path, const std::string &bytes) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
+void writeFilesAtomically(const std::vector<std::pair<std::string, std::string>> &files) {
+  // Every file is written in full beside its place before any is moved there, so that a
+  // failure (a full disk, a folder that cannot be written) changes none of them.
+  auto removeTemps = [&](size_t from) {
+    for (size_t k = from; k < files.size(); ++k)
+      std::remove((files[k].first + ".tmp").c_str());
+  };
+  for (const auto &[path, bytes] : files) {
+    std::ofstream out(path + ".tmp", std::ios::binary);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     if (!out) {
-      std::remove(tmp.c_str());
-      throw DataError(fmt::format("cannot write '{}'", path));
+      out.close();
+      removeTemps(0);
+      std::error_code ec;
+      throw DataError(std::filesystem::is_directory(path, ec) ? fmt::format("cannot write '{}': it is a directory", path)
+                                                              : fmt::format("cannot write '{}'", path));
     }
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    throw DataError(fmt::format("cannot write '{}': {}", path, ec.message()));
+  for (size_t k = 0; k < files.size(); ++k) {
+    std::error_code ec;
+    std::filesystem::rename(files[k].first + ".tmp", files[k].first, ec);
+    if (ec) {
+      removeTemps(k);
+      throw DataError(fmt::format("cannot write '{}': {}", files[k].first, ec.message()));
+    }
   }
 }
 
+void writeFileAtomically(const std::string &path, const std::string &bytes) { writeFilesAtomically({{path, bytes}}); }
 
 std::string encodeValues(const Tensor &t) { return std::string(reinterpret_cast<const char *>(t.data()), t.byteSize()); }
 
@@ -473,7 +484,7 @@ Tensor SafetensorsFile::tensorAs(const std::string &name, DType as) const {
   return out;
 }
 
-void writeSafetensors(const std::string &path, const std::map<std::string, Tensor> &tensors) {
+std::string encodeSafetensors(const std::map<std::string, Tensor> &tensors) {
   nlohmann::json header = nlohmann::json::object();
   std::string data;
   for (auto &[name, t] : tensors) {
@@ -489,7 +500,11 @@ void writeSafetensors(const std::string &path, const std::map<std::string, Tenso
   uint64_t len = h.size();
   for (int k = 0; k < 8; ++k)
     out[k] = static_cast<char>((len >> (8 * k)) & 0xff);
-  writeFileAtomically(path, out + h + data);
+  return out + h + data;
+}
+
+void writeSafetensors(const std::string &path, const std::map<std::string, Tensor> &tensors) {
+  writeFileAtomically(path, encodeSafetensors(tensors));
 }
 
 } // namespace dnnc::rt

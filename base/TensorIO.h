@@ -19,6 +19,8 @@ void writeNpy(const std::string &path, const Tensor &t);
 std::map<std::string, Tensor> readSafetensors(const std::string &path);
 std::map<std::string, Tensor> readSafetensorsBytes(const std::string &bytes, const std::string &name);
 void writeSafetensors(const std::string &path, const std::map<std::string, Tensor> &tensors);
+// The bytes of a .safetensors file of `tensors` (what writeSafetensors writes).
+std::string encodeSafetensors(const std::map<std::string, Tensor> &tensors);
 
 // A .safetensors file with its header validated, each tensor decoded when asked for: what
 // the weights loader reads, converting float tensors (F64 too, which no DType holds) to a
@@ -53,6 +55,9 @@ SafetensorsFile parseSafetensors(std::string bytes, const std::string &path);
 // temporary file so that a failure leaves nothing behind.
 std::string readFile(const std::string &path);
 void writeFileAtomically(const std::string &path, const std::string &bytes);
+// Several files (path, bytes), each written in full beside its place before any is moved
+// there: a failure to write one leaves all as they were.
+void writeFilesAtomically(const std::vector<std::pair<std::string, std::string>> &files);
 
 // Raw little-endian bytes of a tensor's values in its dtype, and back.
 std::string encodeValues(const Tensor &t);

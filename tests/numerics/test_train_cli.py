@@ -212,6 +212,16 @@ class TrainCli(unittest.TestCase):
             (self.train("--batch", "4", data=["--data", self.d]), 2,
              f"--batch slices NAME=X.npy data; the batches of --data {self.d} are its step folders"),
         ]
+        # --save's place is checked before training, and a checkpoint that cannot be
+        # written whole leaves nothing (a folder in the params' place left a new .state).
+        folder = self.path("taken.safetensors")
+        os.makedirs(folder)
+        cases += [
+            (self.train("--steps", "1", "--save", folder, "--device", "ref"), 1, f"cannot write '{folder}': it is a directory"),
+            (self.train("--steps", "1", "--save", "/nonexistent/x.safetensors"), 1,
+             "cannot write '/nonexistent/x.safetensors': the folder '/nonexistent' does not exist"),
+            (self.train("--steps", "2", "--epochs", "5"), 2, "--epochs and --steps both say how long to train: give one"),
+        ]
         state = read_safetensors(save + ".state")
         state["w1"] = state["w1"][:3]
         write_safetensors(self.path("bad.state"), state)
@@ -221,6 +231,7 @@ class TrainCli(unittest.TestCase):
             with self.subTest(message=message):
                 self.assertEqual(p.returncode, code, p.stderr)
                 self.assertTrue(p.stderr.startswith("dnnc: error: " + message), p.stderr)
+        self.assertFalse(os.path.exists(folder + ".state"))
 
     # SIGINT
 

@@ -72,6 +72,11 @@ def feeds_for(model, dims, rng, ints=(0, 5)):
     return feeds
 
 
+def read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def read(path):
     with open(path) as f:
         return f.read()
@@ -726,14 +731,28 @@ class ErrorTest(ImportTest):
     def test_usage_errors(self):
         path = os.path.join(self.tmp, "m.onnx")
         onnx.save(mlp_model(), path)
+        saved = read_bytes(path)
         for args, want in ((["import", path], "dnnc: error: no -o OUT.dnn"),
                            (["import", "-o", "x.dnn"], "dnnc: error: no input file"),
                            (["import", path, "-o", os.path.join(self.tmp, "m.dnn"), "--model-name", "2x"],
-                            "dnnc: error: --model-name '2x' is not an identifier")):
+                            "dnnc: error: --model-name '2x' is not an identifier"),
+                           # Outputs that would overwrite the model or each other (they did).
+                           (["import", path, "-o", path], f"dnnc: error: -o '{path}' is the model being imported ('{path}')"),
+                           (["import", path, "-o", "m2.dnn", "--weights-out", path],
+                            f"dnnc: error: --weights-out '{path}' is the model being imported ('{path}')"),
+                           (["import", path, "-o", "m2.dnn", "--weights-out", "m2.dnn"],
+                            "dnnc: error: --weights-out 'm2.dnn' is the .dnn file -o writes ('m2.dnn')")):
             p = self.dnnc(*args)
             self.assertEqual(p.returncode, 2, p.stderr)
             self.assertEqual(p.stderr.splitlines()[0], want)
         self.assertEqual(os.listdir(self.tmp), ["m.onnx"])
+        self.assertEqual(read_bytes(path), saved)
+        src = os.path.join(self.tmp, "s.dnn")
+        with open(src, "w") as f:
+            f.write("model main(x: f32[2]) -> f32[2] {\n  return x;\n}\n")
+        p = self.dnnc("build", src, "-o", src)
+        self.assertEqual((p.returncode, p.stderr), (2, f"dnnc: error: -o '{src}' is the source being built ('{src}')\n"))
+        os.remove(src)
         p = self.dnnc("import", os.path.join(self.tmp, "missing.onnx"), "-o", os.path.join(self.tmp, "m.dnn"))
         self.assertEqual(p.returncode, 1)
         self.assertIn("missing.onnx", p.stderr)

@@ -39,6 +39,10 @@ struct RunOptions {
   backend::CompileOptions compile; // the target's options are probed, not given
 };
 int runModel(Program &p, const RunOptions &o);
+// False, with the error printed, when `out` (what `option` writes) is one of `inputs` or
+// another output: writing it would destroy what the command reads or just wrote.
+bool writesApart(const std::string &option, const std::string &out,
+                 const std::vector<std::pair<std::string, std::string>> &others);
 // `dnnc builtins`: every builtin from the op registry; `markdown`: docs/builtins.md exactly.
 int printBuiltins(bool markdown, std::ostream &os);
 // dnnc import: translates the ONNX model `file` into `out` and `weightsOut` (default: `out`

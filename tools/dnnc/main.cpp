@@ -510,6 +510,22 @@ bool readSeed(const po::variables_map &vm, uint64_t &out) {
   return true;
 }
 
+bool writesApart(const std::string &option, const std::string &out,
+                 const std::vector<std::pair<std::string, std::string>> &others) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (auto &[what, path] : others) {
+    bool same = fs::exists(out, ec) && fs::exists(path, ec)
+                    ? fs::equivalent(out, path, ec)
+                    : fs::weakly_canonical(out, ec) == fs::weakly_canonical(path, ec);
+    if (same) {
+      std::cerr << "dnnc: error: " << option << " '" << out << "' is " << what << " ('" << path << "')\n";
+      return false;
+    }
+  }
+  return true;
+}
+
 // NAME=FILE pairs of a repeatable option; false with the error printed.
 bool readNamedFiles(const std::vector<std::string> &given, const char *option,
                     std::vector<std::pair<std::string, std::string>> &out) {
@@ -678,6 +694,8 @@ int cmdTrain(int argc, char **argv) {
     err = ir::unknownOptimizer(optimizer);
   else if (o.batch < 1 || o.epochs < 1 || o.steps < 0 || (vm.count("steps") && o.steps < 1) || o.logEvery < 1 || o.saveEvery < 0)
     err = "--batch, --epochs, --steps and --log-every take positive counts, --save-every a count";
+  else if (vm.count("epochs") && vm.count("steps"))
+    err = "--epochs and --steps both say how long to train: give one";
   else if (!o.resume.empty() && !o.weights.empty())
     err = "--resume continues from the params in its checkpoint: it takes no --weights";
   else if (o.saveEvery > 0 && o.save.empty())
@@ -790,7 +808,7 @@ int cmdBuild(int argc, char **argv) {
   if (int rc = parseOptions(argc, argv, desc, usage, true, c, vm); rc >= 0)
     return rc;
   const backend::Target *target = artifactTarget(targetName);
-  if (!target || !readPassOptions(vm, flags, options.passes))
+  if (!target || !readPassOptions(vm, flags, options.passes) || !writesApart("-o", out, {{"the source being built", c.file}}))
     return kUsage;
   options.memoryPlan = vm.count("no-memory-plan") == 0;
   Program p;
@@ -828,6 +846,11 @@ int cmdImport(int argc, char **argv) {
     std::cerr << "dnnc: error: no -o OUT.dnn\n" << usage << desc;
     return kUsage;
   }
+  if (weightsOut.empty())
+    weightsOut = std::filesystem::path(out).replace_extension(".safetensors").string();
+  if (!writesApart("-o", out, {{"the model being imported", c.file}}) ||
+      !writesApart("--weights-out", weightsOut, {{"the model being imported", c.file}, {"the .dnn file -o writes", out}}))
+    return kUsage;
   return importOnnx(c.file, out, weightsOut, modelName);
 }
 
