@@ -194,6 +194,14 @@ std::string whyNotFinite(const ir::Graph &g, const Batches &data, int64_t s) {
   return "training diverged (try a smaller --lr)";
 }
 
+// Output k's name in the log: its name in the signature, else its value's (`let acc =
+// ...; return (loss, acc)`), else outK.
+std::string metricName(const ir::Graph &g, size_t k) {
+  if (k < g.outputNames.size() && !g.outputNames[k].empty())
+    return g.outputNames[k];
+  return !g.body.yields[k]->name.empty() ? g.body.yields[k]->name : ir::outputName(g, k);
+}
+
 // DataError unless a file can be written at `path`: its folder exists and it is not a folder.
 void checkWritable(const std::string &path) {
   std::error_code ec;
@@ -425,10 +433,7 @@ TrainResult train(ir::Graph &g, const TrainConfig &o, const TrainHooks &hooks) {
       StepReport report{s + 1, steps, loss, ms, {}};
       for (size_t k = 0; k < step.metrics; ++k)
         if (out[1 + k].numel() == 1)
-          report.metrics.emplace_back(g.body.yields.size() > 1 + k && !g.body.yields[1 + k]->name.empty()
-                                          ? g.body.yields[1 + k]->name
-                                          : fmt::format("out{}", 1 + k),
-                                      out[1 + k].get(0));
+          report.metrics.emplace_back(metricName(g, 1 + k), out[1 + k].get(0));
       hooks.step(report);
     }
     if (!o.save.empty() && ((o.saveEvery > 0 && (s + 1) % o.saveEvery == 0) || s + 1 == steps)) {

@@ -135,6 +135,8 @@ TrainStep makeTrainStep(Graph &g, const Optimizer &opt) {
   body.ops.insert(body.ops.end(), b.built.begin(), b.built.end());
   body.yields.insert(body.yields.end(), newParams.begin(), newParams.end());
   body.yields.insert(body.yields.end(), newStates.begin(), newStates.end());
+  if (!g.outputNames.empty()) // the new outputs unnamed (the model's named outputs are the loss and metrics)
+    g.outputNames.resize(body.yields.size());
   size_t at = 1 + step.metrics;
   for (const std::string &name : step.params)
     g.updates.push_back({at++, name, 0});

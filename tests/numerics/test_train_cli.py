@@ -195,6 +195,24 @@ class TrainCli(unittest.TestCase):
                            capture_output=True, text=True)
         self.assertEqual(p.returncode, 0, p.stderr)
 
+    def test_named_outputs_train_and_log_under_their_names(self):
+        # A named output (or any) stopped training on cpu and cuda-sim ('output_names' does
+        # not name every output: the step's update outputs had none), and ref logged out1.
+        with open(self.path("named.dnn"), "w") as f:
+            f.write("dim B;\nparam w: f32[3] = full(1.0);\nmodel main(x: f32[B, 3]) -> (loss: f32[], wsum: f32[]) {\n"
+                    "  return (mean(x * w * w), sum(w));\n}\n")
+        np.save(self.path("x3.npy"), np.array([[1, 2, 3], [0.5, -1, 2]], np.float32))
+        save = self.path("named.safetensors")
+        for device in ("cpu", "ref", "cuda-sim"):
+            with self.subTest(device=device):
+                p = self.train("--steps", "1", "--json", "--lr", "0.1", "--device", device, "--save", save, model="named.dnn",
+                               data=["--data", f"x={self.path('x3.npy')}"])
+                self.assertEqual(p.returncode, 0, p.stderr)
+                log = json.loads(p.stdout.splitlines()[0])
+                self.assertEqual((log["loss"], log["wsum"]), (1.25, 3.0))
+                # d loss / dw_j = 2 w_j sum_b x_bj / 6 (the mean of 2 x 3), with w = 1
+                np.testing.assert_allclose(read_safetensors(save)["w"], 1 - 0.1 * 2 * np.array([1.5, 1.0, 5.0]) / 6, rtol=1e-6)
+
     def test_resume_errors(self):
         save = self.path("c.safetensors")
         p = self.train("--steps", "2", "--optimizer", "adam", "--save", save, "--device", "ref")
