@@ -521,9 +521,9 @@ public:
     size_t index = exe_.opIndex_.at(&op);
     OpPlan &p = exe_.plan_->ops[index];
     if (!p.checked) {
-      for (const ir::Value *r : op.results)
+      for (auto [maker, r] : ir::madeValues(op))
         if (!exe_.plan_->check.sizeChecked(r))
-          ir::checkValueSize(op, *r, b);
+          ir::checkValueSize(*maker, *r, b);
       ir::checkEmptyReduction(op, b); // the same error on every device, before any kernel runs
     }
     if (p.state == OpPlan::State::Unplanned) // after the checks: their errors come first

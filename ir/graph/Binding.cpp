@@ -184,6 +184,18 @@ std::optional<std::string> failedAssert(const Op &op, const Binding &b) {
                      l->str(), rel, r->str(), op.loc.begin.line, l->str(), *lv, r->str(), *rv);
 }
 
+std::vector<std::pair<const Op *, const Value *>> madeValues(const Op &op) {
+  std::vector<std::pair<const Op *, const Value *>> made;
+  for (const Value *v : op.results)
+    made.push_back({&op, v});
+  if (op.kind == OpKind::Fused)
+    for (const auto &r : op.regions)
+      for (const Op *inner : r->ops)
+        for (auto &m : madeValues(*inner))
+          made.push_back(m);
+  return made;
+}
+
 void checkAssert(const Op &op, const Binding &b) {
   if (!std::holds_alternative<sym::ExprRef>(op.attrs.at("lhs")))
     return; // a pinned fresh dim: checked where its op's result is bound
@@ -211,8 +223,8 @@ void BindingCheck::check(const Graph &g, const Binding &b) {
   // Only the ops that always run: a branch not taken or a loop that runs no times may
   // hold sizes that would be negative under this binding, and that is no error.
   for (const Op *op : g.body.ops)
-    for (const Value *v : op->results)
-      if (op->kind != OpKind::Param && checkValueSize(*op, *v, b))
+    for (auto [maker, v] : madeValues(*op))
+      if (op->kind != OpKind::Param && checkValueSize(*maker, *v, b))
         checked_.insert(v);
   checkedFor_ = b;
 }

@@ -46,6 +46,10 @@ void bindResult(const Op &op, const Value &v, const rt::Tensor &t, Binding &b);
 // user's bindings or data, so it is a DataError naming the op, the dim and the binding.
 // Returns false when a dim of `v` is not bound yet (a size an EDO op or a loop decides).
 bool checkValueSize(const Op &op, const Value &v, const Binding &b);
+// The values `op` makes, each with the op that makes it: its results, and for a fused
+// group its inner ops' too, whose sizes are the user's ops' sizes and are checked though
+// no buffer holds them (a fused `ones([B - 5])` ran at B = 3).
+std::vector<std::pair<const Op *, const Value *>> madeValues(const Op &op);
 
 // An `assert` over dims: DataError when it fails under `b`.
 void checkAssert(const Op &op, const Binding &b);
