@@ -524,7 +524,7 @@ public:
       for (auto [maker, r] : ir::madeValues(op))
         if (!exe_.plan_->check.sizeChecked(r))
           ir::checkValueSize(*maker, *r, b);
-      ir::checkEmptyReduction(op, b); // the same error on every device, before any kernel runs
+      ir::checkBeforeRunning(op, b); // the same error on every device, before any kernel runs
     }
     if (p.state == OpPlan::State::Unplanned) // after the checks: their errors come first
       exe_.planOp(index, p);

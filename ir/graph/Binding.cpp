@@ -235,12 +235,8 @@ std::string emptyReductionMessage(const Op &op, const std::string &operand) {
                      opInfo(op.kind).spelling, op.loc.begin.line, name, operand);
 }
 
-void checkEmptyReduction(const Op &op, const std::map<std::string, int64_t> &binding) {
-  if (op.kind == OpKind::Fused) {
-    for (const Op *inner : op.regions[0]->ops)
-      checkEmptyReduction(*inner, binding);
-    return;
-  }
+namespace {
+void checkEmptyReduction(const Op &op, const Binding &binding) {
   if (op.kind != OpKind::Max && op.kind != OpKind::Min && op.kind != OpKind::Argmax && op.kind != OpKind::Argmin)
     return;
   const TensorType &t = op.operands[0]->type;
@@ -260,6 +256,42 @@ void checkEmptyReduction(const Op &op, const std::map<std::string, int64_t> &bin
   }
   if (emptyAxis && !emptyResult)
     throw DataError(emptyReductionMessage(op, rt::Tensor::view(t.dtype, shape, nullptr).typeText()));
+}
+
+// An integer attribute (a constant or a dim expression) under `b`.
+std::optional<int64_t> intAttrAt(const Op &op, const std::string &name, const Binding &b) {
+  const Attr &a = op.attrs.at(name);
+  if (auto *i = std::get_if<int64_t>(&a))
+    return *i;
+  return sym::evaluate(std::get<sym::ExprRef>(a), b);
+}
+
+void checkWindowFits(const Op &op, const Binding &b) {
+  bool conv = op.kind == OpKind::Conv2d;
+  if (!conv && op.kind != OpKind::MaxPool2d && op.kind != OpKind::AvgPool2d)
+    return;
+  std::optional<int64_t> pad = intAttrAt(op, "padding", b), dilation = conv ? intAttrAt(op, "dilation", b) : 1;
+  for (size_t axis : {2, 3}) {
+    std::optional<int64_t> in = sym::evaluate(op.operands[0]->type.dims[axis], b);
+    std::optional<int64_t> kernel = conv ? sym::evaluate(op.operands[1]->type.dims[axis], b) : intAttrAt(op, "kernel", b);
+    if (!in || !kernel || !pad || !dilation)
+      continue; // not known yet: checked when the op runs
+    int64_t span = *dilation * (*kernel - 1) + 1;
+    if (*in + 2 * *pad < span)
+      throw DataError(fmt::format("{}: the window of {} does not fit in a spatial dim of {} = {} (padded: {})", opWhere(op), span,
+                                  op.operands[0]->type.dims[axis]->str(), *in, *in + 2 * *pad));
+  }
+}
+} // namespace
+
+void checkBeforeRunning(const Op &op, const Binding &b) {
+  if (op.kind == OpKind::Fused) {
+    for (const Op *inner : op.regions[0]->ops)
+      checkBeforeRunning(*inner, b);
+    return;
+  }
+  checkEmptyReduction(op, b);
+  checkWindowFits(op, b);
 }
 
 } // namespace dnnc::ir

@@ -70,11 +70,14 @@ private:
   std::optional<Binding> checkedFor_;
 };
 
-// max, min, argmax and argmin of an empty axis have no value (NumPy: "zero-size array to
-// reduction operation maximum which has no identity"): throws DataError naming the op
-// and its line when `op` (or an op of a fused group) is one whose reduced extent is 0 under
-// `b` while its result is not empty. Every device calls this before running an op.
-void checkEmptyReduction(const Op &op, const Binding &b);
+// What an op's operands must satisfy under `b` beyond their sizes, checked by every device
+// before it runs `op` (or the ops of a fused group), each a DataError naming the op and its
+// line:
+// - max, min, argmax and argmin of an empty axis have no value (NumPy: "zero-size array to
+//   reduction operation maximum which has no identity") unless the result is empty too;
+// - a convolution's or pooling's window must fit in its padded input (as PyTorch requires;
+//   the output size formula gives 0 there, not an error, for symbolic dims).
+void checkBeforeRunning(const Op &op, const Binding &b);
 std::string emptyReductionMessage(const Op &op, const std::string &operand);
 
 } // namespace dnnc::ir

@@ -64,7 +64,7 @@ public:
     for (const ir::Value *v : op.operands)
       in.push_back(&values.at(v));
     std::vector<Tensor> out;
-    ir::checkEmptyReduction(op, b); // the same error on every device, before any kernel runs
+    ir::checkBeforeRunning(op, b); // the same error on every device, before any kernel runs
     if (op.kind == ir::OpKind::Fused) { // its ops, one by one
       const ir::Region &body = *op.regions[0];
       for (size_t k = 0; k < body.args.size(); ++k)
