@@ -1015,15 +1015,15 @@ StmtPtr Lowering::attention() {
 // conv2d (other dtypes) and the pools: an accumulation over a window, skipping padded positions.
 StmtPtr Lowering::window(bool conv) {
   const Dims &x = dims(0), &o = dims(out());
-  int64_t stride, pad = intAttr("padding"), dil = 1, groups = 1, kh, kw;
-  ExprRef cg = c(1);
+  int64_t stride, pad = intAttr("padding"), dil = 1, groups = 1, kh = 0, kw = 0;
+  ExprRef cg = c(1), khDim, kwDim; // a convolution's kernel size may be a dim (its weight's)
   if (conv) {
     stride = intAttr("stride"), dil = intAttr("dilation"), groups = intAttr("groups");
     const Dims &w = dims(1);
-    cg = w[1];
-    kh = *w[2]->asConst(), kw = *w[3]->asConst();
+    cg = w[1], khDim = w[2], kwDim = w[3];
   } else {
     kh = kw = intAttr("kernel");
+    khDim = kwDim = c(kh);
     stride = intAttr("stride") == 0 ? kh : intAttr("stride");
   }
   Dims idx = vars(4); // n, o (or c), oh, ow
@@ -1059,8 +1059,8 @@ StmtPtr Lowering::window(bool conv) {
   ValuePtr term = conv ? kir::binary(OpKind::Mul, xv, kir::load(1, kir::flatIndex(dims(1), {idx[1], ci, ki, kj}), dtype(1)), DType::F32)
                        : xv;
   StmtPtr update = kir::when(inside, one(kir::assign("acc", kir::binary(combine, acc, term, DType::F32))));
-  StmtPtr inner = kir::loop(kj->asVar()->name, c(kw), one(std::move(update)));
-  inner = kir::loop(ki->asVar()->name, c(kh), one(std::move(inner)));
+  StmtPtr inner = kir::loop(kj->asVar()->name, kwDim, one(std::move(update)));
+  inner = kir::loop(ki->asVar()->name, khDim, one(std::move(inner)));
   if (conv)
     inner = kir::loop(ci->asVar()->name, cg, one(std::move(inner)));
   std::vector<StmtPtr> body;
@@ -1286,7 +1286,9 @@ std::optional<kir::Kernel> Lowering::run() {
   case OpKind::Matmul: body = matmul(op_); break;
   case OpKind::Attention: body = attention(); break;
   case OpKind::Conv2d:
-    if (schedule_.vectorizedConv2d && dtype(0) == DType::F32 && dtype(out()) == DType::F32) {
+    // The vectorized and GEMM schedules unroll the kernel's taps: its size must be known.
+    if (schedule_.vectorizedConv2d && dtype(0) == DType::F32 && dtype(out()) == DType::F32 && dims(1)[2]->isConst() &&
+        dims(1)[3]->isConst()) {
       Conv2d conv{dims(0), dims(1), dims(out()), intAttr("stride"), intAttr("padding"), intAttr("dilation"), intAttr("groups"), out()};
       auto fresh = [&] { return sym::var(kir::loopVar(next_++)); };
       if (schedule_.implicitGemmConv2d)
