@@ -127,12 +127,17 @@ std::vector<Tensor> arange(const HostOpContext &c) {
       throw DataError("arange with a step of 0");
     int64_t stop = c.in[1]->getInt(0);
     // Elements in [start, stop) by step, rounded up; none when the range runs backwards.
-    int64_t span = step > 0 ? stop - start : start - stop, by = step > 0 ? step : -step;
-    count = span > 0 ? (span + by - 1) / by : 0;
+    // In 128 bits: stop - start may pass 2^63 (-5e18 to 5e18 wrapped to no elements).
+    __int128 span = step > 0 ? __int128(stop) - start : __int128(start) - stop, by = step > 0 ? __int128(step) : -__int128(step);
+    __int128 n = span > 0 ? (span + by - 1) / by : 0;
+    if (n > std::numeric_limits<int64_t>::max())
+      throw DataError(fmt::format("arange from {} to {} by {} has more than 2^63 elements", start, stop, step));
+    count = static_cast<int64_t>(n);
   }
   Tensor t = sized(c.op.results[0]->type.dtype, {count}, c);
+  // Each element lies between start and stop, so the sum wrapped in 64 bits is exact.
   for (int64_t k = 0; k < count; ++k)
-    t.setInt(static_cast<size_t>(k), start + k * step);
+    t.setInt(static_cast<size_t>(k), static_cast<int64_t>(uint64_t(start) + uint64_t(k) * uint64_t(step)));
   return one(std::move(t));
 }
 

@@ -930,12 +930,16 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
       step = c.in[2]->getInt(0);
       if (step == 0)
         throw DataError("arange with a step of 0");
-      int64_t stop = c.in[1]->getInt(0), span = stop - start;
-      count = step > 0 ? (span > 0 ? (span + step - 1) / step : 0) : (span < 0 ? (-span + -step - 1) / -step : 0);
+      // In 128 bits: stop - start may pass 2^63.
+      __int128 span = __int128(c.in[1]->getInt(0)) - start, s = step;
+      __int128 n = s > 0 ? (span > 0 ? (span + s - 1) / s : 0) : (span < 0 ? (-span - s - 1) / -s : 0);
+      if (n > std::numeric_limits<int64_t>::max())
+        throw DataError(fmt::format("arange from {} to {} by {} has more than 2^63 elements", start, c.in[1]->getInt(0), step));
+      count = static_cast<int64_t>(n);
     }
     Tensor t = Tensor::zeros(outType, {count});
-    for (int64_t k = 0; k < count; ++k)
-      t.setInt(static_cast<size_t>(k), start + k * step);
+    for (int64_t k = 0; k < count; ++k) // exact in 128 bits, and within 64 (between start and stop)
+      t.setInt(static_cast<size_t>(k), static_cast<int64_t>(__int128(start) + __int128(k) * step));
     return one(t);
   }
   case OpKind::Neg: case OpKind::Abs: case OpKind::Exp: case OpKind::Log: case OpKind::Sqrt: case OpKind::Rsqrt:
@@ -973,8 +977,10 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
     double n = static_cast<double>(c.in[0]->numel());
     if (inferred >= 0)
       target[inferred] = known == 0 || known > n ? 0 : static_cast<int64_t>(c.in[0]->numel()) / static_cast<int64_t>(known);
-    if (known * (inferred >= 0 ? static_cast<double>(target[inferred]) : 1) != n)
-      throw DataError(fmt::format("cannot reshape {} into {}", c.in[0]->typeText(), rt::shapeText(c.in[0]->dtype, target)));
+    double count = known * (inferred >= 0 ? static_cast<double>(target[inferred]) : 1);
+    if (count != n) // (the compiled devices' words)
+      throw DataError(fmt::format("cannot reshape {} ({} elements) into {} elements", c.in[0]->typeText(), c.in[0]->numel(),
+                                  static_cast<int64_t>(count)));
     return one(reshaped(*c.in[0], target));
   }
   case OpKind::Transpose:

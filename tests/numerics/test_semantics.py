@@ -471,6 +471,20 @@ class Semantics(unittest.TestCase):
                     self.assertEqual(p.returncode, 0, p.stderr)
                     self.assertEqual([o.shape for o in outs], [(0, a, a), (a, a, 0)])
 
+    def test_arange_from_values_past_2_63(self):
+        # stop - start may pass 2^63 (it wrapped: -5e18 to 5e18 by 1e18 gave no elements,
+        # 0 to 2^63 - 1 by 2^62 a negative size); a count past 2^63 is an error.
+        with tempfile.TemporaryDirectory() as d:
+            m = self.model(d, "arange_wide", "model main(a: i64[], b: i64[], c: i64[]) -> i64[P] {\n  return arange(a, b, c);\n}\n")
+            for a, b, c in ((-5 * 10 ** 18, 5 * 10 ** 18, 10 ** 18), (0, 2 ** 63 - 1, 2 ** 62), (2 ** 63 - 1, -2 ** 63, -3 * 10 ** 18)):
+                feeds = {"a": np.array(a, np.int64), "b": np.array(b, np.int64), "c": np.array(c, np.int64)}
+                outs = self.run_ok(m, feeds, n=1)
+                self.check_each(outs, (np.array(list(range(a, b, c)), np.int64),), f"arange({a}, {b}, {c})")
+            outs, p = self.dnnc.run(m, None, {"a": np.array(-2 ** 63, np.int64), "b": np.array(2 ** 63 - 1, np.int64),
+                                              "c": np.array(1, np.int64)})
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn("arange from -9223372036854775808 to 9223372036854775807 by 1 has more than 2^63 elements", p.stderr)
+
     # ---- integer division and modulo ----
     def test_integer_division(self):
         with tempfile.TemporaryDirectory() as d:
