@@ -196,8 +196,15 @@ private:
     diags.render(err_);
     if (!t)
       return;
-    if (t->tensor)
+    if (t->tensor) {
+      for (size_t k = 0; k < t->tensor->dims.size(); ++k) // a size no run would make
+        if (auto v = sym::evaluate(t->tensor->dims[k], binding_); v && *v < 0) {
+          error(fmt::format("this would be {}: dim {} is {} = {}, which is negative under the binding", t->tensor->str(), k,
+                            t->tensor->dims[k]->str(), *v));
+          return;
+        }
       out(t->tensor->str(&binding_));
+    }
     else if (t->dim)
       out(fmt::format("dim {}", ir::dimText(*t->dim, &binding_)));
     else
