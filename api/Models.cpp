@@ -64,14 +64,17 @@ std::string checkBinding(const ModelInfo &m, const Binding &b) {
     if (op->kind == ir::OpKind::AssertDims)
       if (std::optional<std::string> failed = ir::failedAssert(*op, b); failed && !failed->empty())
         return *failed;
-  // The sizes of the values every call makes whose dims are all bound: one negative, past 64
-  // bits or over a limit fails every run (shapes and the REPL showed f32[-2]). Values in
-  // branches or loops are left to the run: they may not be made.
+  // The values every call makes: a dim the binding makes negative, or an operand their op
+  // cannot take (ir::checkBeforeRunning), fails every run (shapes and the REPL showed
+  // f32[-2]). Sizes past 64 bits or a limit are left to the run, and so are values in
+  // branches or loops: they may not be made.
   try {
     for (const ir::Op *op : m.graph->body.ops)
-      if (op->kind != ir::OpKind::Param)
+      if (op->kind != ir::OpKind::Param) {
         for (auto [maker, v] : ir::madeValues(*op))
-          ir::checkValueSize(*maker, *v, b);
+          ir::checkDimsNotNegative(*maker, *v, b);
+        ir::checkBeforeRunning(*op, b);
+      }
   } catch (const DataError &e) {
     return e.what();
   }

@@ -77,6 +77,12 @@ void Sema::declareGlobals(ModuleCtx &m) {
     if (auto it = m.globals.find(d.name); it != m.globals.end())
       fail(DiagKind::Redefinition, d.nameRange, fmt::format("'{}' is already defined", d.name),
            {{it->second.decl->nameRange, "previous definition is here"}});
+    if (d.kind == ast::Decl::Kind::Fn) // (a model's are bound one by one, which finds the same)
+      for (size_t i = 0; i < d.params.size(); ++i)
+        for (size_t j = 0; j < i; ++j)
+          if (d.params[j].name == d.params[i].name)
+            fail(DiagKind::Redefinition, d.params[i].range, fmt::format("'{}' is already a parameter of '{}'", d.params[i].name, d.name),
+                 {{d.params[j].range, "previous definition is here"}});
     Global g;
     g.decl = &d;
     switch (d.kind) {

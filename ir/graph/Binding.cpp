@@ -136,6 +136,20 @@ void bindResult(const Op &op, const Value &v, const rt::Tensor &t, Binding &b) {
                               v.type.str(), err));
 }
 
+namespace {
+[[noreturn]] void throwNegativeDim(const Op &op, const Value &v, size_t k, int64_t value, const Binding &b) {
+  sym::ExprRef d = v.type.dims[k];
+  throw DataError(fmt::format("the result of {} is {}: dim {} is {} = {}, which is negative at {}", opWhere(op), v.type.str(), k,
+                              d->str(), value, bindingText(b, sym::freeVars(d))));
+}
+} // namespace
+
+void checkDimsNotNegative(const Op &op, const Value &v, const Binding &b) {
+  for (size_t k = 0; k < v.type.dims.size(); ++k)
+    if (auto value = sym::evaluate(v.type.dims[k], b); value && *value < 0)
+      throwNegativeDim(op, v, k, *value, b);
+}
+
 bool checkValueSize(const Op &op, const Value &v, const Binding &b) {
   std::vector<int64_t> shape;
   for (size_t k = 0; k < v.type.dims.size(); ++k) {
@@ -150,8 +164,7 @@ bool checkValueSize(const Op &op, const Value &v, const Binding &b) {
                                   opWhere(op), v.type.str(), k, d->str(), bindingText(b, names)));
     }
     if (*value < 0)
-      throw DataError(fmt::format("the result of {} is {}: dim {} is {} = {}, which is negative at {}", opWhere(op), v.type.str(),
-                                  k, d->str(), *value, bindingText(b, sym::freeVars(d))));
+      throwNegativeDim(op, v, k, *value, b);
     shape.push_back(*value);
   }
   if (rt::bytesWithinLimit(v.type.dtype, shape))
@@ -282,6 +295,16 @@ void checkWindowFits(const Op &op, const Binding &b) {
                                   op.operands[0]->type.dims[axis]->str(), *in, *in + 2 * *pad));
   }
 }
+
+
+void checkPadWidths(const Op &op, const Binding &b) {
+  if (op.kind != OpKind::Pad)
+    return;
+  for (sym::ExprRef w : op.get<DimList>("pads"))
+    if (auto v = sym::evaluate(w, b); v && *v < 0)
+      throw DataError(fmt::format("{}: pad widths must be non-negative, but {} = {} at {}", opWhere(op), w->str(), *v,
+                                  bindingText(b, sym::freeVars(w))));
+}
 } // namespace
 
 void checkBeforeRunning(const Op &op, const Binding &b) {
@@ -292,6 +315,7 @@ void checkBeforeRunning(const Op &op, const Binding &b) {
   }
   checkEmptyReduction(op, b);
   checkWindowFits(op, b);
+  checkPadWidths(op, b);
 }
 
 } // namespace dnnc::ir

@@ -46,6 +46,9 @@ void bindResult(const Op &op, const Value &v, const rt::Tensor &t, Binding &b);
 // user's bindings or data, so it is a DataError naming the op, the dim and the binding.
 // Returns false when a dim of `v` is not bound yet (a size an EDO op or a loop decides).
 bool checkValueSize(const Op &op, const Value &v, const Binding &b);
+// Only the first of those checks: DataError when a dim of `v` that `b` binds is negative
+// (no run can make it; a size past 64 bits or a limit is still a number to ask about).
+void checkDimsNotNegative(const Op &op, const Value &v, const Binding &b);
 // The values `op` makes, each with the op that makes it: its results, and for a fused
 // group its inner ops' too, whose sizes are the user's ops' sizes and are checked though
 // no buffer holds them (a fused `ones([B - 5])` ran at B = 3).
@@ -76,7 +79,8 @@ private:
 // - max, min, argmax and argmin of an empty axis have no value (NumPy: "zero-size array to
 //   reduction operation maximum which has no identity") unless the result is empty too;
 // - a convolution's or pooling's window must fit in its padded input (as PyTorch requires;
-//   the output size formula gives 0 there, not an error, for symbolic dims).
+//   the output size formula gives 0 there, not an error, for symbolic dims);
+// - pad widths given by dims must not be negative (they cropped).
 void checkBeforeRunning(const Op &op, const Binding &b);
 std::string emptyReductionMessage(const Op &op, const std::string &operand);
 

@@ -1,6 +1,8 @@
 // Names, sizes and printing of element types, tensor types and shape classes.
 #include "ir/graph/Types.h"
 
+#include <stdexcept>
+
 namespace dnnc::ir {
 
 std::optional<DType> parseDType(const std::string &s) {
@@ -15,7 +17,11 @@ std::string dimText(sym::ExprRef d, const std::map<std::string, int64_t> *bindin
     std::map<std::string, sym::ExprRef> subst;
     for (auto &[k, v] : *binding)
       subst[k] = sym::constant(v);
-    return sym::substitute(d, subst)->str();
+    try {
+      return sym::substitute(d, subst)->str();
+    } catch (const std::overflow_error &) { // a size no run makes, but still one to show
+      return d->str() + " (past 2^63)";
+    }
   }
   return d->str();
 }
