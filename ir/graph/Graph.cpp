@@ -66,10 +66,11 @@ int64_t IndexAttrs::resolvePoint(size_t axis, sym::ExprRef dim, int64_t value, i
   int64_t point = !starts[axis] && value < 0 ? value + d : value;
   if (point >= 0 && point < d)
     return point;
-  int64_t written = value;
-  if (starts[axis]) // a literal -k that sema rewrote as `dim - k`
-    if (auto k = sym::sub(starts[axis], dim)->asConst(); k && *k < 0)
-      written = *k;
+  // A dim expression as written, with its value (a literal -k reads `dim - k`, as sema
+  // rewrote it: the value alone, or -k alone, misled where N - 3 was written).
+  std::string written = starts[axis] && !starts[axis]->isConst() ? fmt::format("{} = {}", starts[axis]->str(), value)
+                                                                  : std::to_string(value);
+  (void)dim;
   throw DataError(fmt::format("index {} is out of range for dim {} of {} (size {})", written, axis, typeText, d));
 }
 

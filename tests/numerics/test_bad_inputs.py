@@ -70,13 +70,16 @@ class BadInputs(unittest.TestCase):
                               "the result of 'conv2d' at line 3 is f32[1, 1, H - 4, H - 4]: dim 2 is H - 4 = -1, which is negative at H = 3")
 
     def test_index_out_of_range(self):
-        """A point index outside its dim names the index as written: a negative literal that
-        sema made `C - 3` (inside a fused kernel it once wrote outside the arena), a runtime
-        index, an index tensor of `take`."""
+        """A point index outside its dim names the index as a dim expression and its value: a
+        negative literal that sema made `C - 3` (inside a fused kernel it once wrote outside
+        the arena), `C - 3` as written (it was reported as -3, not -1), a runtime index, an
+        index tensor of `take`."""
         self.fails_everywhere("dim C;\nmodel main(x: f32[C, 8]) -> f32[8] {\n  return relu(x[-3] * 2.0);\n}\n",
-                              ["--bind", "C=2"], "index -3 is out of range for dim 0 of f32[2, 8] (size 2)")
+                              ["--bind", "C=2"], "index C - 3 = -1 is out of range for dim 0 of f32[2, 8] (size 2)")
+        self.fails_everywhere("dim C;\nmodel main(x: f32[C, 8]) -> f32[8] {\n  return x[C - 3];\n}\n",
+                              ["--bind", "C=2"], "index C - 3 = -1 is out of range for dim 0 of f32[2, 8] (size 2)")
         self.fails_everywhere("dim C;\nmodel main(x: i64[C, 8]) -> i64[1, 1] {\n  return unsqueeze(x, 2)[-3, 1:2:1];\n}\n",
-                              ["--bind", "C=2"], "index -3 is out of range for dim 0 of i64[2, 8, 1] (size 2)")
+                              ["--bind", "C=2"], "index C - 3 = -1 is out of range for dim 0 of i64[2, 8, 1] (size 2)")
         self.fails_everywhere("dim C;\nmodel main(x: f32[C, 8], i: i64[]) -> f32[8] {\n  return x[i] * 2.0;\n}\n",
                               ["--bind", "C=2", "--input", "i=%d/i.npy", "--random-inputs"], "index -3 is out of range for dim 0 of f32[2, 8] (size 2)",
                               files={"i.npy": np.array(-3, np.int64)})
