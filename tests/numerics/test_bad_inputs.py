@@ -331,7 +331,14 @@ class BadArtifacts(unittest.TestCase):
 
     def test_wrong_device(self):
         self.fails(self.good, ["--device", "cuda"], "was built for cpu, not for --device cuda")
-        self.fails(self.good, ["--device", "cuda-sim"], "--device cuda-sim compiles the model for the simulator: give it the .dnn file")
+        self.fails(self.good, ["--device", "cuda-sim"], "--device cuda-sim runs the model's source (compiled for the simulator): "
+                                                       "give it the .dnn file, not an artifact")
+        # (ref said the CPU artifact was built for cpu, "rebuild it with --target cpu")
+        self.fails(self.good, ["--device", "ref"], "--device ref runs the model's source (on the reference interpreter): "
+                                                  "give it the .dnn file, not an artifact")
+
+    def test_model_not_in_the_artifact(self):
+        self.fails(self.good, ["--model", "other"], "holds model 'main', not 'other'")  # (it ran main)
 
     def resealed_text(self, edit):
         """The artifact with the text of its JSON header changed by `edit`, checksum made valid."""
