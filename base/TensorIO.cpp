@@ -34,13 +34,28 @@ std::string npyDescr(DType d) {
 } // namespace
 
 std::string readFile(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
+  namespace fs = std::filesystem;
   std::error_code ec;
-  if (!in || std::filesystem::is_directory(path, ec))
+  fs::file_status status = fs::status(path, ec);
+  std::ifstream in(path, std::ios::binary);
+  if (ec || !in || fs::is_directory(status))
     throw DataError(fmt::format("cannot read '{}'", path));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  // A device has no end (/dev/zero was read until memory ran out); a pipe ends, but only
+  // reading tells its size, so it is read no further than memory allows.
+  if (fs::is_character_file(status) || fs::is_block_file(status) || fs::is_socket(status))
+    throw DataError(fmt::format("cannot read '{}': it is a device, not a file", path));
+  const int64_t most = memoryLimit();
+  auto tooLarge = [&] { return DataError(fmt::format("cannot read '{}': it is larger than the {} bytes of memory available", path, most)); };
+  if (fs::is_regular_file(status) && static_cast<int64_t>(fs::file_size(path, ec)) > most)
+    throw tooLarge();
+  std::string bytes;
+  char chunk[1 << 16];
+  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) {
+    bytes.append(chunk, static_cast<size_t>(in.gcount()));
+    if (static_cast<int64_t>(bytes.size()) > most)
+      throw tooLarge();
+  }
+  return bytes;
 }
 
 void writeFilesAtomically(const std::vector<std::pair<std::string, std::string>> &files) {

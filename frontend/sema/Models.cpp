@@ -1,10 +1,9 @@
 // Sema: one graph per model, REPL typing in a model's scope, and Program's entry points.
 #include "frontend/sema/SemaInternal.h"
+#include "base/TensorIO.h"
 #include "frontend/Parser.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 namespace dnnc::sema {
 
@@ -174,15 +173,14 @@ bool Program::loadText(const std::string &path, std::string text, DiagnosticEngi
 }
 
 bool Program::load(const std::string &path, DiagnosticEngine &diags) {
-  std::ifstream in(path, std::ios::binary);
-  std::error_code ec;
-  if (!in || fs::is_directory(path, ec)) {
-    diags.report({DiagKind::Import, {}, fmt::format("cannot read '{}'", path), {}});
+  std::string text;
+  try {
+    text = rt::readFile(path);
+  } catch (const DataError &e) {
+    diags.report({DiagKind::Import, {}, e.what(), {}});
     return false;
   }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return loadText(path, ss.str(), diags);
+  return loadText(path, text, diags);
 }
 
 ModelInfo *Program::model(const std::string &name) {

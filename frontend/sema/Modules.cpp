@@ -1,11 +1,10 @@
 // Sema: module files, imports and the declaration of globals (consts, dims, params).
 #include "frontend/sema/SemaInternal.h"
+#include "base/TensorIO.h"
 #include "base/WeightNames.h"
 #include "frontend/Parser.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 namespace dnnc {
 
@@ -35,12 +34,11 @@ ModuleCtx *Sema::loadFile(const std::string &path, const std::string *text, Sour
   if (text) {
     content = *text;
   } else {
-    std::ifstream in(path, std::ios::binary);
-    if (!in || fs::is_directory(path, ec))
-      fail(DiagKind::Import, from, fmt::format("cannot read '{}'", path));
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    content = ss.str();
+    try {
+      content = rt::readFile(path);
+    } catch (const DataError &e) {
+      fail(DiagKind::Import, from, e.what());
+    }
   }
   int file = prog_.sources_.add(path, content);
   auto mod = std::make_unique<ModuleCtx>();

@@ -233,6 +233,15 @@ class BadInputs(unittest.TestCase):
         self.fails("transformer.dnn", args, "the header is truncated: it claims 1000000 bytes but the file has 1",
                    {"t.npy": b"\x93NUMPY\x02\x00" + struct.pack("<I", 1000000) + b"{"})
 
+    def test_devices_are_not_read(self):
+        # A device never ends: /dev/zero given as an input, the weights or the source was
+        # read until memory ran out.
+        for model, args in (("mlp.dnn", ["--input", "x=/dev/zero"]), ("mlp.dnn", ["--weights", "/dev/zero", "--bind", "B=1"]),
+                            ("/dev/urandom", [])):
+            with self.subTest(model=model, args=args):
+                self.fails(model, args, "cannot read '/dev/")
+                self.fails(model, args, "': it is a device, not a file")
+
     def test_npy_long_header(self):
         """A valid .npy whose header is long (std::regex recursed over it until the stack
         overflowed) is read, in every format version."""
