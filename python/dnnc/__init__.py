@@ -25,12 +25,14 @@ def _array(x):
     return _np.from_dlpack(x)
 
 
-def _files(weights):
-    if weights is None:
+def _files(paths):
+    """One path or several (weights files, include folders) as a list of strings: a string
+    is one path, not its characters."""
+    if paths is None:
         return []
-    if isinstance(weights, (str, os.PathLike)):
-        return [os.fspath(weights)]
-    return [os.fspath(w) for w in weights]
+    if isinstance(paths, (str, os.PathLike)):
+        return [os.fspath(paths)]
+    return [os.fspath(p) for p in paths]
 
 
 class Model:
@@ -109,7 +111,7 @@ def load(path, model=None, device="auto", weights=None, include=(), strict=False
     list of them (params by name or `from` name, as `dnnc run --weights`). Without
     weights every param comes from its initializer (seed), each named in a warning; with
     them a missing param is an error unless random_params."""
-    native = _dnnc.load(os.fspath(path), model or "", device, _files(weights), [os.fspath(i) for i in include], strict,
+    native = _dnnc.load(os.fspath(path), model or "", device, _files(weights), _files(include), strict,
                         random_params, seed)
     return Model(native)
 
@@ -124,4 +126,4 @@ def train(path, data, model=None, optimizer="sgd", lr=1e-3, batch=32, epochs=1, 
     arrays = {k: _array(v) for k, v in data.items()}
     return _dnnc.train(os.fspath(path), arrays, model or "", optimizer, lr, batch, epochs, steps, _files(weights),
                        os.fspath(save) if save else "", save_every, os.fspath(resume) if resume else "", seed, device,
-                       weight_decay, momentum, [os.fspath(i) for i in include], strict)
+                       weight_decay, momentum, _files(include), strict)

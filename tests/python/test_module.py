@@ -141,6 +141,16 @@ class Module(unittest.TestCase):
         self.assertIn("needs the model's .dnn source: '" + artifact + "' is a built artifact", self.error(a.memory, B=2))
         self.assertIn("was built for cpu, not for device='cuda'", self.error(dnnc.load, artifact, device="cuda"))
 
+    def test_include_takes_one_folder_as_a_string(self):
+        # include="lib" is one folder, as weights="w.safetensors" is one file (it was split
+        # into the characters 'l', 'i', 'b': "cannot find module 'helpers'").
+        os.makedirs(self.path("lib"))
+        with open(self.path("lib/helpers.dnn"), "w") as f:
+            f.write("fn twice(x: f32[N]) -> f32[N] {\n  return x * 2.0;\n}\n")
+        src = self.write("uses.dnn", "import helpers;\nmodel main(x: f32[3]) -> f32[3] {\n  return helpers.twice(x);\n}\n")
+        m = dnnc.load(src, device="cpu", include=self.path("lib"))
+        np.testing.assert_array_equal(m(np.arange(3, dtype=np.float32)), [0, 2, 4])
+
     def test_several_outputs_named(self):
         src = self.write("two.dnn", TWO_OUTPUTS)
         w = {"w": self.rng.standard_normal((5, 3)).astype(np.float32)}
