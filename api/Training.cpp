@@ -274,6 +274,10 @@ TrainResult train(ir::Graph &g, const TrainConfig &o, const TrainHooks &hooks) {
   // Executable::run, which returns the updates as new tensors.
   bool inPlace = o.inPlace && o.device != "ref";
   ir::TrainStep step = ir::makeTrainStep(g, o.optimizer);
+  if (hooks.note)
+    for (const std::string &name : step.unreached)
+      hooks.note(fmt::format("param '{}' is not trained: the loss does not depend on it (PyTorch's optimizers skip a parameter "
+                             "without a gradient, weight decay included)", name));
   if (!o.save.empty()) // found wanting before training, not after it
     checkWritable(o.save), checkWritable(o.save + ".state");
   Batches data = o.dataDir.empty() ? sliceFiles(g, step, o) : readFolder(g, step, o.dataDir);

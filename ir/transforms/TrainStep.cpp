@@ -11,6 +11,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <functional>
+#include <set>
 
 namespace dnnc::ir {
 
@@ -34,6 +36,27 @@ std::string unknownOptimizer(const std::string &name) {
   return fmt::format("unknown optimizer '{}' (optimizers: {})", name, fmt::join(optimizerNames(), ", "));
 }
 
+namespace {
+// The values `loss` may depend on: whatever an op that makes one of them reads, reads
+// inside its regions included (a loop's or branch's captured values; an over-estimate,
+// never an under-estimate).
+std::set<const Value *> valuesBehind(const Region &body, const Value *loss) {
+  std::set<const Value *> behind{loss};
+  std::function<void(const Op &)> readsOf = [&](const Op &op) {
+    behind.insert(op.operands.begin(), op.operands.end());
+    for (const auto &r : op.regions) {
+      for (const Op *inner : r->ops)
+        readsOf(*inner);
+      behind.insert(r->yields.begin(), r->yields.end());
+    }
+  };
+  for (auto it = body.ops.rbegin(); it != body.ops.rend(); ++it)
+    if (std::any_of((*it)->results.begin(), (*it)->results.end(), [&](const Value *r) { return behind.count(r) > 0; }))
+      readsOf(**it);
+  return behind;
+}
+} // namespace
+
 TrainStep makeTrainStep(Graph &g, const Optimizer &opt) {
   Region &body = g.body;
   if (body.yields.empty() || body.yields[0]->type.rank() != 0 || !isFloat(body.yields[0]->type.dtype))
@@ -44,19 +67,27 @@ TrainStep makeTrainStep(Graph &g, const Optimizer &opt) {
   step.metrics = body.yields.size() - 1;
   std::vector<Value *> params;
   size_t frozen = 0;
+  std::set<const Value *> behindLoss = valuesBehind(body, body.yields[0]);
   for (Op *op : body.ops)
     if (op->kind == OpKind::Param && isFloat(op->results[0]->type.dtype)) {
       if (op->has("frozen") && op->get<bool>("frozen")) { // `param frozen`: no gradient, no optimizer state
         ++frozen;
         continue;
       }
+      if (!behindLoss.count(op->results[0])) {
+        step.unreached.push_back(op->get<std::string>("name"));
+        continue;
+      }
       params.push_back(op->results[0]);
       step.params.push_back(op->get<std::string>("name"));
     }
   if (params.empty())
-    throw DataError(frozen ? fmt::format("model '{}' has no param to train: all {} of its float params are declared frozen",
-                                         g.name, frozen)
-                           : fmt::format("model '{}' has no float param to train", g.name));
+    throw DataError(!step.unreached.empty()
+                        ? fmt::format("model '{}' has no param to train: the loss depends on none of {}", g.name,
+                                      fmt::join(step.unreached, ", "))
+                    : frozen ? fmt::format("model '{}' has no param to train: all {} of its float params are declared frozen",
+                                           g.name, frozen)
+                             : fmt::format("model '{}' has no float param to train", g.name));
   Value *loss = body.yields[0];
   SourceRange loc = loss->loc;
   auto input = [&](const std::string &name, TensorType t) {

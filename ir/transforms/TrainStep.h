@@ -37,6 +37,9 @@ struct TrainStep {
   size_t modelInputs = 0, metrics = 0;
   std::vector<std::string> scalars; // the optimizer's scalar inputs: lr, and for Adam step_size = lr / (1 - β1^t), bc2_sqrt = sqrt(1 - β2^t)
   std::vector<std::string> params;  // the trained params
+  // Float params, not frozen, that the loss does not depend on: not trained (PyTorch's
+  // optimizers skip a parameter whose gradient is None, weight decay included).
+  std::vector<std::string> unreached;
   size_t statesPerParam = 0;        // 0 (SGD), 1 (momentum), 2 (Adam: m, v)
   bool rng = false;                 // an input `rng` (i64[2]: --seed, the step from 1) follows the scalars (a dropout trains)
   std::vector<std::string> stateNames; // PyTorch's names of those: momentum_buffer; exp_avg, exp_avg_sq

@@ -213,6 +213,29 @@ class TrainCli(unittest.TestCase):
                 # d loss / dw_j = 2 w_j sum_b x_bj / 6 (the mean of 2 x 3), with w = 1
                 np.testing.assert_allclose(read_safetensors(save)["w"], 1 - 0.1 * 2 * np.array([1.5, 1.0, 5.0]) / 6, rtol=1e-6)
 
+    def test_param_the_loss_does_not_read_is_not_trained(self):
+        # As PyTorch skips a parameter without a gradient: u, read only by a metric, was
+        # moved by weight decay (sgd, adamw) or by Adam's decay-driven steps.
+        with open(self.path("u.dnn"), "w") as f:
+            f.write("dim B;\nparam w: f32[3] = full(1.0);\nparam u: f32[3] = full(2.0);\n"
+                    "model main(x: f32[B, 3]) -> (f32[], f32[]) {\n  return (mean(x * w * w), sum(u));\n}\n")
+        np.save(self.path("x3.npy"), np.array([[1, 2, 3], [0.5, -1, 2]], np.float32))
+        save = self.path("u.safetensors")
+        for optimizer in ("sgd", "adam", "adamw"):
+            with self.subTest(optimizer=optimizer):
+                p = self.train("--steps", "2", "--optimizer", optimizer, "--weight-decay", "0.5", "--save", save, model="u.dnn",
+                               data=["--data", f"x={self.path('x3.npy')}"])
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertIn("note: param 'u' is not trained: the loss does not depend on it", p.stderr)
+                saved = read_safetensors(save)
+                np.testing.assert_array_equal(saved["u"], [2, 2, 2])
+                self.assertTrue(np.all(saved["w"] < 1))
+        with open(self.path("none.dnn"), "w") as f:
+            f.write("param u: f32[3] = full(2.0);\nmodel main(x: f32[B, 3]) -> (f32[], f32[]) {\n  return (mean(x), sum(u));\n}\n")
+        p = self.train("--steps", "1", model="none.dnn", data=["--data", f"x={self.path('x3.npy')}"])
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("model 'main' has no param to train: the loss depends on none of u", p.stderr)
+
     def test_resume_errors(self):
         save = self.path("c.safetensors")
         p = self.train("--steps", "2", "--optimizer", "adam", "--save", save, "--device", "ref")
