@@ -44,16 +44,13 @@ std::string readFile(const std::string &path) {
   // reading tells its size, so it is read no further than memory allows.
   if (fs::is_character_file(status) || fs::is_block_file(status) || fs::is_socket(status))
     throw DataError(fmt::format("cannot read '{}': it is a device, not a file", path));
-  const int64_t most = memoryLimit();
-  auto tooLarge = [&] { return DataError(fmt::format("cannot read '{}': it is larger than the {} bytes of memory available", path, most)); };
-  if (fs::is_regular_file(status) && static_cast<int64_t>(fs::file_size(path, ec)) > most)
-    throw tooLarge();
+  const int64_t most = fs::is_regular_file(status) ? std::numeric_limits<int64_t>::max() : memoryLimit();
   std::string bytes;
   char chunk[1 << 16];
   while (in.read(chunk, sizeof chunk) || in.gcount() > 0) {
     bytes.append(chunk, static_cast<size_t>(in.gcount()));
     if (static_cast<int64_t>(bytes.size()) > most)
-      throw tooLarge();
+      throw DataError(fmt::format("cannot read '{}': it is larger than the {} bytes of memory available", path, most));
   }
   return bytes;
 }

@@ -17,6 +17,7 @@ import argparse
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -55,6 +56,10 @@ def run(dnnc, path, runs, stdin, stdlib, examples, masks):
         # --profile names the variants it picks (a RUN line may still set either).
         env = {k: v for k, v in os.environ.items() if k != "DNNC_GEMM_VARIANT"}
         env.update(DNNC_STDLIB=stdlib, DNNC_TUNE_TABLE=os.path.join(folder, "no-such-tune-table.json"))
+        # Each run writes into an empty --out folder: what an earlier test left there would
+        # show in the note about outputs this run did not write.
+        if "--out" in args and args.index("--out") + 1 < len(args) and args[args.index("--out") + 1].startswith("/tmp/dnnc_golden"):
+            shutil.rmtree(args[args.index("--out") + 1], ignore_errors=True)
         feed = "".join(l.replace("%examples", rel_examples) + "\n" for l in stdin)
         p = subprocess.run(args, cwd=folder, input=feed,
                            capture_output=True, text=True, env=env, timeout=60)

@@ -7,11 +7,11 @@
 #include "tools/dnnc/Driver.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <unistd.h>
 #include <iostream>
 
@@ -23,19 +23,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The file in an output folder that lists what the last dnnc run wrote there, one name a
-// line: what the next run may remove as stale (and nothing else).
-constexpr const char *kOutputList = ".dnnc-outputs";
-
 // Writes each output as NAME.npy (its name in the model's signature, else out0, out1, ...)
 // into `dir` all or nothing: every file is written into a private folder inside `dir`
-// first, and only when all of them are complete are they moved into place. Then the
-// outputs an earlier run wrote (listed in kOutputList) that this run did not (a stale
-// out2.npy beside a new out0.npy) are removed, but never a file this run read: files
-// dnnc did not write, a user's out3.npy among them, stay. Returns the lines that report
-// each output.
-std::vector<std::string> writeOutputs(const ir::Graph &g, const std::vector<Tensor> &outputs, const std::string &dir,
-                                      const std::vector<std::string> &readPaths) {
+// first, and only when all of them are complete are they moved into place. Nothing else in
+// `dir` is touched: outK.npy files this run did not write (an earlier run's out2.npy, or a
+// file of the user's, the --input just read among them: stale outputs were once deleted)
+// are named in a note instead. Returns the lines that report each output.
+std::vector<std::string> writeOutputs(const ir::Graph &g, const std::vector<Tensor> &outputs, const std::string &dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec)
@@ -62,10 +56,6 @@ std::vector<std::string> writeOutputs(const ir::Graph &g, const std::vector<Tens
     if (fs::is_directory(path, ec))
       throw DataError(fmt::format("cannot write '{}': it is a directory", path.string()));
   }
-  std::vector<std::string> earlier;
-  if (std::ifstream list(fs::path(dir) / kOutputList); list)
-    for (std::string name; std::getline(list, name);)
-      earlier.push_back(name);
   for (size_t k = 0; k < outputs.size(); ++k) {
     fs::path path = fs::path(dir) / files[k];
     fs::rename(staging / files[k], path, ec);
@@ -73,17 +63,18 @@ std::vector<std::string> writeOutputs(const ir::Graph &g, const std::vector<Tens
       throw DataError(fmt::format("cannot write '{}': {}", path.string(), ec.message()));
     lines.push_back(fmt::format("{}: {} -> {}", ir::outputName(g, k), outputs[k].typeText(), path.string()));
   }
-  std::string list;
-  for (const std::string &file : files)
-    list += file + "\n";
-  rt::writeFileAtomically((fs::path(dir) / kOutputList).string(), list);
-  for (const std::string &name : earlier) {
-    fs::path path = fs::path(dir) / name;
-    bool wasRead = std::any_of(readPaths.begin(), readPaths.end(), [&](const std::string &r) { return fs::equivalent(r, path, ec); });
-    if (name.find('/') == std::string::npos && name.size() > 4 && name.substr(name.size() - 4) == ".npy" &&
-        std::find(files.begin(), files.end(), name) == files.end() && !wasRead && fs::is_regular_file(path, ec))
-      fs::remove(path, ec);
+  std::vector<std::string> others;
+  for (const fs::directory_entry &e : fs::directory_iterator(dir, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.size() > 7 && name.rfind("out", 0) == 0 && name.substr(name.size() - 4) == ".npy" &&
+        std::all_of(name.begin() + 3, name.end() - 4, [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }) &&
+        std::find(files.begin(), files.end(), name) == files.end())
+      others.push_back(name);
   }
+  std::sort(others.begin(), others.end());
+  if (!others.empty())
+    std::cerr << fmt::format("dnnc: note: {} in '{}' {} not written by this run\n", fmt::join(others, ", "), dir,
+                             others.size() == 1 ? "was" : "were");
   return lines;
 }
 
@@ -159,10 +150,7 @@ int execute(const ir::Graph &g, rt::Executable *compiled, const RunOptions &o) {
       runOnce();
       times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
     }
-    std::vector<std::string> readPaths = o.weights;
-    for (auto &[name, path] : o.inputs)
-      readPaths.push_back(path);
-    for (const std::string &line : writeOutputs(g, outputs, o.outDir, readPaths))
+    for (const std::string &line : writeOutputs(g, outputs, o.outDir))
       std::cout << line << "\n";
     if (o.stats) {
       std::string dims;
