@@ -377,6 +377,31 @@ def test_grad_of_grad_unsupported(self):
             self.assertFalse(os.path.exists(os.path.join(d, "out")), "a failed run leaves no output")
 
 
+def test_normalize_zero_row(self):
+    """nn.normalize's gradient at a zero row is r / eps, as PyTorch's (the floor under the
+    norm made it 0 * sqrt'(0) = NaN), and the other rows' (r - y (y . r)) / |x|."""
+    rng = np.random.default_rng(3)
+    x, r = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((3, 4)).astype(np.float32)
+    x[0] = 0
+    norm = np.linalg.norm(x.astype(np.float64), axis=-1, keepdims=True)
+    y = x / np.maximum(norm, 1e-12)
+    want = np.where(norm > 0, (r - y * (y * r).sum(-1, keepdims=True)) / np.maximum(norm, 1e-12), r / 1e-12)
+    with tempfile.TemporaryDirectory() as d:
+        model = os.path.join(d, "m.dnn")
+        with open(model, "w") as f:
+            f.write("import nn;\nmodel main(x: f32[3, 4], r: f32[3, 4]) -> f32[3, 4] {\n  return grad(sum(nn.normalize(x) * r), x);\n}\n")
+        np.save(os.path.join(d, "x.npy"), x)
+        np.save(os.path.join(d, "r.npy"), r)
+        for device in ("ref", "cpu", "cuda-sim"):
+            with self.subTest(device=device):
+                out = os.path.join(d, "out-" + device)
+                p = subprocess.run([self.exe, "run", model, "--input", f"x={d}/x.npy", "--input", f"r={d}/r.npy", "--device", device,
+                                    "--out", out], capture_output=True, text=True, timeout=120)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                np.testing.assert_allclose(np.load(os.path.join(out, "out0.npy")), want, rtol=1e-4, atol=1e-5)
+
+
+Gradients.test_normalize_zero_row = test_normalize_zero_row
 Gradients.test_grad_of_grad_unsupported = test_grad_of_grad_unsupported
 Gradients.test_pow_zero_exponent = test_pow_zero_exponent
 Gradients.test_two_grads_over_one_loop = test_two_grads_over_one_loop
