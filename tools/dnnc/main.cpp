@@ -758,8 +758,8 @@ int cmdProfile(int argc, char **argv) {
   o.train = vm.count("train") > 0;
   o.json = vm.count("json") > 0;
   std::string err;
-  if (!o.train && (vm.count("recompute") || vm.count("memory-budget") || vm.count("optimizer")))
-    err = "--recompute, --memory-budget and --optimizer are for a training step: they need --train";
+  if (!o.train && vm.count("optimizer")) // (--recompute also acts on a grad in the model, as for dnnc run)
+    err = "--optimizer is for a training step: it needs --train";
   else if (vm.count("optimizer") && !ir::parseOptimizer(optimizer))
     err = ir::unknownOptimizer(optimizer);
   else if (o.device == "ref")
