@@ -349,7 +349,7 @@ SVal Sema::callFn(const ast::Decl &fn, ModuleCtx &m, CallArgs &args,
     } else {
       fail(DiagKind::Arity, e.range, fmt::format("missing argument '{}' of '{}'", p.name, fn.name), declNote);
     }
-    checkAgainst(v, *p.type, scope, fmt::format("argument '{}' of '{}'", p.name, fn.name), DiagKind::Shape, at, true);
+    checkAgainst(v, *p.type, scope, fmt::format("argument '{}' of '{}'", p.name, fn.name), DiagKind::Shape, at, FreshDims::Keep);
     if (v.isNumber() && p.type->hasDims)
       v = SVal::ofTensor(materialize(v, *ir::parseDType(p.type->dtype), at));
     scope->names[p.name] = Binding{v, false, p.range};
@@ -370,7 +370,7 @@ SVal Sema::callFn(const ast::Decl &fn, ModuleCtx &m, CallArgs &args,
     --st_->depth;
   if (!returned)
     fail(DiagKind::ControlFlow, fn.nameRange, fmt::format("fn '{}' ends without returning a value", fn.name));
-  checkAgainst(result, *fn.type, scope, fmt::format("the result of '{}'", fn.name), DiagKind::Annotation, e.range, true);
+  checkAgainst(result, *fn.type, scope, fmt::format("the result of '{}'", fn.name), DiagKind::Annotation, e.range, FreshDims::Rename);
   return result;
 }
 

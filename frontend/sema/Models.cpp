@@ -36,7 +36,7 @@ void Sema::buildModel(ModuleCtx &m, const ast::Decl &d, ModelInfo &info) {
   SVal result;
   if (!execBlock(d.body, scope, &result))
     fail(DiagKind::ControlFlow, d.nameRange, fmt::format("model '{}' ends without returning a value", d.name));
-  checkAgainst(result, *d.type, scope, fmt::format("the result of model '{}'", d.name), DiagKind::Annotation, d.type->range, true);
+  checkAgainst(result, *d.type, scope, fmt::format("the result of model '{}'", d.name), DiagKind::Annotation, d.type->range, FreshDims::Rename);
   std::vector<SVal> outs = (result.kind == SVal::Kind::Tuple || result.kind == SVal::Kind::List) ? result.items
                                                                                                   : std::vector<SVal>{result};
   if (d.kind == ast::Decl::Kind::Model && !d.outputNames.empty()) {

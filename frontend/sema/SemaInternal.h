@@ -199,10 +199,15 @@ private:
   void checkBytes(const ir::TensorType &t, SourceRange loc, const std::string &what);
 
   // ---- types ----
+  // A name the type does not know yet binds to the value's dim in `scope`. Where that dim
+  // is fresh (made by an op, or a loop's), Rename also renames it everywhere in the model
+  // (an annotation names it); Keep leaves it (a fn's parameter: its dim names are the fn's
+  // own, and the caller's dim may be a loop's, whose fixpoint renaming broke).
+  enum class FreshDims { Rename, Keep };
   void checkAgainst(const SVal &v, const ast::Type &t, ScopePtr scope, const std::string &what, DiagKind kind,
-                    SourceRange at, bool bindNew);
+                    SourceRange at, FreshDims fresh);
   void checkDim(ExprRef actual, const ast::DimItem &item, ScopePtr scope, const std::string &what, DiagKind kind,
-                SourceRange at, bool bindNew, const TensorType &full, size_t axis);
+                SourceRange at, FreshDims freshDims, const TensorType &full, size_t axis);
 
   // ---- statements ----
   bool execBlock(const ast::Block &b, ScopePtr scope, SVal *returned);

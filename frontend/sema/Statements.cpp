@@ -60,7 +60,7 @@ bool Sema::execStmt(const ast::Stmt &s, ScopePtr scope, SVal *returned) {
       return false;
     }
     if (s.annotation)
-      checkAgainst(v, *s.annotation, scope, fmt::format("'{}'", s.names[0]), DiagKind::Annotation, s.value->range, true);
+      checkAgainst(v, *s.annotation, scope, fmt::format("'{}'", s.names[0]), DiagKind::Annotation, s.value->range, FreshDims::Rename);
     if (isVar && v.isNumber() && st_)
       v = SVal::ofTensor(materialize(v, std::nullopt, s.value->range)); // a var may change at run time
     bind(scope, s.names[0], v, isVar, s.nameRanges[0]);

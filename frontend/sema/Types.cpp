@@ -5,13 +5,13 @@
 namespace dnnc::sema {
 
 void Sema::checkAgainst(const SVal &v, const ast::Type &t, ScopePtr scope, const std::string &what, DiagKind kind,
-                                 SourceRange at, bool bindNew) {
+                                 SourceRange at, FreshDims freshDims) {
   std::string want = ast::printType(t);
   if (t.kind == ast::Type::Kind::Tuple) {
     if ((v.kind != SVal::Kind::Tuple && v.kind != SVal::Kind::List) || v.items.size() != t.elements.size())
       fail(DiagKind::Type, at, fmt::format("{} should be a tuple {}, not {}", what, want, describe(v)));
     for (size_t i = 0; i < v.items.size(); ++i)
-      checkAgainst(v.items[i], *t.elements[i], scope, fmt::format("{} (item {})", what, i), kind, at, bindNew);
+      checkAgainst(v.items[i], *t.elements[i], scope, fmt::format("{} (item {})", what, i), kind, at, freshDims);
     return;
   }
   DType dt = *ir::parseDType(t.dtype);
@@ -56,12 +56,12 @@ void Sema::checkAgainst(const SVal &v, const ast::Type &t, ScopePtr scope, const
   }
   for (size_t j = ellipses; j < t.dims.size(); ++j) {
     size_t axis = lead + j - ellipses;
-    checkDim(got.dims[axis], t.dims[j], scope, what + " should be " + want + " but is " + got.str(), kind, at, bindNew, got, axis);
+    checkDim(got.dims[axis], t.dims[j], scope, what + " should be " + want + " but is " + got.str(), kind, at, freshDims, got, axis);
   }
 }
 
 void Sema::checkDim(ExprRef actual, const ast::DimItem &item, ScopePtr scope, const std::string &what, DiagKind kind,
-                             SourceRange at, bool bindNew, const TensorType &full, size_t axis) {
+                             SourceRange at, FreshDims freshDims, const TensorType &full, size_t axis) {
   const ast::Expr &ex = *item.expr;
   const sym::Atom *fresh = actual->asVar();
   bool isFresh = st_ && fresh && st_->generated.count(fresh->name);
@@ -73,12 +73,12 @@ void Sema::checkDim(ExprRef actual, const ast::DimItem &item, ScopePtr scope, co
     ir::unifyDim(*st_->graph, name, value, recorded);
     st_->generated.erase(name);
   };
-  if (ex.kind == ast::Expr::Kind::Name && bindNew && !scope->find(ex.text) &&
+  if (ex.kind == ast::Expr::Kind::Name && !scope->find(ex.text) &&
       !(scope->module && scope->module->globals.count(ex.text))) {
     ExprRef bound = actual;
     bool nameFree = std::none_of(st_ ? st_->info->dims.begin() : globalDims_.end(), st_ ? st_->info->dims.end() : globalDims_.end(),
                                  [&](const DimInfo &d) { return d.name == ex.text; });
-    if (isFresh && nameFree) {
+    if (isFresh && nameFree && freshDims == FreshDims::Rename) {
       // An annotation names a fresh dim: rename it everywhere.
       bound = sym::var(ex.text);
       sym::Interval r = an().range(fresh->name);
