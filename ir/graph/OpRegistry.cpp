@@ -248,6 +248,9 @@ std::vector<TensorType> reshapeRule(const RuleContext &c, DType dt) {
   } else if (c.has("count_checked")) {
     // The gradient's reverse of such a reshape: back to the shape whose count was checked.
   } else if (inferred >= 0) {
+    if (outCount->asConst() == std::optional<int64_t>(0)) // (not "divisible by 0")
+      c.error(DiagKind::Shape, fmt::format("cannot reshape {} with -1 beside a size of 0: no one size fits the -1 (NumPy refuses it too)",
+                                           typeText(c, 0)));
     ExprRef q = c.analyzer.simplify(sym::floorDiv(inCount, outCount));
     if (!c.analyzer.canProve(sym::mul(q, outCount), Rel::EQ, inCount))
       c.error(DiagKind::Unprovable,
