@@ -72,13 +72,16 @@ public:
     diags.render(err_);
     if (!ok)
       return;
+    std::string err;
+    ModelInfo *model = selectModel(*p, "", err);
+    if (!model) { // the model loaded before stays, as after any failed :load
+      err_ << "error: " << err << "\n";
+      return;
+    }
     program_ = std::move(p);
     binding_.clear();
-    std::string err;
-    model_ = selectModel(*program_, "", err);
-    if (!model_)
-      err_ << "error: " << err << "\n";
-    else if (interactive_) // scripted sessions print results only
+    model_ = model;
+    if (interactive_) // scripted sessions print results only
       out(fmt::format("loaded {} (model {})", file, model_->name));
   }
 
