@@ -195,18 +195,22 @@ class TrainCli(unittest.TestCase):
                            capture_output=True, text=True)
         self.assertEqual(p.returncode, 0, p.stderr)
 
+    def tiny(self, name, source):
+        """Writes the model NAME.dnn and the data x3.npy (two rows of three); returns where
+        --save goes and the --data arguments."""
+        with open(self.path(name + ".dnn"), "w") as f:
+            f.write(source)
+        np.save(self.path("x3.npy"), np.array([[1, 2, 3], [0.5, -1, 2]], np.float32))
+        return self.path(name + ".safetensors"), ["--data", f"x={self.path('x3.npy')}"]
+
     def test_named_outputs_train_and_log_under_their_names(self):
         # A named output (or any) stopped training on cpu and cuda-sim ('output_names' does
         # not name every output: the step's update outputs had none), and ref logged out1.
-        with open(self.path("named.dnn"), "w") as f:
-            f.write("dim B;\nparam w: f32[3] = full(1.0);\nmodel main(x: f32[B, 3]) -> (loss: f32[], wsum: f32[]) {\n"
-                    "  return (mean(x * w * w), sum(w));\n}\n")
-        np.save(self.path("x3.npy"), np.array([[1, 2, 3], [0.5, -1, 2]], np.float32))
-        save = self.path("named.safetensors")
+        save, data = self.tiny("named", "dim B;\nparam w: f32[3] = full(1.0);\n"
+                                        "model main(x: f32[B, 3]) -> (loss: f32[], wsum: f32[]) {\n  return (mean(x * w * w), sum(w));\n}\n")
         for device in ("cpu", "ref", "cuda-sim"):
             with self.subTest(device=device):
-                p = self.train("--steps", "1", "--json", "--lr", "0.1", "--device", device, "--save", save, model="named.dnn",
-                               data=["--data", f"x={self.path('x3.npy')}"])
+                p = self.train("--steps", "1", "--json", "--lr", "0.1", "--device", device, "--save", save, model="named.dnn", data=data)
                 self.assertEqual(p.returncode, 0, p.stderr)
                 log = json.loads(p.stdout.splitlines()[0])
                 self.assertEqual((log["loss"], log["wsum"]), (1.25, 3.0))
@@ -216,23 +220,18 @@ class TrainCli(unittest.TestCase):
     def test_param_the_loss_does_not_read_is_not_trained(self):
         # As PyTorch skips a parameter without a gradient: u, read only by a metric, was
         # moved by weight decay (sgd, adamw) or by Adam's decay-driven steps.
-        with open(self.path("u.dnn"), "w") as f:
-            f.write("dim B;\nparam w: f32[3] = full(1.0);\nparam u: f32[3] = full(2.0);\n"
-                    "model main(x: f32[B, 3]) -> (f32[], f32[]) {\n  return (mean(x * w * w), sum(u));\n}\n")
-        np.save(self.path("x3.npy"), np.array([[1, 2, 3], [0.5, -1, 2]], np.float32))
-        save = self.path("u.safetensors")
+        save, data = self.tiny("u", "dim B;\nparam w: f32[3] = full(1.0);\nparam u: f32[3] = full(2.0);\n"
+                                    "model main(x: f32[B, 3]) -> (f32[], f32[]) {\n  return (mean(x * w * w), sum(u));\n}\n")
         for optimizer in ("sgd", "adam", "adamw"):
             with self.subTest(optimizer=optimizer):
-                p = self.train("--steps", "2", "--optimizer", optimizer, "--weight-decay", "0.5", "--save", save, model="u.dnn",
-                               data=["--data", f"x={self.path('x3.npy')}"])
+                p = self.train("--steps", "2", "--optimizer", optimizer, "--weight-decay", "0.5", "--save", save, model="u.dnn", data=data)
                 self.assertEqual(p.returncode, 0, p.stderr)
                 self.assertIn("note: param 'u' is not trained: the loss does not depend on it", p.stderr)
                 saved = read_safetensors(save)
                 np.testing.assert_array_equal(saved["u"], [2, 2, 2])
                 self.assertTrue(np.all(saved["w"] < 1))
-        with open(self.path("none.dnn"), "w") as f:
-            f.write("param u: f32[3] = full(2.0);\nmodel main(x: f32[B, 3]) -> (f32[], f32[]) {\n  return (mean(x), sum(u));\n}\n")
-        p = self.train("--steps", "1", model="none.dnn", data=["--data", f"x={self.path('x3.npy')}"])
+        _, data = self.tiny("none", "param u: f32[3] = full(2.0);\nmodel main(x: f32[B, 3]) -> (f32[], f32[]) {\n  return (mean(x), sum(u));\n}\n")
+        p = self.train("--steps", "1", model="none.dnn", data=data)
         self.assertEqual(p.returncode, 1, p.stderr)
         self.assertIn("model 'main' has no param to train: the loss depends on none of u", p.stderr)
 
