@@ -60,10 +60,8 @@ std::string checkBinding(const ModelInfo &m, const Binding &b) {
   }
   // The model's asserts and pins over dims all bound here: a binding that breaks one would
   // fail every run (detect.dnn's N pinned to M, bound to 3 and 5).
-  for (const ir::Op *op : m.graph->body.ops)
-    if (op->kind == ir::OpKind::AssertDims)
-      if (std::optional<std::string> failed = ir::failedAssert(*op, b); failed && !failed->empty())
-        return *failed;
+  if (std::optional<std::string> failed = ir::failedAssertOf(*m.graph, b))
+    return *failed;
   // The values every call makes: a dim the binding makes negative, or an operand their op
   // cannot take (ir::checkBeforeRunning), fails every run (shapes and the REPL showed
   // f32[-2]). Sizes past 64 bits or a limit are left to the run, and so are values in

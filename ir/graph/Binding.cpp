@@ -1,5 +1,6 @@
 // A graph's dims under a binding (see Binding.h).
 #include "ir/graph/Binding.h"
+#include "ir/graph/Walk.h"
 
 #include "base/Error.h"
 #include "base/Size.h"
@@ -209,6 +210,17 @@ std::vector<std::pair<const Op *, const Value *>> madeValues(const Op &op) {
   return made;
 }
 
+std::optional<std::string> failedAssertOf(const Graph &g, const Binding &b) {
+  std::optional<std::string> failed;
+  walk(g.body, [&](const Op &op) {
+    if (failed || op.kind != OpKind::AssertDims || !std::holds_alternative<sym::ExprRef>(op.attrs.at("lhs")))
+      return;
+    if (std::optional<std::string> f = failedAssert(op, b); f && !f->empty()) // (nullopt: a dim not bound yet)
+      failed = f;
+  });
+  return failed;
+}
+
 void checkAssert(const Op &op, const Binding &b) {
   if (!std::holds_alternative<sym::ExprRef>(op.attrs.at("lhs")))
     return; // a pinned fresh dim: checked where its op's result is bound
@@ -224,15 +236,11 @@ void BindingCheck::check(const Graph &g, const Binding &b) {
     return;
   checkedFor_.reset();
   checked_.clear();
-  // Asserts about input dims come first: they state what the sizes below rely on.
-  for (const Op *op : g.body.ops)
-    if (op->kind == OpKind::AssertDims && std::holds_alternative<sym::ExprRef>(op->attrs.at("lhs"))) {
-      bool bound = true;
-      for (const char *side : {"lhs", "rhs"})
-        bound = bound && sym::evaluate(op->get<sym::ExprRef>(side), b).has_value();
-      if (bound)
-        checkAssert(*op, b);
-    }
+  // Asserts about input dims come first: they state what the sizes below rely on. Those
+  // inside a branch or loop too: the types after them rely on them as well (an assert in an
+  // untaken branch once let a kernel read past a buffer the binding made too small).
+  if (std::optional<std::string> failed = failedAssertOf(g, b))
+    throw DataError(*failed);
   // Only the ops that always run: a branch not taken or a loop that runs no times may
   // hold sizes that would be negative under this binding, and that is no error.
   for (const Op *op : g.body.ops)

@@ -54,6 +54,9 @@ void checkDimsNotNegative(const Op &op, const Value &v, const Binding &b);
 // no buffer holds them (a fused `ones([B - 5])` ran at B = 3).
 std::vector<std::pair<const Op *, const Value *>> madeValues(const Op &op);
 
+// The message of the first assert over dims anywhere in `g` (in branches and loop bodies
+// too) that fails under `b`; nullopt when none fails or cannot be decided yet.
+std::optional<std::string> failedAssertOf(const Graph &g, const Binding &b);
 // An `assert` over dims: DataError when it fails under `b`.
 void checkAssert(const Op &op, const Binding &b);
 // An assert_dims op (an assert, or a declared type's pin of a fresh dim) under `b`: "" when
