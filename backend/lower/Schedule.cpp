@@ -2,6 +2,8 @@
 // and the CPU's convolutions.
 #include "backend/lower/Schedule.h"
 
+#include "base/Error.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -53,6 +55,8 @@ StmtPtr loopNest(const Dims &shape, const Dims &idx, std::vector<StmtPtr> inner)
 StmtPtr vectorizedConv2d(const Conv2d &conv, const std::function<ExprRef()> &freshVar) {
   const Dims &x = conv.x, &w = conv.w, &o = conv.o;
   int64_t stride = conv.stride, pad = conv.padding, dil = conv.dilation, groups = conv.groups;
+  if (!w[2]->isConst() || !w[3]->isConst())
+    throw InternalError("the vectorized conv2d unrolls its kernel's taps: their count must be known");
   int64_t kh = *w[2]->asConst(), kw = *w[3]->asConst();
   ExprRef cg = w[1], outPerGroup = sym::floorDiv(o[1], c(groups));
   // A task computes `block` output channels of one image, so that each input vector
@@ -165,7 +169,7 @@ StmtPtr vectorizedConv2d(const Conv2d &conv, const std::function<ExprRef()> &fre
 
 StmtPtr conv2dGemm(const Conv2d &conv, const std::function<ExprRef()> &freshVar, const ConvEpilogue &epilogue) {
   const Dims &x = conv.x, &w = conv.w, &o = conv.o;
-  if (!ir::convGemmChannels(o[1], conv.groups))
+  if (!ir::convGemmChannels(o[1], conv.groups) || !w[2]->isConst() || !w[3]->isConst())
     return nullptr;
   int64_t og = *o[1]->asConst() / conv.groups, kh = *w[2]->asConst(), kw = *w[3]->asConst();
   ExprRef cg = w[1], depth = sym::mul(cg, c(kh * kw)), positions = sym::mul(o[2], o[3]);

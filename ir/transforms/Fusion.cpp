@@ -85,10 +85,12 @@ private:
         return false;
     return p.results[0]->type.dims == root.results[0]->type.dims;
   }
-  // A conv2d the target runs as an implicit GEMM (FusionKind::ConvEpilogue).
+  // A conv2d the target runs as an implicit GEMM (FusionKind::ConvEpilogue): its kernel's
+  // size known (the GEMM unrolls its taps; a dim there runs as the window loop).
   // (mayJoinAsGemm checks its f32 operands; sema made groups a constant >= 1.)
   bool convAsGemm(const Op &p) const {
-    if (!convEpilogue_ || p.kind != OpKind::Conv2d)
+    if (!convEpilogue_ || p.kind != OpKind::Conv2d || !p.operands[1]->type.dims[2]->isConst() ||
+        !p.operands[1]->type.dims[3]->isConst())
       return false;
     const Attr &a = p.attrs.at("groups");
     int64_t groups = std::get_if<int64_t>(&a) ? std::get<int64_t>(a) : *std::get<sym::ExprRef>(a)->asConst();

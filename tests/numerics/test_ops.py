@@ -342,13 +342,15 @@ class Windows(unittest.TestCase):
         # (the vectorized and GEMM schedules unroll constant taps; they read a garbage size
         # and grew memory without bound).
         rng = np.random.default_rng(15)
-        text = ("dim N; dim H; dim W;\nmodel main(x: f32[N, 2, H, W], w: f32[3, 2, KH, KW]) -> f32[N, 3, P, Q] {\n"
-                "  return conv2d(x, w, padding = 1, stride = 2);\n}\n")
+        # relu after it and 8 output channels: the fusion pass once joined it to the conv as an
+        # implicit GEMM's epilogue.
+        text = ("dim N; dim H; dim W;\nmodel main(x: f32[N, 2, H, W], w: f32[8, 2, KH, KW]) -> f32[N, 8, P, Q] {\n"
+                "  return relu(conv2d(x, w, padding = 1, stride = 2));\n}\n")
         with tempfile.TemporaryDirectory() as d:
             for (n, h, wd), (kh, kw) in [((1, 5, 7), (2, 2)), ((2, 6, 4), (3, 1)), ((1, 4, 4), (1, 4))]:
-                x, w = rng.standard_normal((n, 2, h, wd)).astype(np.float32), rng.standard_normal((3, 2, kh, kw)).astype(np.float32)
+                x, w = rng.standard_normal((n, 2, h, wd)).astype(np.float32), rng.standard_normal((8, 2, kh, kw)).astype(np.float32)
                 got = self.run_model(d, "conv_dims", text, {"x": x, "w": w})
-                assert_matches(got.astype(np.float64), conv2d_ref(x.astype(np.float64), w, 2, 1, 1, 1), 1e-4, 1e-4,
+                assert_matches(got.astype(np.float64), np.maximum(conv2d_ref(x.astype(np.float64), w, 2, 1, 1, 1), 0), 1e-4, 1e-4,
                                f"conv with a {kh}x{kw} kernel from dims on {n}x{h}x{wd}")
 
     def test_pools(self):
