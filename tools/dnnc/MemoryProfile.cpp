@@ -193,6 +193,9 @@ Profiled profileOnce(const ir::Graph &source, const ProfileOptions &o, ir::Recom
   exe.setMemoryTracing(true);
   exe.run(inputs, weights.params, binding);
   p.order = plan.order;
+  if (p.order.empty()) // (its curves would have no position to show)
+    throw DataError(fmt::format("model '{}' runs no op (its outputs are its inputs or constants): there is no memory over "
+                                "its ops to profile", g.name));
   std::unordered_map<const ir::Op *, int> position;
   for (int i = 0; i < static_cast<int>(p.order.size()); ++i)
     position.emplace(p.order[i], i);
@@ -628,7 +631,7 @@ int profileMemory(Program &prog, const ProfileOptions &o) {
                {"values", values}};
       std::cout << out.dump(1) << "\n";
     } else {
-      std::cout << fmt::format("memory of model '{}', one {} at {} on {}\n", m->name, what, bound, o.device);
+      std::cout << fmt::format("memory of model '{}', one {}{} on {}\n", m->name, what, bound.empty() ? "" : " at " + bound, o.device);
       std::cout << fmt::format("{:<22}{:>14}{:>14}\n", "at the peak", "planned", "measured");
       for (int c = 0; c < kCategories; ++c)
         std::cout << fmt::format("  {:<20}{:>14}{:>14}\n", kNames[c], sizeText(atPeak[c]), sizeText(measuredAtPeak[c]));
