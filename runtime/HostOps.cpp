@@ -156,9 +156,12 @@ std::vector<Tensor> reshape(const HostOpContext &c) {
   if (!known)
     throw DataError(fmt::format("cannot reshape {} into {}: its sizes multiply past 2^63", x.typeText(),
                                 rt::shapeText(x.dtype, target)));
+  auto inferred = std::find(target.begin(), target.end(), -1);
+  if (empty && inferred != target.end()) // (sema refuses a constant 0 beside the -1 alike)
+    throw DataError(fmt::format("cannot reshape {} into {} with -1 beside a size of 0: no one size fits the -1", x.typeText(),
+                                rt::shapeText(x.dtype, target)));
   if (empty)
     known = 0;
-  auto inferred = std::find(target.begin(), target.end(), -1);
   if (inferred != target.end())
     *inferred = *known == 0 ? 0 : static_cast<int64_t>(x.numel()) / *known;
   int64_t count = inferred != target.end() ? *known * *inferred : *known; // at most numel

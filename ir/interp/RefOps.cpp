@@ -962,25 +962,32 @@ std::vector<Tensor> runRefOp(const RefContext &c) {
   case OpKind::AvgPool2d: return one(pool2d(c, false));
   case OpKind::Reshape: {
     Shape target = valueList(c, "shape");
-    // In double: sizes from values may be anything up to 2^63, and their product more. As
-    // in NumPy, the nonzero ones must multiply below 2^63 even when another is 0.
-    double known = 1;
+    // In 128 bits: sizes from values may be anything up to 2^63, and their product more. As
+    // in NumPy, the nonzero ones must multiply below 2^63 even when another is 0, and a -1
+    // beside a 0 has no single value.
+    __int128 known = 1;
     int inferred = -1;
     bool empty = false;
     for (size_t k = 0; k < target.size(); ++k)
-      target[k] == -1 ? (void)(inferred = static_cast<int>(k))
-                      : target[k] == 0 ? (void)(empty = true) : (void)(known *= static_cast<double>(target[k]));
-    if (known >= 0x1p63)
-      throw DataError(fmt::format("cannot reshape {} into {}: its sizes multiply past 2^63", c.in[0]->typeText(),
-                                  rt::shapeText(c.in[0]->dtype, target)));
+      if (target[k] == -1)
+        inferred = static_cast<int>(k);
+      else if (target[k] == 0)
+        empty = true;
+      else if ((known *= target[k]) > std::numeric_limits<int64_t>::max())
+        throw DataError(fmt::format("cannot reshape {} into {}: its sizes multiply past 2^63", c.in[0]->typeText(),
+                                    rt::shapeText(c.in[0]->dtype, target)));
+    if (empty && inferred >= 0)
+      throw DataError(fmt::format("cannot reshape {} into {} with -1 beside a size of 0: no one size fits the -1",
+                                  c.in[0]->typeText(), rt::shapeText(c.in[0]->dtype, target)));
+    const int64_t n = static_cast<int64_t>(c.in[0]->numel());
     known = empty ? 0 : known;
-    double n = static_cast<double>(c.in[0]->numel());
     if (inferred >= 0)
-      target[inferred] = known == 0 || known > n ? 0 : static_cast<int64_t>(c.in[0]->numel()) / static_cast<int64_t>(known);
-    double count = known * (inferred >= 0 ? static_cast<double>(target[inferred]) : 1);
+      target[inferred] = known > n ? 0 : n / static_cast<int64_t>(known);
+    __int128 count = known * (inferred >= 0 ? target[inferred] : 1);
     if (count != n) // (the compiled devices' words)
-      throw DataError(fmt::format("cannot reshape {} ({} elements) into {} elements", c.in[0]->typeText(), c.in[0]->numel(),
+      throw DataError(fmt::format("cannot reshape {} ({} elements) into {} elements", c.in[0]->typeText(), n,
                                   static_cast<int64_t>(count)));
+    rt::checkedBytes(c.in[0]->dtype, target, fmt::format("the result of {}", ir::opWhere(op))); // (0 elements, bytes past 64 bits)
     return one(reshaped(*c.in[0], target));
   }
   case OpKind::Transpose:

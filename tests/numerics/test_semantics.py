@@ -470,6 +470,20 @@ class Semantics(unittest.TestCase):
                 else:
                     self.assertEqual(p.returncode, 0, p.stderr)
                     self.assertEqual([o.shape for o in outs], [(0, a, a), (a, a, 0)])
+            # The same rule on every device (ref multiplied in double and checked no bytes):
+            # sizes multiplying to 2^63 - 1 fit; f32 bytes past 2^64 do not; a -1 beside a 0
+            # has no value (NumPy refuses it, as sema does for a constant 0).
+            m = self.model(d, "value_shaped_edges", "dim N in 0..8;\nmodel main(x: bool[N], a: i64[], b: i64[]) -> bool[P, Q, R] {\n"
+                           "  return reshape(x, [a, b, -1]);\n}\n")
+            big = {"x": np.zeros(0, bool), "a": np.array(7, np.int64), "b": np.array((2 ** 63 - 1) // 7, np.int64)}
+            self.assertEqual(self.run_ok(m, big, n=1)[0].shape, (7, (2 ** 63 - 1) // 7, 0))
+            for a, b, message in ((2 ** 31, 2 ** 31, None), (0, 5, "with -1 beside a size of 0: no one size fits the -1")):
+                f = self.model(d, "value_shaped_f32", "dim N in 0..8;\nmodel main(x: f32[N], a: i64[], b: i64[]) -> f32[P, Q, R] {\n"
+                               "  return reshape(x, [a, b, 0]);\n}\n" if message is None else
+                               "dim N in 0..8;\nmodel main(x: f32[N], a: i64[], b: i64[]) -> f32[P, Q, R] {\n  return reshape(x, [a, b, -1]);\n}\n")
+                outs, p = self.dnnc.run(f, None, {"x": np.zeros(0, np.float32), "a": np.array(a, np.int64), "b": np.array(b, np.int64)})
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertIn(message or "f32[2147483648, 2147483648, 0]: its byte count overflows 64 bits", p.stderr)
 
     def test_arange_from_values_past_2_63(self):
         # stop - start may pass 2^63 (it wrapped: -5e18 to 5e18 by 1e18 gave no elements,
