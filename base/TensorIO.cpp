@@ -55,31 +55,72 @@ std::string readFile(const std::string &path) {
   return bytes;
 }
 
+void moveAllIntoPlace(const std::vector<std::pair<std::string, std::string>> &moves) {
+  namespace fs = std::filesystem;
+  // Each file a move replaces is set aside first, and put back if a later move fails, so
+  // that the places end all new or all as they were.
+  auto aside = [](const std::string &to) { return to + ".dnnc-old"; };
+  const size_t n = moves.size();
+  std::vector<bool> setAside(n, false), moved(n, false);
+  std::error_code ec;
+  std::string why;
+  size_t at = 0;
+  for (; at < n && why.empty(); ++at) {
+    const auto &[from, to] = moves[at];
+    if (fs::is_regular_file(to, ec)) {
+      fs::rename(to, aside(to), ec);
+      if (ec) {
+        why = ec.message();
+        break;
+      }
+      setAside[at] = true;
+    }
+    fs::rename(from, to, ec);
+    if (ec) {
+      why = ec.message();
+      break;
+    }
+    moved[at] = true;
+  }
+  if (why.empty()) {
+    for (size_t k = 0; k < n; ++k)
+      if (setAside[k])
+        fs::remove(aside(moves[k].second), ec);
+    return;
+  }
+  for (size_t k = 0; k <= at; ++k) { // undo: the new files back where they came from, the old ones in place
+    if (moved[k])
+      fs::rename(moves[k].second, moves[k].first, ec);
+    if (setAside[k])
+      fs::rename(aside(moves[k].second), moves[k].second, ec);
+  }
+  throw DataError(fmt::format("cannot write '{}': {}", moves[at].second, why));
+}
+
 void writeFilesAtomically(const std::vector<std::pair<std::string, std::string>> &files) {
   // Every file is written in full beside its place before any is moved there, so that a
   // failure (a full disk, a folder that cannot be written) changes none of them.
-  auto removeTemps = [&](size_t from) {
-    for (size_t k = from; k < files.size(); ++k)
-      std::remove((files[k].first + ".tmp").c_str());
+  std::vector<std::pair<std::string, std::string>> moves;
+  for (const auto &[path, bytes] : files)
+    moves.push_back({path + ".tmp", path});
+  auto removeTemps = [&] {
+    for (const auto &m : moves)
+      std::remove(m.first.c_str());
   };
   for (const auto &[path, bytes] : files) {
     std::ofstream out(path + ".tmp", std::ios::binary);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     if (!out) {
       out.close();
-      removeTemps(0);
-      std::error_code ec;
-      throw DataError(std::filesystem::is_directory(path, ec) ? fmt::format("cannot write '{}': it is a directory", path)
-                                                              : fmt::format("cannot write '{}'", path));
+      removeTemps();
+      throw DataError(fmt::format("cannot write '{}'", path));
     }
   }
-  for (size_t k = 0; k < files.size(); ++k) {
-    std::error_code ec;
-    std::filesystem::rename(files[k].first + ".tmp", files[k].first, ec);
-    if (ec) {
-      removeTemps(k);
-      throw DataError(fmt::format("cannot write '{}': {}", files[k].first, ec.message()));
-    }
+  try {
+    moveAllIntoPlace(moves);
+  } catch (const DataError &) {
+    removeTemps();
+    throw;
   }
 }
 

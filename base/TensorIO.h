@@ -55,8 +55,11 @@ SafetensorsFile parseSafetensors(std::string bytes, const std::string &path);
 // temporary file so that a failure leaves nothing behind.
 std::string readFile(const std::string &path);
 void writeFileAtomically(const std::string &path, const std::string &bytes);
+// Renames each (from, to) in turn; if one fails, undoes those made (the files they replaced
+// put back), so that the places end all new or all as they were. DataError naming the one.
+void moveAllIntoPlace(const std::vector<std::pair<std::string, std::string>> &moves);
 // Several files (path, bytes), each written in full beside its place before any is moved
-// there: a failure to write one leaves all as they were.
+// there (moveAllIntoPlace): a failure to write one leaves all as they were.
 void writeFilesAtomically(const std::vector<std::pair<std::string, std::string>> &files);
 
 // Raw little-endian bytes of a tensor's values in its dtype, and back.

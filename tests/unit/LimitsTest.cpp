@@ -1,15 +1,19 @@
 // Limits as data (base/Limits.def): the table, large inputs that must not crash
-// (deep nesting is a located [limit] diagnostic, long chains are fine), and a thread
-// pool whose threads fail to start.
+// (deep nesting is a located [limit] diagnostic, long chains are fine), a thread pool
+// whose threads fail to start, and file moves that fail half-way.
 #include "frontend/Sema.h"
 #include "base/Limits.h"
 #include "runtime/ThreadPool.h"
+#include "base/TensorIO.h"
 
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <set>
 #include <system_error>
+#include <unistd.h>
 
 using namespace dnnc;
 
@@ -119,4 +123,33 @@ TEST_CASE("a thread pool whose threads fail to start runs on those that did", "[
       sum += i;
   });
   CHECK(sum == 4950);
+}
+
+// rt::moveAllIntoPlace, under a failed move: the places end as they were (dnnc train's
+// checkpoint pair and dnnc run's outputs rely on it).
+TEST_CASE("moving files into place is all or nothing", "[io]") {
+  namespace fs = std::filesystem;
+  fs::path d = fs::temp_directory_path() / ("dnnc-move-" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d / "b" / "full"); // a non-empty folder: no file can replace it
+  auto write = [](const fs::path &p, const std::string &text) { std::ofstream(p) << text; };
+  auto read = [](const fs::path &p) {
+    std::ifstream in(p);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  write(d / "a", "old a");
+  write(d / "a.new", "new a");
+  write(d / "b.new", "new b");
+  CHECK_THROWS_WITH(rt::moveAllIntoPlace({{(d / "a.new").string(), (d / "a").string()}, {(d / "b.new").string(), (d / "b").string()}}),
+                    Catch::Contains("cannot write '" + (d / "b").string() + "'"));
+  CHECK(read(d / "a") == "old a");
+  CHECK(read(d / "a.new") == "new a");
+  CHECK(read(d / "b.new") == "new b");
+  CHECK(!fs::exists(d / "a.dnnc-old"));
+  fs::remove_all(d / "b");
+  rt::moveAllIntoPlace({{(d / "a.new").string(), (d / "a").string()}, {(d / "b.new").string(), (d / "b").string()}});
+  CHECK(read(d / "a") == "new a");
+  CHECK(read(d / "b") == "new b");
+  CHECK(!fs::exists(d / "a.dnnc-old"));
+  fs::remove_all(d);
 }

@@ -56,13 +56,13 @@ std::vector<std::string> writeOutputs(const ir::Graph &g, const std::vector<Tens
     if (fs::is_directory(path, ec))
       throw DataError(fmt::format("cannot write '{}': it is a directory", path.string()));
   }
+  std::vector<std::pair<std::string, std::string>> moves;
   for (size_t k = 0; k < outputs.size(); ++k) {
     fs::path path = fs::path(dir) / files[k];
-    fs::rename(staging / files[k], path, ec);
-    if (ec)
-      throw DataError(fmt::format("cannot write '{}': {}", path.string(), ec.message()));
+    moves.push_back({(staging / files[k]).string(), path.string()});
     lines.push_back(fmt::format("{}: {} -> {}", ir::outputName(g, k), outputs[k].typeText(), path.string()));
   }
+  rt::moveAllIntoPlace(moves); // all or none: a failed move puts the earlier outputs' files back
   std::vector<std::string> others;
   for (const fs::directory_entry &e : fs::directory_iterator(dir, ec)) {
     std::string name = e.path().filename().string();
