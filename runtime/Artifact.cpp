@@ -50,6 +50,9 @@ uint64_t getU64(const char *p) {
 }
 
 // The shared object, opened from an anonymous in-memory file: nothing touches the disk.
+// Its file stays open until the object is closed: the loader knows a library by its path,
+// and a second artifact opened as /proc/self/fd/N with the same N (the first's closed
+// file's number, reused) was handed the first one's code.
 std::shared_ptr<void> openSharedObject(const std::string &bytes, const std::string &path) {
   int fd = memfd_create("dnnc-kernels", MFD_CLOEXEC);
   if (fd < 0)
@@ -65,10 +68,14 @@ std::shared_ptr<void> openSharedObject(const std::string &bytes, const std::stri
   }
   std::string self = fmt::format("/proc/self/fd/{}", fd);
   void *handle = dlopen(self.c_str(), RTLD_NOW | RTLD_LOCAL);
-  close(fd);
-  if (!handle)
+  if (!handle) {
+    close(fd);
     throw DataError(fmt::format("cannot load the kernels of '{}': {}", path, dlerror()));
-  return std::shared_ptr<void>(handle, [](void *h) { dlclose(h); });
+  }
+  return std::shared_ptr<void>(handle, [fd](void *h) {
+    dlclose(h);
+    close(fd);
+  });
 }
 
 bool cpuHas(const std::string &isa) {

@@ -141,6 +141,18 @@ class Module(unittest.TestCase):
         self.assertIn("needs the model's .dnn source: '" + artifact + "' is a built artifact", self.error(a.memory, B=2))
         self.assertIn("was built for cpu, not for device='cuda'", self.error(dnnc.load, artifact, device="cuda"))
 
+    def test_two_artifacts_loaded_at_once_run_their_own_kernels(self):
+        # The second artifact's kernels, opened from /proc/self/fd/N with the first's N
+        # reused, were the first one's (same kernel names): sums over 4 columns for 8.
+        paths = []
+        for width in (4, 8):
+            src = self.write(f"sum{width}.dnn", f"dim B;\nmodel main(x: f32[B, {width}]) -> f32[B] {{\n  return sum(x, axis = -1);\n}}\n")
+            paths.append(self.path(f"sum{width}.dnnc"))
+            subprocess.run([EXE, "build", src, "-o", paths[-1]], check=True, capture_output=True)
+        a, b = (dnnc.load(p) for p in paths)
+        np.testing.assert_array_equal(b(np.ones((2, 8), np.float32)), [8, 8])
+        np.testing.assert_array_equal(a(np.ones((4, 4), np.float32)), [4, 4, 4, 4])
+
     def test_include_takes_one_folder_as_a_string(self):
         # include="lib" is one folder, as weights="w.safetensors" is one file (it was split
         # into the characters 'l', 'i', 'b': "cannot find module 'helpers'").
