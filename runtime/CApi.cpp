@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include <mutex>
+
 #include <cstring>
 
 using namespace dnnc;
@@ -18,6 +20,7 @@ struct dnnc_model {
   std::vector<std::string> outputNames;
   uint64_t seed = 0;
   std::string notes; // the loader's notes at the last run, one per line (a library prints nothing)
+  std::mutex running; // calls from several threads take turns (the executable holds one call's state)
 };
 
 namespace {
@@ -49,6 +52,8 @@ dnnc_dtype toC(DType d) {
 }
 
 const ir::Value *input(const dnnc_model *m, size_t i) {
+  if (!m) // (what a failed dnnc_load returned)
+    throw DataError(fmt::format("input {} of a null model", i));
   const auto &args = m->exe->graph().body.args;
   if (i >= args.size())
     throw DataError(fmt::format("input {} does not exist (the model has {})", i, args.size()));
@@ -127,6 +132,7 @@ int dnnc_run(dnnc_model *m, const dnnc_tensor *inputs, size_t numInputs, dnnc_te
   return guarded<int>(-1, [&] {
     if (!m || !outputs || !numOutputs || (numInputs && !inputs))
       throw DataError("dnnc_run: null argument");
+    std::lock_guard<std::mutex> turn(m->running);
     const ir::Graph &g = m->exe->graph();
     if (numInputs != g.body.args.size())
       throw DataError(fmt::format("model '{}' takes {} inputs, not {}", g.name, g.body.args.size(), numInputs));

@@ -115,10 +115,18 @@ void ThreadPool::parallelFor(int64_t n, const std::function<void(int64_t, int64_
   int64_t chunks = std::min<int64_t>(n, 4 * static_cast<int64_t>(threads()));
   if (costNs >= 0)
     chunks = std::min(chunks, costNs / kMinChunkNs);
-  if (workers_.empty() || chunks <= 1) {
+  // One job at a time: a second caller (another model's run on another thread, or a chunk
+  // function that asks for a pool itself) runs its job alone (two callers overwrote each
+  // other's job: wrong results and crashes).
+  bool idle = false;
+  if (workers_.empty() || chunks <= 1 || !inUse_.compare_exchange_strong(idle, true, std::memory_order_acquire)) {
     fn(0, n);
     return;
   }
+  struct Release {
+    std::atomic<bool> &inUse;
+    ~Release() { inUse.store(false, std::memory_order_release); }
+  } release{inUse_};
   job_ = &fn;
   n_ = n;
   chunk_ = (n + chunks - 1) / chunks;

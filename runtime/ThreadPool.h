@@ -6,6 +6,8 @@
 // job, the caller holding it put them to sleep on a futex, and on a VM a futex wake waits
 // for the host to run the halted vCPU again (the MLP at B=256 ran 0.98 or 1.14 ms a call,
 // by process, and now 0.98). Kernels do not throw, so a chunk function must not either.
+// One job runs at a time; a parallelFor called while one runs (from another thread) runs
+// its job on its own thread.
 #pragma once
 
 #include <atomic>
@@ -71,6 +73,7 @@ private:
   unsigned requested_ = 1;
   std::mutex mutex_; // only for sleeping and waking
   std::condition_variable wake_, done_;
+  std::atomic<bool> inUse_{false}; // a parallelFor is running: another caller runs its job alone
   // The job: written by the caller before open_ is set, read by the workers that join it.
   const std::function<void(int64_t, int64_t)> *job_ = nullptr;
   int64_t n_ = 0, chunk_ = 1;

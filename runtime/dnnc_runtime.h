@@ -3,7 +3,12 @@
  *
  * Errors: functions that can fail return NULL or -1, and dnnc_last_error() then says why
  * (per thread, valid until the next call on that thread). Nothing here aborts on bad input:
- * wrong shapes, dims out of range, violated asserts and corrupt files are errors.
+ * wrong shapes, dims out of range, violated asserts, corrupt files and a NULL model (what
+ * a failed dnnc_load returns) are errors.
+ *
+ * Threads: models loaded separately may run at once on different threads (they share the
+ * process's CPU thread pool, which runs one kernel's parallel loop at a time and another
+ * caller's on its own thread). Calls on one model from several threads take turns.
  */
 #ifndef DNNC_RUNTIME_H
 #define DNNC_RUNTIME_H

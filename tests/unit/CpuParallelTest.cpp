@@ -236,4 +236,29 @@ TEST_CASE("the pool cuts a job into chunks by its cost", "[cpu][parallel][thread
   }
 }
 
+// Two threads (two models' runs through the C API) asking one pool at once: each job runs
+// every index exactly once (the second caller overwrote the first's job: wrong results,
+// and a null job called), and a chunk function may ask the pool again.
+TEST_CASE("the pool takes callers from several threads at once", "[cpu][parallel][threads]") {
+  rt::ThreadPool pool(3);
+  auto caller = [&](int64_t n, std::atomic<int> &wrong) {
+    for (int round = 0; round < 300; ++round) {
+      std::vector<std::atomic<int>> runs(static_cast<size_t>(n));
+      pool.parallelFor(n, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i)
+          ++runs[static_cast<size_t>(i)];
+        if (round % 7 == 0) // nested: runs on this thread
+          pool.parallelFor(4, [&](int64_t, int64_t) {});
+      });
+      for (auto &r : runs)
+        wrong += r != 1;
+    }
+  };
+  std::atomic<int> wrong{0};
+  std::thread other([&] { caller(97, wrong); });
+  caller(64, wrong);
+  other.join();
+  CHECK(wrong == 0);
+}
+
 } // namespace

@@ -1,10 +1,12 @@
 // Limits as data (base/Limits.def): the table, large inputs that must not crash
 // (deep nesting is a located [limit] diagnostic, long chains are fine), a thread pool
-// whose threads fail to start, and file moves that fail half-way.
+// whose threads fail to start, file moves that fail half-way, and the C API given a null
+// model.
 #include "frontend/Sema.h"
 #include "base/Limits.h"
 #include "runtime/ThreadPool.h"
 #include "base/TensorIO.h"
+#include "runtime/dnnc_runtime.h"
 
 #include <catch2/catch.hpp>
 
@@ -152,4 +154,19 @@ TEST_CASE("moving files into place is all or nothing", "[io]") {
   CHECK(read(d / "b") == "new b");
   CHECK(!fs::exists(d / "a.dnnc-old"));
   fs::remove_all(d);
+}
+
+// The C API on a null model (what a failed dnnc_load returns): errors, never a crash (the
+// input queries dereferenced it).
+TEST_CASE("the C API takes a null model", "[capi]") {
+  CHECK(dnnc_load("/nonexistent.dnnc") == nullptr);
+  CHECK(dnnc_num_inputs(nullptr) == 0);
+  CHECK(dnnc_input_name(nullptr, 0) == nullptr);
+  CHECK(std::string(dnnc_last_error()).find("null model") != std::string::npos);
+  CHECK(dnnc_input_rank(nullptr, 0) == -1);
+  (void)dnnc_input_dtype(nullptr, 0);
+  CHECK(dnnc_output_name(nullptr, 0) == nullptr);
+  dnnc_tensor *out = nullptr;
+  size_t n = 0;
+  CHECK(dnnc_run(nullptr, nullptr, 0, &out, &n) == -1);
 }
