@@ -343,7 +343,8 @@ std::string Importer::ref(Val &v) {
     return v.ref;
   if (v.constant) { // an initializer or Constant used as a tensor: a param
     std::string name = fresh(sanitize(v.onnxName));
-    std::string key = v.onnxName.empty() ? name : v.onnxName;
+    // The weights file keeps the ONNX name, unless no string literal can hold it (a line break).
+    std::string key = v.onnxName.empty() || v.onnxName.find_first_of("\r\n") != std::string::npos ? name : v.onnxName;
     while (weights_.count(key))
       key += "_";
     weights_[key] = *v.constant;
@@ -1579,7 +1580,7 @@ void Importer::opRange(const Node &n) {
   // way), and its length a dim expression, so that it lines up with the tensors it comes from.
   std::optional<double> s = scalarValue(start), d = scalarValue(delta);
   auto integral = [](std::optional<double> v) { return v && std::isfinite(*v) && std::abs(*v) < 0x1p53 && *v == std::floor(*v); };
-  if (isFloat(start.dtype) && limit.floatOfDim && integral(s) && integral(d) && *d > 0) {
+  if (start.dtype == DType::F32 && limit.floatOfDim && integral(s) && integral(d) && *d > 0) { // (f16 rounds past 2048)
     auto [ints, len] = arangeOf(sym::constant(int64_t(*s)), limit.floatOfDim, int64_t(*d));
     def(0, fmt::format("cast({}, {})", ints, dtypeName(start.dtype)), start.dtype, {len});
     return;

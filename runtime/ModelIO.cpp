@@ -160,11 +160,11 @@ std::optional<Tensor> readParam(const Checkpoint &c, const ParamSpec &spec, cons
   FromName from;
   size_t at = 0;
   if (std::string err = parseFromName(pattern, from, at); !err.empty())
-    throw DataError(fmt::format("param '{}' reads the tensors \"{}\": {}", spec.name, pattern, err));
+    throw DataError(fmt::format("param '{}' reads the tensors {}: {}", spec.name, quoteString(pattern), err));
   auto want = ir::expectedShape(spec.type, b);
   const size_t stacked = from.placeholders.size();
   if (stacked > want.size())
-    throw DataError(fmt::format("param '{}' ({}) has fewer axes than \"{}\" has placeholders", spec.name, spec.type.str(), pattern));
+    throw DataError(fmt::format("param '{}' ({}) has fewer axes than {} has placeholders", spec.name, spec.type.str(), quoteString(pattern)));
   std::string described = fmt::format("param '{}' ({}{})", spec.name, boundType(spec.type, b),
                                       spec.from ? " from " + quoteString(pattern) : "");
   // The tensor `name` (whole: the param's own name, or one index of a stacked param),

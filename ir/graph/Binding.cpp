@@ -213,7 +213,7 @@ std::vector<std::pair<const Op *, const Value *>> madeValues(const Op &op) {
 std::optional<std::string> failedAssertOf(const Graph &g, const Binding &b) {
   std::optional<std::string> failed;
   walk(g.body, [&](const Op &op) {
-    if (failed || op.kind != OpKind::AssertDims || !std::holds_alternative<sym::ExprRef>(op.attrs.at("lhs")))
+    if (failed || op.kind != OpKind::AssertDims) // (asserts, and pins of fresh dims bound by hand: the REPL's :bind)
       return;
     if (std::optional<std::string> f = failedAssert(op, b); f && !f->empty()) // (nullopt: a dim not bound yet)
       failed = f;
@@ -297,10 +297,11 @@ void checkWindowFits(const Op &op, const Binding &b) {
     std::optional<int64_t> kernel = conv ? sym::evaluate(op.operands[1]->type.dims[axis], b) : intAttrAt(op, "kernel", b);
     if (!in || !kernel || !pad || !dilation)
       continue; // not known yet: checked when the op runs
-    int64_t span = *dilation * (*kernel - 1) + 1;
-    if (*in + 2 * *pad < span)
-      throw DataError(fmt::format("{}: the window of {} does not fit in a spatial dim of {} = {} (padded: {})", opWhere(op), span,
-                                  op.operands[0]->type.dims[axis]->str(), *in, *in + 2 * *pad));
+    // In 128 bits: the attributes and dims are bounded by sema's checks, but cheaply so.
+    __int128 span = __int128(*dilation) * (*kernel - 1) + 1;
+    if (*in + 2 * __int128(*pad) < span)
+      throw DataError(fmt::format("{}: the window of {} does not fit in a spatial dim of {} = {} (padded: {})", opWhere(op),
+                                  static_cast<int64_t>(span), op.operands[0]->type.dims[axis]->str(), *in, *in + 2 * *pad));
   }
 }
 

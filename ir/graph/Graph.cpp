@@ -62,7 +62,7 @@ IndexAttrs IndexAttrs::of(const Op &op) {
   return {op.get<DimList>("starts"), op.get<DimList>("stops"), op.get<DimList>("steps"), op.get<DimList>("points")};
 }
 
-int64_t IndexAttrs::resolvePoint(size_t axis, sym::ExprRef dim, int64_t value, int64_t d, const std::string &typeText) const {
+int64_t IndexAttrs::resolvePoint(size_t axis, sym::ExprRef, int64_t value, int64_t d, const std::string &typeText) const {
   int64_t point = !starts[axis] && value < 0 ? value + d : value;
   if (point >= 0 && point < d)
     return point;
@@ -70,7 +70,6 @@ int64_t IndexAttrs::resolvePoint(size_t axis, sym::ExprRef dim, int64_t value, i
   // rewrote it: the value alone, or -k alone, misled where N - 3 was written).
   std::string written = starts[axis] && !starts[axis]->isConst() ? fmt::format("{} = {}", starts[axis]->str(), value)
                                                                   : std::to_string(value);
-  (void)dim;
   throw DataError(fmt::format("index {} is out of range for dim {} of {} (size {})", written, axis, typeText, d));
 }
 

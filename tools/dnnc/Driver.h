@@ -45,10 +45,9 @@ bool writesApart(const std::string &option, const std::string &out,
                  const std::vector<std::pair<std::string, std::string>> &others);
 // `dnnc builtins`: every builtin from the op registry; `markdown`: docs/builtins.md exactly.
 int printBuiltins(bool markdown, std::ostream &os);
-// dnnc import: translates the ONNX model `file` into `out` and `weightsOut` (default: `out`
-// with .safetensors), writing nothing unless the translation type-checks
-// (tools/dnnc/Import.cpp); returns the exit code.
-int importOnnx(const std::string &file, const std::string &out, std::string weightsOut, const std::string &modelName);
+// dnnc import: translates the ONNX model `file` into `out` and `weightsOut`, writing
+// nothing unless the translation type-checks (tools/dnnc/Import.cpp); returns the exit code.
+int importOnnx(const std::string &file, const std::string &out, const std::string &weightsOut, const std::string &modelName);
 // --profile's table: each kernel and host op with its calls, time, share of the runs,
 // GF/s (ops with a FLOP count) or GB/s and the share of this CPU's peak, and its source
 // lines; then the executor's own time and the total. `order`: "time" or "order".

@@ -14,7 +14,7 @@
 
 namespace dnnc::tool {
 
-int importOnnx(const std::string &file, const std::string &out, std::string weightsOut, const std::string &modelName) {
+int importOnnx(const std::string &file, const std::string &out, const std::string &weightsOut, const std::string &modelName) {
   bool identifier = !modelName.empty() && !std::isdigit(static_cast<unsigned char>(modelName[0]));
   for (char c : modelName)
     identifier = identifier && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
@@ -23,8 +23,6 @@ int importOnnx(const std::string &file, const std::string &out, std::string weig
     return kUsage;
   }
   namespace fs = std::filesystem;
-  if (weightsOut.empty())
-    weightsOut = fs::path(out).replace_extension(".safetensors").string();
   onnx::ImportOptions opts;
   opts.modelName = modelName;
   opts.sourceName = file;

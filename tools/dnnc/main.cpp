@@ -846,10 +846,11 @@ int cmdImport(int argc, char **argv) {
     std::cerr << "dnnc: error: no -o OUT.dnn\n" << usage << desc;
     return kUsage;
   }
+  std::string weightsOption = weightsOut.empty() ? "the weights file (-o's name with .safetensors)" : "--weights-out";
   if (weightsOut.empty())
     weightsOut = std::filesystem::path(out).replace_extension(".safetensors").string();
   if (!writesApart("-o", out, {{"the model being imported", c.file}}) ||
-      !writesApart("--weights-out", weightsOut, {{"the model being imported", c.file}, {"the .dnn file -o writes", out}}))
+      !writesApart(weightsOption, weightsOut, {{"the model being imported", c.file}, {"the .dnn file -o writes", out}}))
     return kUsage;
   return importOnnx(c.file, out, weightsOut, modelName);
 }
