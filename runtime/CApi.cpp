@@ -175,7 +175,8 @@ int dnnc_run(dnnc_model *m, const dnnc_tensor *inputs, size_t numInputs, dnnc_te
       result[k].rank = static_cast<int32_t>(out[k].shape.size());
       std::copy(out[k].shape.begin(), out[k].shape.end(), result[k].shape);
       result[k].data = new uint8_t[std::max<size_t>(out[k].byteSize(), 1)];
-      std::memcpy(result[k].data, out[k].data(), out[k].byteSize());
+      if (out[k].byteSize())
+        std::memcpy(result[k].data, out[k].data(), out[k].byteSize());
     }
     *outputs = result;
     *numOutputs = out.size();
