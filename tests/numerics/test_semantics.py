@@ -478,7 +478,7 @@ class Semantics(unittest.TestCase):
             big = {"x": np.zeros(0, bool), "a": np.array(7, np.int64), "b": np.array((2 ** 63 - 1) // 7, np.int64)}
             self.assertEqual(self.run_ok(m, big, n=1)[0].shape, (7, (2 ** 63 - 1) // 7, 0))
             for a, b, message in ((2 ** 31, 2 ** 31, None), (0, 5, "with -1 beside a size of 0: no one size fits the -1")):
-                f = self.model(d, "value_shaped_f32", "dim N in 0..8;\nmodel main(x: f32[N], a: i64[], b: i64[]) -> f32[P, Q, R] {\n"
+                f = self.model(d, f"value_shaped_f32_{a}", "dim N in 0..8;\nmodel main(x: f32[N], a: i64[], b: i64[]) -> f32[P, Q, R] {\n"
                                "  return reshape(x, [a, b, 0]);\n}\n" if message is None else
                                "dim N in 0..8;\nmodel main(x: f32[N], a: i64[], b: i64[]) -> f32[P, Q, R] {\n  return reshape(x, [a, b, -1]);\n}\n")
                 outs, p = self.dnnc.run(f, None, {"x": np.zeros(0, np.float32), "a": np.array(a, np.int64), "b": np.array(b, np.int64)})
