@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <iterator>
 #include <set>
 
 namespace dnnc::ir {
@@ -37,22 +38,28 @@ std::string unknownOptimizer(const std::string &name) {
 }
 
 namespace {
-// The values `loss` may depend on: whatever an op that makes one of them reads, reads
-// inside its regions included (a loop's or branch's captured values; an over-estimate,
-// never an under-estimate).
+// The values a gradient of `loss` may flow through: float values only (as in PyTorch,
+// where an argmax, a comparison or a cast to an integer ends the graph a gradient follows,
+// so a param reached only so gets none), back from `loss` through every op that makes
+// one of them, and through the ops of its regions that make their float yields (a loop's
+// or branch's captured values). An over-estimate (an op's float operands all count),
+// never an under-estimate.
 std::set<const Value *> valuesBehind(const Region &body, const Value *loss) {
   std::set<const Value *> behind{loss};
-  std::function<void(const Op &)> readsOf = [&](const Op &op) {
-    behind.insert(op.operands.begin(), op.operands.end());
-    for (const auto &r : op.regions) {
-      for (const Op *inner : r->ops)
-        readsOf(*inner);
-      behind.insert(r->yields.begin(), r->yields.end());
+  auto carriesGradient = [](const Value *v) { return isFloat(v->type.dtype); };
+  std::function<void(const Region &)> walk = [&](const Region &region) {
+    for (auto it = region.ops.rbegin(); it != region.ops.rend(); ++it) {
+      const Op &op = **it;
+      if (std::none_of(op.results.begin(), op.results.end(), [&](const Value *r) { return behind.count(r) > 0; }))
+        continue;
+      std::copy_if(op.operands.begin(), op.operands.end(), std::inserter(behind, behind.end()), carriesGradient);
+      for (const auto &r : op.regions) {
+        std::copy_if(r->yields.begin(), r->yields.end(), std::inserter(behind, behind.end()), carriesGradient);
+        walk(*r);
+      }
     }
   };
-  for (auto it = body.ops.rbegin(); it != body.ops.rend(); ++it)
-    if (std::any_of((*it)->results.begin(), (*it)->results.end(), [&](const Value *r) { return behind.count(r) > 0; }))
-      readsOf(**it);
+  walk(body);
   return behind;
 }
 } // namespace

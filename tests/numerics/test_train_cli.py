@@ -230,6 +230,22 @@ class TrainCli(unittest.TestCase):
                 saved = read_safetensors(save)
                 np.testing.assert_array_equal(saved["u"], [2, 2, 2])
                 self.assertTrue(np.all(saved["w"] < 1))
+        # Nor through an index, a comparison or a cast to an integer: the loss reads v and
+        # s, but no gradient reaches them (PyTorch's v.grad and s.grad stay None).
+        save, data = self.tiny("argmax", "dim B;\nparam w: f32[3] = full(1.0);\nparam v: f32[3] = full(2.0);\n"
+                                         "param s: f32[] = full(0.5);\nmodel main(x: f32[B, 3]) -> f32[] {\n"
+                                         "  let i = cast(argmax(v), f32) + cast(cast(s * 4.0, i32), f32);\n"
+                                         "  return mean(where(x > s, x * w * w, x)) + i;\n}\n")
+        for device in ("ref", "cpu"):
+            with self.subTest(device=device):
+                p = self.train("--steps", "2", "--weight-decay", "0.5", "--device", device, "--save", save, model="argmax.dnn", data=data)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                for name in ("v", "s"):
+                    self.assertIn(f"note: param '{name}' is not trained: the loss does not depend on it", p.stderr)
+                saved = read_safetensors(save)
+                np.testing.assert_array_equal(saved["v"], [2, 2, 2])
+                np.testing.assert_array_equal(saved["s"], 0.5)
+                self.assertTrue(np.all(saved["w"] < 1))
         _, data = self.tiny("none", "param u: f32[3] = full(2.0);\nmodel main(x: f32[B, 3]) -> (f32[], f32[]) {\n  return (mean(x), sum(u));\n}\n")
         p = self.train("--steps", "1", model="none.dnn", data=data)
         self.assertEqual(p.returncode, 1, p.stderr)
