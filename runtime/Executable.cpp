@@ -612,7 +612,7 @@ private:
     for (size_t k = carriedFrom; k < op.operands.size(); ++k)
       carried.push_back(values.at(op.operands[k]));
     if (exe_.tracing_)
-      exe_.traceCopies(op, carried, valuesOf(op.operands), false);
+      exe_.traceCopies(op, carried, {op.operands.begin(), op.operands.end()}, valuesOf(op.operands), false);
     auto enter = [&](const ir::Region &r, std::optional<int64_t> i, ir::Binding &inner) {
       size_t a = 0;
       if (i) {
@@ -634,7 +634,8 @@ private:
       ir::Binding inner = b;
       enter(body, i, inner);
       region(body, inner);
-      hostReads(valuesOf(body.yields));
+      std::vector<const Tensor *> yields = valuesOf(body.yields);
+      hostReads(yields);
       // Every yield copied before the values its args view go; a yield that is its own
       // slot's carried buffer (updated in place, or passed through) keeps that buffer.
       std::vector<Tensor> next(carried.size());
@@ -650,7 +651,7 @@ private:
         next[k] = std::move(carried[k]);
       carried = std::move(next);
       if (exe_.tracing_)
-        exe_.traceCopies(op, carried, {}, true);
+        exe_.traceCopies(op, carried, {body.yields.begin(), body.yields.end()}, yields, true);
     };
     if (isFor) {
       // The first step is walked: it checks and plans every body op under this binding.
@@ -1008,16 +1009,14 @@ void Executable::traceOp(const ir::Op &op, const std::vector<const Tensor *> &in
 // the loop's entry and written again after every iteration: memory no op makes, which
 // the trace charges to the loop. A compiled loop holds one buffer per carried value
 // through all its steps (replay), so only the entry's copies count as allocated.
-void Executable::traceCopies(const ir::Op &loop, const std::vector<Tensor> &carried, const std::vector<const Tensor *> &operands,
-                             bool step) {
+void Executable::traceCopies(const ir::Op &loop, const std::vector<Tensor> &carried, const std::vector<const ir::Value *> &reads,
+                             const std::vector<const Tensor *> &readData, bool step) {
   MemoryEvent e;
   e.op = &loop;
   e.loopStep = step;
-  if (!step) { // the entry reads the loop's operands: the carried values' first ones (and a for's bounds)
-    e.reads.assign(loop.operands.begin(), loop.operands.end());
-    for (const Tensor *t : operands)
-      e.readData.push_back(t->data());
-  }
+  e.reads = reads;
+  for (const Tensor *t : readData)
+    e.readData.push_back(t->data());
   for (size_t k = 0; k < carried.size() && k < loop.results.size(); ++k) {
     MemoryEvent::Made m{loop.results[k], static_cast<int64_t>(carried[k].byteSize()), Placement::Allocated, carried[k].data()};
     if (!step)

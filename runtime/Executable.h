@@ -212,7 +212,7 @@ public:
   // A loop's carried values, which the executor copies at its entry and after each
   // iteration, are recorded as results of the loop op: the entry's event reads the loop's
   // operands and makes the carried buffers; each later one (loopStep) writes the yields
-  // over those same buffers, as a compiled loop does, and makes no new memory (the walk's
+  // over those same buffers, as a compiled loop does (reading the yields), and makes no new memory (the walk's
   // copies are fresh memory each step, and its region arguments and the loop's results
   // copies of their own: a profile follows the carried values by value, not address).
   // These are the runtime's own counts, so a profile can set them beside the plan. While
@@ -281,8 +281,10 @@ private:
   bool tracing_ = false;
   MemoryTrace trace_;
   void traceOp(const ir::Op &op, const std::vector<const Tensor *> &in, const std::vector<Tensor> &out, bool view);
-  // At the loop's entry (`operands`: the loop op's, which it reads) or after a step (none).
-  void traceCopies(const ir::Op &loop, const std::vector<Tensor> &carried, const std::vector<const Tensor *> &operands, bool step);
+  // At the loop's entry (`reads`: the loop op's operands) or after a step (`reads`: the
+  // body's yields, which the step copies); `readData` their tensors.
+  void traceCopies(const ir::Op &loop, const std::vector<Tensor> &carried, const std::vector<const ir::Value *> &reads,
+                   const std::vector<const Tensor *> &readData, bool step);
   std::vector<OpTime> times_; // by op index, while profiling
   std::unordered_map<const ir::Op *, std::string> loopRefusal_; // what the body alone rules out, per for loop
   // Host ops in a loop body that update a carried value in place (HostOpContext::updatesFirst):

@@ -161,6 +161,17 @@ def main():
                     check(d["categories"]["outputs"] == carried, f"{name} {device}: outputs at the peak {d['categories']['outputs']}, not {carried}")
                 if name == "loop_read_after":  # the initial y (held through the loop), the body's y and the carried copy
                     check(d["categories"]["workspace"] >= 3 * carried, f"{name} {device}: workspace at the peak {d['categories']['workspace']}")
+        # A gradient through a loop: the forward loop's body stashes each step's value after
+        # making the next one, which lives to the end of the body (the step copies it). The
+        # trace read the yields nowhere, so measured was one f32[3, 8] under planned.
+        grad_loop = os.path.join(tmp, "loop_grad.dnn")
+        with open(grad_loop, "w") as f:
+            f.write("dim B;\nparam w: f32[8, 8] = normal(0.0, 0.1);\nmodel main(x: f32[B, 8]) -> f32[] {\n"
+                    "  var h = x @ w;\n  for l in 0..3 {\n    h = tanh(h);\n  }\n  return mean(h * h);\n}\n")
+        for device in ["cpu", "cuda-sim"]:
+            out = profile(a, grad_loop, "--bind", "B=3", "--train", "--device", device, "--json")
+            if out is not None:
+                check_json(f"loop_grad {device}", json.loads(out))
         out = profile(a, charlm, "--bind", "B=2,T=32", "--train", "--optimizer", "adam", "--json")
         if out is not None:
             d = json.loads(out)

@@ -302,6 +302,13 @@ Profiled profileOnce(const ir::Graph &source, const ProfileOptions &o, ir::Recom
   std::unordered_map<const ir::Value *, int> lastRead;
   for (int i = 0; i <= end; ++i)
     forEachRead(*p.order[i], [&](const ir::Value *v) { lastRead[v] = std::max(lastRead[v], useEnd(v, p.order[i])); });
+  // A loop's step copies its body's yields after the body's last op: they are read there.
+  for (const ir::Op *op : p.order)
+    if (isLoop(*op))
+      for (const auto &r : op->regions)
+        if (!r->ops.empty())
+          for (const ir::Value *y : r->yields)
+            lastRead[y] = std::max(lastRead[y], span(r->ops.back()));
   // Every other result is the runtime's to allocate as it goes (the plan's `unplanned`, host
   // ops' results, and a loop's results: the buffers its carried values are copied into, live
   // through its body), except a param view's, which is the param's own memory. (An if's
@@ -371,7 +378,8 @@ Profiled profileOnce(const ir::Graph &source, const ProfileOptions &o, ir::Recom
         if (auto it = at.find(e.readData[k]); it != at.end())
           hit = it->second;
       if (hit < instances.size()) {
-        instances[hit].end = std::max(instances[hit].end, i); // an output's runs to the end
+        // A step's copies read the yields at the end of the body, its last op's event.
+        instances[hit].end = std::max(instances[hit].end, e.loopStep && i > 0 ? i - 1 : i); // an output's runs to the end
         read.push_back(hit);
       }
     }
