@@ -124,7 +124,8 @@ TEST_CASE("a binding that fails its checks fails at every call", "[plan]") {
 // run's binding, param views placed as views, planned intermediates in the arena (never
 // past the bytes the runtime allocated), EDO results and outputs allocated on their own,
 // and a loop's carried values, which the executor copies, charged to the loop (the entry
-// reads the loop's operands; each later copy is a step's, over the same buffers).
+// reads the loop's operands; each later copy is a step's, over the same buffers, reading
+// the body's yields).
 TEST_CASE("the memory trace records each result's bytes and where they went", "[plan]") {
   std::mt19937 rng(17);
   for (std::string target : {"cpu", "cuda-sim"}) {
@@ -138,7 +139,9 @@ TEST_CASE("the memory trace records each result's bytes and where they went", "[
       if (e.op->kind == ir::OpKind::For) { // the carried h, copied at entry and after each iteration
         ++copies;
         CHECK(e.loopStep == (copies > 1)); // after a step: over the entry's buffer
-        CHECK(e.reads.size() == (e.loopStep ? 0 : e.op->operands.size()));
+        // The entry reads the loop's operands, a step the body's yields (which it copies).
+        CHECK(e.reads.size() == (e.loopStep ? e.op->regions.at(0)->yields.size() : e.op->operands.size()));
+        CHECK(e.readData.size() == e.reads.size());
         CHECK(e.made.size() == 1);
         CHECK(e.made.at(0).where == rt::Executable::Placement::Allocated);
       } else {
