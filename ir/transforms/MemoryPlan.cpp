@@ -146,7 +146,7 @@ private:
         b.late = late;
         b.first = b.last = spans_.begin(op);
         if (yields.count(v)) // a loop body's yield feeds the next iteration
-          b.last = lastOfRegion(r);
+          b.last = held_[v] = lastOfRegion(r);
         b.kept = op->kind == OpKind::Prepack && &r == &g_.body && !late;
         if (b.kept)
           b.first = 0, b.last = lastOfRegion(g_.body);
@@ -165,7 +165,7 @@ private:
         for (const auto &inner : op->regions) {
           uses(*inner);
           for (const Value *y : inner->yields)
-            extend(y, op);
+            extend(y, op, true);
         }
       }
     };
@@ -180,19 +180,26 @@ private:
     return last;
   }
 
-  void extend(const Value *v, const Op *user) {
+  // A use of v by `user`; `yielded`: v is what one of user's regions yields.
+  void extend(const Value *v, const Op *user, bool yielded = false) {
     auto it = index_.find(v);
     if (it == index_.end())
       return;
     PlannedBuffer &b = plan_.buffers[it->second];
     b.last = std::max(b.last, useEnd(v->def, user));
+    if (int loopEnd = spans_.loopUseEnd(v->def, user); loopEnd >= 0 || yielded)
+      held_[v] = std::max(held_[v], yielded ? spans_.end(user) : loopEnd);
   }
 
   // An in-place op (an elementwise one) reads element i only to write element i: its
-  // result may take the bytes of an equally sized operand that dies there.
+  // result may take the bytes of an equally sized operand that dies there: read there for
+  // the last time, and not held past it, which its lifetime's end cannot tell at a loop
+  // body's last op: a value from outside the loop is read again by the next iteration,
+  // and a yield is copied after the body.
   bool mayShare(const PlannedBuffer &result, const PlannedBuffer &operand) const {
-    return operand.last == result.first && result.bytes == operand.bytes &&
-           writesInPlace(*result.value->def, operand.value, result.value);
+    auto held = held_.find(operand.value);
+    return operand.last == result.first && (held == held_.end() || held->second < result.first) &&
+           result.bytes == operand.bytes && writesInPlace(*result.value->def, operand.value, result.value);
   }
 
   static bool conflict(const PlannedBuffer &a, const PlannedBuffer &b) { return !(a.last < b.first || b.last < a.first); }
@@ -318,6 +325,10 @@ private:
   const std::function<bool(const Op &)> &produces_;
   sym::Analyzer analyzer_;
   std::set<std::string> inputDims_;
+  // Planned values held to a position by a loop rather than by a read there: a value read
+  // inside a loop that does not make it (to the loop's end), a loop body's yield (to the
+  // body's end).
+  std::map<const Value *, int> held_;
   std::map<std::string, int64_t> reference_;
   std::set<const Value *> outputs_;
   OpSpans spans_{g_.body};

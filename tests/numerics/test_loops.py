@@ -132,6 +132,31 @@ model main(xs: f32[B, T, 4]) -> f32[B, 4] {
   return h;
 }
 """, {"w": (4, 4)}, ["nested control flow", "compiled"]),
+    # The body's last op is elementwise and may write in place over an operand that dies
+    # there, but `t0`, made before the loop, does not: the next step reads it again. The
+    # plan put the sum over `t0`.
+    "held_outside": ("""dim B in 0..64; dim T in 0..64;
+model main(xs: f32[B, T, 3]) -> f32[B, 3] {
+  let t0 = exp(sum(xs, axis = 1) * 0.1);
+  var s = zeros([B, 3]);
+  for t in 0..T {
+    s = s + t0;
+  }
+  return s;
+}
+""", {}, ["compiled"]),
+    # Nor does `a`, a yield, copied after the body: the plan put `c` over it.
+    "held_yield": ("""dim B in 0..64; dim T in 0..64;
+model main(xs: f32[B, T, 3]) -> (f32[B, 3], f32[B, 3]) {
+  var a = zeros([B, 3]);
+  var c = a;
+  for t in 0..T {
+    a = xs[:, t] + 1.0;
+    c = a * 2.0;
+  }
+  return (a, c);
+}
+""", {}, ["compiled"]),
 }
 SHAPES = [(1, 0), (1, 1), (1, 2), (3, 1), (3, 7), (1, 13), (5, 4), (8, 33)]
 THREADS = [1, 2]
