@@ -6,13 +6,19 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <atomic>
+#include <cerrno>
 #include <cmath>
+#include <optional>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 namespace dnnc::rt {
 namespace {
@@ -55,25 +61,32 @@ std::string readFile(const std::string &path) {
   return bytes;
 }
 
+std::string besidePath(const std::string &path, const char *what) {
+  // Unique per process and call, so that two writers of one path never share a file.
+  static std::atomic<uint64_t> counter{0};
+  return fmt::format("{}.{}.{}-{}", path, what, static_cast<long>(::getpid()), counter++);
+}
+
 void moveAllIntoPlace(const std::vector<std::pair<std::string, std::string>> &moves) {
   namespace fs = std::filesystem;
   // Each file a move replaces is set aside first, and put back if a later move fails, so
   // that the places end all new or all as they were.
-  auto aside = [](const std::string &to) { return to + ".dnnc-old"; };
   const size_t n = moves.size();
-  std::vector<bool> setAside(n, false), moved(n, false);
+  std::vector<std::string> asides(n);
+  std::vector<bool> moved(n, false);
   std::error_code ec;
   std::string why;
   size_t at = 0;
   for (; at < n && why.empty(); ++at) {
     const auto &[from, to] = moves[at];
     if (fs::is_regular_file(to, ec)) {
-      fs::rename(to, aside(to), ec);
+      std::string aside = besidePath(to, "dnnc-old");
+      fs::rename(to, aside, ec);
       if (ec) {
         why = ec.message();
         break;
       }
-      setAside[at] = true;
+      asides[at] = aside;
     }
     fs::rename(from, to, ec);
     if (ec) {
@@ -84,36 +97,57 @@ void moveAllIntoPlace(const std::vector<std::pair<std::string, std::string>> &mo
   }
   if (why.empty()) {
     for (size_t k = 0; k < n; ++k)
-      if (setAside[k])
-        fs::remove(aside(moves[k].second), ec);
+      if (!asides[k].empty())
+        fs::remove(asides[k], ec);
     return;
   }
-  for (size_t k = 0; k <= at; ++k) { // undo: the new files back where they came from, the old ones in place
+  for (size_t k = 0; k <= at && k < n; ++k) { // undo: the new files back where they came from, the old ones in place
     if (moved[k])
       fs::rename(moves[k].second, moves[k].first, ec);
-    if (setAside[k])
-      fs::rename(aside(moves[k].second), moves[k].second, ec);
+    if (!asides[k].empty())
+      fs::rename(asides[k], moves[k].second, ec);
   }
   throw DataError(fmt::format("cannot write '{}': {}", moves[at].second, why));
 }
+
+namespace {
+// Writes `bytes` to a new file `path` (which must not exist); the reason it could not.
+std::optional<std::string> writeNewFile(const std::string &path, const std::string &bytes) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (fd < 0)
+    return std::strerror(errno);
+  // Every write and the close checked: a full disk shows in one of them (a buffered
+  // stream's bytes reached the file only when it was destroyed, unchecked).
+  for (size_t done = 0; done < bytes.size();) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0) {
+      std::string why = n < 0 ? std::strerror(errno) : "no space left";
+      ::close(fd);
+      return why;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0)
+    return std::strerror(errno);
+  return std::nullopt;
+}
+} // namespace
 
 void writeFilesAtomically(const std::vector<std::pair<std::string, std::string>> &files) {
   // Every file is written in full beside its place before any is moved there, so that a
   // failure (a full disk, a folder that cannot be written) changes none of them.
   std::vector<std::pair<std::string, std::string>> moves;
-  for (const auto &[path, bytes] : files)
-    moves.push_back({path + ".tmp", path});
   auto removeTemps = [&] {
     for (const auto &m : moves)
       std::remove(m.first.c_str());
   };
   for (const auto &[path, bytes] : files) {
-    std::ofstream out(path + ".tmp", std::ios::binary);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!out) {
-      out.close();
+    moves.push_back({besidePath(path, "tmp"), path});
+    if (std::optional<std::string> why = writeNewFile(moves.back().first, bytes)) {
       removeTemps();
-      throw DataError(fmt::format("cannot write '{}'", path));
+      throw DataError(fmt::format("cannot write '{}': {}", path, *why));
     }
   }
   try {

@@ -55,6 +55,9 @@ SafetensorsFile parseSafetensors(std::string bytes, const std::string &path);
 // temporary file so that a failure leaves nothing behind.
 std::string readFile(const std::string &path);
 void writeFileAtomically(const std::string &path, const std::string &bytes);
+// A name beside `path` for a file on its way there: "PATH.WHAT.PID-N", unique per process
+// and call.
+std::string besidePath(const std::string &path, const char *what);
 // Renames each (from, to) in turn; if one fails, undoes those made (the files they replaced
 // put back), so that the places end all new or all as they were. DataError naming the one.
 void moveAllIntoPlace(const std::vector<std::pair<std::string, std::string>> &moves);

@@ -78,7 +78,8 @@ void ObjectCache::trim(uint64_t limit) const try {
     fs::file_time_type time = it->last_write_time(ec);
     if (ec)
       return;
-    if (name.ends_with(".tmp") && isObjectName(name.substr(0, name.size() - 4))) {
+    // A writer's temporary file (rt::besidePath: KEY.o.tmp.PID-N), left if it was killed.
+    if (size_t t = name.find(".o.tmp"); t != std::string::npos && isObjectName(name.substr(0, t + 2))) {
       if (time < stale)
         fs::remove(it->path(), ec);
       ec.clear();
