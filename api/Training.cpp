@@ -281,6 +281,9 @@ TrainResult train(ir::Graph &g, const TrainConfig &o, const TrainHooks &hooks) {
   if (!o.save.empty()) // found wanting before training, not after it
     checkWritable(o.save), checkWritable(o.save + ".state");
   Batches data = o.dataDir.empty() ? sliceFiles(g, step, o) : readFolder(g, step, o.dataDir);
+  for (const std::string &out : {o.save, o.save + ".state"}) // a source or the data, read by now
+    if (std::optional<std::string> read = o.save.empty() ? std::nullopt : rt::readEarlier(out))
+      throw DataError(fmt::format("--save {}: '{}' is a file this command reads ('{}')", o.save, out, *read));
   int64_t steps = o.steps > 0 ? o.steps : o.epochs * data.perEpoch;
   // Every batch shape is checked before anything compiles or trains.
   ir::Binding binding;

@@ -15,6 +15,8 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <mutex>
+#include <algorithm>
 #include <sstream>
 
 #include <fcntl.h>
@@ -39,13 +41,27 @@ std::string npyDescr(DType d) {
 
 } // namespace
 
+namespace {
+std::mutex readMutex;
+std::vector<std::string> readPaths; // each file readFile read, once
+} // namespace
+
 std::string readFile(const std::string &path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::file_status status = fs::status(path, ec);
+  if (ec)
+    throw DataError(fmt::format("cannot read '{}': {}", path, ec.message()));
+  if (fs::is_directory(status))
+    throw DataError(fmt::format("cannot read '{}': it is a directory", path));
   std::ifstream in(path, std::ios::binary);
-  if (ec || !in || fs::is_directory(status))
-    throw DataError(fmt::format("cannot read '{}'", path));
+  if (!in)
+    throw DataError(fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
+  {
+    std::lock_guard lock(readMutex);
+    if (std::find(readPaths.begin(), readPaths.end(), path) == readPaths.end())
+      readPaths.push_back(path);
+  }
   // A device has no end (/dev/zero was read until memory ran out); a pipe ends, but only
   // reading tells its size, so it is read no further than memory allows.
   if (fs::is_character_file(status) || fs::is_block_file(status) || fs::is_socket(status))
@@ -65,6 +81,17 @@ std::string besidePath(const std::string &path, const char *what) {
   // Unique per process and call, so that two writers of one path never share a file.
   static std::atomic<uint64_t> counter{0};
   return fmt::format("{}.{}.{}-{}", path, what, static_cast<long>(::getpid()), counter++);
+}
+
+std::optional<std::string> readEarlier(const std::string &path) {
+  namespace fs = std::filesystem;
+  std::lock_guard lock(readMutex);
+  std::error_code ec;
+  for (const std::string &read : readPaths)
+    if (fs::exists(path, ec) && fs::exists(read, ec) ? fs::equivalent(path, read, ec)
+                                                    : fs::weakly_canonical(path, ec) == fs::weakly_canonical(read, ec))
+      return read;
+  return std::nullopt;
 }
 
 void moveAllIntoPlace(const std::vector<std::pair<std::string, std::string>> &moves) {

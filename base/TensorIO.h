@@ -5,6 +5,7 @@
 #include "base/Tensor.h"
 
 #include <map>
+#include <optional>
 #include <string>
 
 namespace dnnc::rt {
@@ -54,6 +55,9 @@ SafetensorsFile parseSafetensors(std::string bytes, const std::string &path);
 // A whole file's bytes (DataError when it cannot be read), and writing one through a
 // temporary file so that a failure leaves nothing behind.
 std::string readFile(const std::string &path);
+// The file readFile read in this process that `path` names, if any: what a command must
+// not write over (its sources and data).
+std::optional<std::string> readEarlier(const std::string &path);
 void writeFileAtomically(const std::string &path, const std::string &bytes);
 // A name beside `path` for a file on its way there: "PATH.WHAT.PID-N", unique per process
 // and call.

@@ -752,7 +752,30 @@ class ErrorTest(ImportTest):
             f.write("model main(x: f32[2]) -> f32[2] {\n  return x;\n}\n")
         p = self.dnnc("build", src, "-o", src)
         self.assertEqual((p.returncode, p.stderr), (2, f"dnnc: error: -o '{src}' is the source being built ('{src}')\n"))
-        os.remove(src)
+        # Any file a command reads (a source, an imported module, training data) is never
+        # written over: emit, opt and build -o, train --save replaced them.
+        lib, user = os.path.join(self.tmp, "lib.dnn"), os.path.join(self.tmp, "user.dnn")
+        with open(lib, "w") as f:
+            f.write("fn twice(x: f32[N]) -> f32[N] { return x * 2.0; }\n")
+        with open(user, "w") as f:
+            f.write("import lib;\nparam w: f32[2] = zeros();\nmodel main(x: f32[2]) -> f32[] {\n  return sum(lib.twice(x * w));\n}\n")
+        data = os.path.join(self.tmp, "x.npy")
+        np.save(data, np.ones((4, 2), np.float32))
+        for args, code, option, out, read in (
+                (["emit", src, "--emit=ir", "-o", src], 2, "-o", src, src),
+                (["opt", src, "-o", src], 2, "-o", src, src),
+                (["build", user, "-o", lib], 2, "-o", lib, lib),
+                (["emit", user, "--emit=ir", "-o", lib], 2, "-o", lib, lib),
+                (["train", user, "--data", f"x={data}", "--steps", "1", "--save", data], 1, "--save", data, data),
+                (["train", user, "--data", f"x={data}", "--steps", "1", "--save", lib], 1, "--save", lib, lib)):
+            before = {n: read_bytes(os.path.join(self.tmp, n)) for n in sorted(os.listdir(self.tmp))}
+            p = self.dnnc(*args)
+            want = (f"dnnc: error: {option} {out}: '{out}' is a file this command reads ('{read}')" if args[0] == "train"
+                    else f"dnnc: error: {option} '{out}' is a file this command reads ('{read}')")
+            self.assertEqual((p.returncode, p.stderr.splitlines()[-1]), (code, want), args)
+            self.assertEqual({n: read_bytes(os.path.join(self.tmp, n)) for n in sorted(os.listdir(self.tmp))}, before, args)
+        for path in (src, lib, user, data):
+            os.remove(path)
         p = self.dnnc("import", os.path.join(self.tmp, "missing.onnx"), "-o", os.path.join(self.tmp, "m.dnn"))
         self.assertEqual(p.returncode, 1)
         self.assertIn("missing.onnx", p.stderr)

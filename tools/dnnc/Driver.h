@@ -43,6 +43,9 @@ int runModel(Program &p, const RunOptions &o);
 // another output: writing it would destroy what the command reads or just wrote.
 bool writesApart(const std::string &option, const std::string &out,
                  const std::vector<std::pair<std::string, std::string>> &others);
+// False, with the error printed, when `out` is a file the command has read (a source, an
+// imported module, data): checked after the reads, before the write.
+bool writesNoInput(const std::string &option, const std::string &out);
 // `dnnc builtins`: every builtin from the op registry; `markdown`: docs/builtins.md exactly.
 int printBuiltins(bool markdown, std::ostream &os);
 // dnnc import: translates the ONNX model `file` into `out` and `weightsOut`, writing

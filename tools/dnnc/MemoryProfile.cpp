@@ -581,6 +581,8 @@ int profileMemory(Program &prog, const ProfileOptions &o) {
       std::cerr << fmt::format("dnnc: error: --svg {}: there is no folder '{}' to write it in\n", o.svg, folder.string());
       return kUserError;
     }
+    if (!writesNoInput("--svg", o.svg))
+      return kUsage;
   }
   ir::RecomputeMode mode = o.compile.passes.recompute.mode;
   try {

@@ -29,6 +29,14 @@ namespace po = boost::program_options;
 using namespace dnnc;
 using namespace dnnc::tool;
 
+bool dnnc::tool::writesNoInput(const std::string &option, const std::string &out) {
+  if (std::optional<std::string> read = rt::readEarlier(out)) {
+    std::cerr << "dnnc: error: " << option << " '" << out << "' is a file this command reads ('" << *read << "')\n";
+    return false;
+  }
+  return true;
+}
+
 namespace {
 
 const char *kUsageText = R"(usage: dnnc <command> [options]
@@ -199,6 +207,8 @@ int writeOutput(const std::string &path, const std::string &text) {
     std::cout << text;
     return kOk;
   }
+  if (!writesNoInput("-o", path))
+    return kUsage;
   try {
     rt::writeFileAtomically(path, text);
   } catch (const DataError &e) {
@@ -526,6 +536,7 @@ bool writesApart(const std::string &option, const std::string &out,
   return true;
 }
 
+
 // NAME=FILE pairs of a repeatable option; false with the error printed.
 bool readNamedFiles(const std::vector<std::string> &given, const char *option,
                     std::vector<std::pair<std::string, std::string>> &out) {
@@ -821,6 +832,8 @@ int cmdBuild(int argc, char **argv) {
     std::cerr << "dnnc: error: " << err << "\n";
     return kUserError;
   }
+  if (!writesNoInput("-o", out)) // an imported module
+    return kUsage;
   try {
     backend::buildArtifact(*m->graph, *target, options, out);
   } catch (const DataError &e) {
