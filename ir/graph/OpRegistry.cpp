@@ -87,6 +87,14 @@ DType applyDTypeRule(const RuleContext &c, DTypeRule rule) {
   };
   switch (rule) {
   case DTypeRule::Same: return requireSame(0);
+  case DTypeRule::Numeric: { // bools have no quotient, remainder or power (NumPy's give ints or floats)
+    DType d = requireSame(0);
+    if (d == DType::Bool)
+      c.error(DiagKind::DType, fmt::format("cannot {} {}: bool has no {}", opVerb(c.op.kind), typeText(c, 0),
+                                           c.op.kind == OpKind::Pow ? "power" : c.op.kind == OpKind::Mod ? "remainder" : "quotient"),
+              {}, "use cast(x, i32) or cast(x, f32) first");
+    return d;
+  }
   case DTypeRule::Float: {
     DType d = requireSame(0);
     if (!isFloat(d))

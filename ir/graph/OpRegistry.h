@@ -15,7 +15,7 @@
 
 namespace dnnc::ir {
 
-enum class DTypeRule { Same, Float, Compare, Logical, Where, I64, First, Attr, None };
+enum class DTypeRule { Same, Numeric, Float, Compare, Logical, Where, I64, First, Attr, None };
 
 // How an op fuses, in TVM's OpPatternKind vocabulary. Elementwise: result element i reads
 // element i of its one operand; Broadcast: the same over NumPy-broadcast operands;

@@ -65,6 +65,7 @@ std::string resultDType(const ir::OpInfo &op) {
   bool one = tensors == 1 && op.signature[0].kind == Kind::Tensor;
   switch (op.dtypeRule) {
   case ir::DTypeRule::Same: return one ? "the operand's" : "the operands' (which must agree)";
+  case ir::DTypeRule::Numeric: return one ? "the operand's, not bool" : "the operands' (which must agree), not bool";
   case ir::DTypeRule::Float: return one ? "the operand's, a float type" : "the operands', a float type";
   case ir::DTypeRule::Compare: return "bool (the operands' types must agree)";
   case ir::DTypeRule::Logical: return "bool (of bool operands)";
