@@ -64,6 +64,8 @@ private:
   }
 
   bool isRoot(const Op &op) const {
+    if (sizedByValues(op)) // a host op, nor the root of a group (reshape(x, [s + 1]) had no kernel)
+      return false;
     if (isElementwise(op.kind))
       return elementwise_ || injective_;
     if (isInjective(op))

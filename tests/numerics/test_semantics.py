@@ -484,6 +484,13 @@ class Semantics(unittest.TestCase):
                 outs, p = self.dnnc.run(f, None, {"x": np.zeros(0, np.float32), "a": np.array(a, np.int64), "b": np.array(b, np.int64)})
                 self.assertEqual(p.returncode, 1, p.stderr)
                 self.assertIn(message or "f32[2147483648, 2147483648, 0]: its byte count overflows 64 bits", p.stderr)
+            # Sizes computed from values: the reshape was fused with the add that makes its
+            # size, a group no kernel could run ('has neither a kernel nor a host implementation').
+            m = self.model(d, "value_shaped_computed", "dim T;\nmodel main(x: f32[T], s: i64[]) -> (f32[K], f32[L]) {\n"
+                           "  let k = cast(shape(x, 0), i64);\n  return (reshape(x, [s + 1]), broadcast_to(x[:1], [k * 2]));\n}\n")
+            x = np.arange(6, dtype=np.float32)
+            outs = self.run_ok(m, {"x": x, "s": np.array(5, np.int64)}, n=2)
+            self.check_each(outs, (x, np.full(12, x[0])), "computed sizes")
 
     def test_arange_from_values_past_2_63(self):
         # stop - start may pass 2^63 (it wrapped: -5e18 to 5e18 by 1e18 gave no elements,
