@@ -83,6 +83,9 @@ void Sema::checkDim(ExprRef actual, const ast::DimItem &item, ScopePtr scope, co
       bound = sym::var(ex.text);
       sym::Interval r = an().range(fresh->name);
       an().declare(ex.text, r.lo, r.hi);
+      // The facts known of the old name (an assert equating it with another fresh dim)
+      // hold for the new one: the types the assert made equal stay provably so.
+      an().addFact(bound, Rel::EQ, sym::var(fresh->name));
       for (DimInfo &d : st_->info->dims)
         if (d.name == fresh->name)
           d.name = ex.text, d.origin = "named by an annotation; " + d.origin, d.loc = item.range;

@@ -492,6 +492,19 @@ class Semantics(unittest.TestCase):
             outs = self.run_ok(m, {"x": x, "s": np.array(5, np.int64)}, n=2)
             self.check_each(outs, (x, np.full(12, x[0])), "computed sizes")
 
+    def test_assert_between_data_dependent_dims(self):
+        # An assert equating two dims made by the data, one of them named by the declared
+        # result: the rename lost the assert's fact (an internal error from the verifier).
+        with tempfile.TemporaryDirectory() as d:
+            m = self.model(d, "assert_fresh_dims", "dim T;\nmodel main(x: f32[T]) -> f32[J] {\n"
+                           "  let m = masked_select(x, x > 0.0);\n  let n = masked_select(x, x < 0.0);\n"
+                           "  assert shape(m, 0) == shape(n, 0);\n  return m + n;\n}\n")
+            x = np.array([1, -2, 3, -4], np.float32)
+            self.check_each(self.run_ok(m, {"x": x}, n=1), (x[x > 0] + x[x < 0],), "two of each")
+            outs, p = self.dnnc.run(m, None, {"x": x[:3]})
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn("assert N == J at line 5 fails: N = 2 and J = 1", p.stderr)
+
     def test_arange_from_values_past_2_63(self):
         # stop - start may pass 2^63 (it wrapped: -5e18 to 5e18 by 1e18 gave no elements,
         # 0 to 2^63 - 1 by 2^62 a negative size); a count past 2^63 is an error.
