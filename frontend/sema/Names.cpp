@@ -124,6 +124,12 @@ void Sema::bind(ScopePtr scope, const std::string &name, SVal v, bool isMutable,
   if (auto it = scope->names.find(name); it != scope->names.end())
     fail(DiagKind::Redefinition, loc, fmt::format("'{}' is already defined in this scope", name),
          {{it->second.declLoc, "previous definition is here"}});
+  // A local named as a module's dim would change what the declared types that name it
+  // mean (`-> f32[T]` after `let T = 5` gave f32[5]).
+  if (scope->module)
+    if (auto g = scope->module->globals.find(name); g != scope->module->globals.end() && g->second.kind == Global::Kind::Dim)
+      fail(DiagKind::Redefinition, loc, fmt::format("'{}' is already defined as a dim", name),
+           {{g->second.decl ? g->second.decl->nameRange : SourceRange{}, "the dim is declared here"}});
   nameTensor(v, name, loc);
   scope->names[name] = Binding{std::move(v), isMutable, loc};
 }

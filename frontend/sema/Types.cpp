@@ -81,11 +81,9 @@ void Sema::checkDim(ExprRef actual, const ast::DimItem &item, ScopePtr scope, co
     if (isFresh && nameFree && freshDims == FreshDims::Rename) {
       // An annotation names a fresh dim: rename it everywhere.
       bound = sym::var(ex.text);
-      sym::Interval r = an().range(fresh->name);
-      an().declare(ex.text, r.lo, r.hi);
-      // The facts known of the old name (an assert equating it with another fresh dim)
-      // hold for the new one: the types the assert made equal stay provably so.
-      an().addFact(bound, Rel::EQ, sym::var(fresh->name));
+      // Its range and the facts known of it (an assert equating it with another fresh
+      // dim) go with it: the types the assert made equal stay provably so.
+      an().rename(fresh->name, ex.text);
       for (DimInfo &d : st_->info->dims)
         if (d.name == fresh->name)
           d.name = ex.text, d.origin = "named by an annotation; " + d.origin, d.loc = item.range;

@@ -71,6 +71,21 @@ Interval Analyzer::range(const std::string &name) const {
   return it == ranges_.end() ? Interval{1, kInf} : it->second;
 }
 
+void Analyzer::rename(const std::string &from, const std::string &to) {
+  std::map<std::string, ExprRef> m{{from, var(to)}};
+  std::map<std::string, ExprRef> equalities;
+  for (const auto &[dim, value] : equalities_)
+    equalities[dim == from ? to : dim] = substitute(value, m);
+  equalities_ = std::move(equalities);
+  for (ExprRef &f : nonNegative_)
+    f = substitute(f, m);
+  if (auto it = ranges_.find(from); it != ranges_.end()) {
+    ranges_[to] = it->second;
+    ranges_.erase(from);
+  }
+  forget();
+}
+
 void Analyzer::addFact(ExprRef a, Rel rel, ExprRef b) {
   forget();
   a = simplify(a);

@@ -33,6 +33,9 @@ public:
   // Records `a rel b` as a known fact (from an `assert`). Equalities whose one side is a
   // dim become substitutions; `d <= c` on a dim narrows its range.
   void addFact(ExprRef a, Rel rel, ExprRef b);
+  // Dim `from` is now called `to` (a new name): its range and every fact that mentions it
+  // move to the new name, and `from` is free for another dim.
+  void rename(const std::string &from, const std::string &to);
 
   // Canonical form under the known facts: equalities substituted, min/max/div/mod
   // resolved wherever the bounds decide them.

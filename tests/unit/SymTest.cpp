@@ -148,3 +148,18 @@ TEST_CASE("assert facts feed the analyzer", "[sym]") {
   an.addFact(var("K"), Rel::LE, T);
   CHECK(an.canProve(var("K"), Rel::LE, add(T, c(3))));
 }
+
+// Sema renames a fresh dim that a declared type names: the facts move with it, and the
+// old name is free for the next fresh dim (which must not inherit them).
+TEST_CASE("a renamed dim keeps its range and facts under its new name", "[sym]") {
+  Analyzer an;
+  an.declare("N", 0, 100);
+  an.declare("N2", 0, 100);
+  an.addFact(var("N"), Rel::EQ, var("N2"));
+  an.rename("N", "J");
+  CHECK(an.canProve(var("J"), Rel::EQ, var("N2")));
+  CHECK(an.range("J").hi == 100);
+  an.declare("N", 0, 7);
+  CHECK_FALSE(an.canProve(var("N"), Rel::EQ, var("N2")));
+  CHECK_FALSE(an.canProve(var("N"), Rel::EQ, var("J")));
+}
