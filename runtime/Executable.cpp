@@ -745,7 +745,11 @@ private:
       if (e.readsIndices) {
         counter.setInt(0, hi - 1);
         const std::string &name = e.view ? kParamView : exe_.kernels_[e.kernel].name;
-        checkIndices(*o, s.in, [&](sym::ExprRef x) { return evaluateAtLaunch(name, x, exe_.plan_->binding); });
+        try {
+          checkIndices(*o, s.in, [&](sym::ExprRef x) { return evaluateAtLaunch(name, x, exe_.plan_->binding); });
+        } catch (const DataError &e) { // located as the walk's are
+          ir::rethrowAt(*o, e);
+        }
       }
       steps.push_back(std::move(s));
     }

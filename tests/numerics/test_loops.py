@@ -211,6 +211,21 @@ def make_test(name, source, params, paths):
 
 
 class Loops(unittest.TestCase):
+    def test_index_out_of_range_in_compiled_loop_is_located(self):
+        """A compiled loop checks the counter's indices for every step at once: its error
+        names the op and line as the walk's does (it named neither)."""
+        with tempfile.TemporaryDirectory() as d:
+            model = os.path.join(d, "past_end.dnn")
+            with open(model, "w") as f:
+                f.write("dim B;\nmodel main(x: f32[B, 3]) -> f32[3] {\n  var s = zeros([3]);\n"
+                        "  for i in 0..B+1 {\n    s = s + x[i];\n  }\n  return s;\n}\n")
+            x = np.arange(15, dtype=np.float32).reshape(5, 3)
+            for runner in (self.ref, self.cpu):
+                _, p = runner.run(model, None, {"x": x})
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertEqual(p.stderr.strip().splitlines()[-1],
+                                 "dnnc: error: 'index' at line 5: index 5 is out of range for dim 0 of f32[5, 3] (size 5)")
+
     def test_profile_of_walked_loop_names_the_device(self):
         """cuda-sim keeps memory of its own: its loops are walked, and the profile says so."""
         with tempfile.TemporaryDirectory() as d:
