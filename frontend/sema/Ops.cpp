@@ -112,8 +112,13 @@ ir::Value *Sema::materialize(const SVal &v, std::optional<DType> adopt, SourceRa
     if (dt == DType::Bool)
       fail(DiagKind::DType, loc, fmt::format("the integer {} cannot be used as a bool", v.dim->str()));
     auto c = v.dim->asConst();
-    ir::Op *op = c ? emit(OpKind::Constant, {}, {{"value", static_cast<double>(*c)}, {"dtype", dt}}, 1, loc, {}, false)
-                   : emit(OpKind::DimValue, {}, {{"value", v.dim}, {"dtype", dt}}, 1, loc, {}, false);
+    if (c && dt == DType::I32 && (*c < INT32_MIN || *c > INT32_MAX)) // it saturated, where a dim's value wraps
+      fail(DiagKind::DType, loc, fmt::format("the integer {} does not fit the element type i32", *c),
+           {{{}, "cast the tensor to i64 first"}});
+    // A constant holds a double: an integer past 2^53 is exact only as a dim's value.
+    bool exact = c && (!isInteger(dt) || (*c >= -(int64_t(1) << 53) && *c <= (int64_t(1) << 53)));
+    ir::Op *op = exact ? emit(OpKind::Constant, {}, {{"value", static_cast<double>(*c)}, {"dtype", dt}}, 1, loc, {}, false)
+                       : emit(OpKind::DimValue, {}, {{"value", v.dim}, {"dtype", dt}}, 1, loc, {}, false);
     op->results[0]->type = TensorType{dt, {}};
     return op->results[0];
   }

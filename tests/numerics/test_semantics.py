@@ -505,6 +505,15 @@ class Semantics(unittest.TestCase):
             self.assertEqual(p.returncode, 1, p.stderr)
             self.assertIn("assert N == J at line 5 fails: N = 2 and J = 1", p.stderr)
 
+    def test_i64_literals_past_2_53(self):
+        # A constant op holds a double: 9007199254740993 became ...992. Integers past 2^53
+        # go through a dim's value, exactly.
+        with tempfile.TemporaryDirectory() as d:
+            m = self.model(d, "i64_literal", "model main(a: i64[2]) -> (i64[2], i64[2]) {\n"
+                           "  return (a + 9007199254740993, a * 0 - 9223372036854775807);\n}\n")
+            a = np.array([0, 5], np.int64)
+            self.check_each(self.run_ok(m, {"a": a}, n=2), (a + 9007199254740993, a * 0 - 9223372036854775807), "past 2^53")
+
     def test_arange_from_values_past_2_63(self):
         # stop - start may pass 2^63 (it wrapped: -5e18 to 5e18 by 1e18 gave no elements,
         # 0 to 2^63 - 1 by 2^62 a negative size); a count past 2^63 is an error.
