@@ -93,7 +93,8 @@ public:
       else
         text += t.coef < 0 ? " - " : " + ";
       std::string factors;
-      bool product = t.factors.size() > 1 || mag != 1;
+      // A leading minus binds tighter than / and %: -(S % 3) is not -S % 3.
+      bool product = t.factors.size() > 1 || mag != 1 || text == "-";
       for (const Atom *a : t.factors) {
         if (!factors.empty())
           factors += '*';

@@ -67,6 +67,11 @@ TEST_CASE("a divisor that is itself a quotient or remainder keeps its parenthese
   CHECK(remainderDivisor->str() == "B % (T/D)");
   CHECK(evaluate(remainderDivisor, {{"B", 7}, {"T", 8}, {"D", 2}}) == 3);
   CHECK(mod(B, mod(T, D))->str() == "B % (T % D)");
+  // A leading minus binds tighter than / and % in .dnn source: -S % 3 reads (-S) % 3,
+  // which the REPL gave back as (2*S) % 3.
+  CHECK(add(neg(mod(var("S"), c(3))), add(T, c(5)))->str() == "-(S % 3) + T + 5");
+  CHECK(sub(T, floorDiv(add(T, c(1)), c(2)))->str() == "-((T + 1)/2) + T");
+  CHECK(sub(T, mul(c(2), floorDiv(T, c(2))))->str() == "T - 2*(T/2)");
 }
 
 TEST_CASE("substitution and evaluation", "[sym]") {
