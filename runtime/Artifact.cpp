@@ -262,9 +262,12 @@ ArtifactContents readArtifactBytes(const std::string &bytes, const std::string &
   return c;
 }
 
-std::unique_ptr<Executable> loadArtifact(const std::string &path, ArtifactInfo *infoOut) {
+std::unique_ptr<Executable> loadArtifact(const std::string &path, ArtifactInfo *infoOut, const std::string &asked) {
   ArtifactContents c = readArtifactBytes(readFile(path), path);
   const ArtifactInfo &info = c.info;
+  if (asked != "auto" && asked != info.target) // before opening one: no CUDA needed to say so
+    throw DataError(fmt::format("'{}' was built for {}, not for --device {} (rebuild it with --target {})", path, info.target,
+                                asked, asked));
   std::string &code = c.code;
   std::unique_ptr<Device> device;
   if (info.target == "cpu") {

@@ -44,7 +44,9 @@ std::string sealArtifact(const std::string &header, const std::string &payload);
 // Whether `path` starts with the artifact magic.
 bool isArtifact(const std::string &path);
 // Loads an artifact onto its device (CPU: this machine must have its vector ISA; CUDA: a
-// working GPU). Throws DataError.
-std::unique_ptr<Executable> loadArtifact(const std::string &path, ArtifactInfo *info = nullptr);
+// working GPU). `asked`: the device the user asked for ("cpu" or "cuda"), checked against
+// the artifact's target before any device is opened; "auto" takes its target. Throws
+// DataError.
+std::unique_ptr<Executable> loadArtifact(const std::string &path, ArtifactInfo *info = nullptr, const std::string &asked = "auto");
 
 } // namespace dnnc::rt

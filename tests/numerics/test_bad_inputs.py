@@ -341,6 +341,12 @@ class BadArtifacts(unittest.TestCase):
 
     def test_wrong_device(self):
         self.fails(self.good, ["--device", "cuda"], "was built for cpu, not for --device cuda")
+        # The other way round, the target is checked before the GPU is opened (it said
+        # 'no CUDA driver on this machine').
+        cuda = os.path.join(self.dir.name, "mlp_cuda.dnnc")
+        subprocess.run([self.exe, "build", os.path.join(self.examples, "mlp.dnn"), "-o", cuda, "--target", "cuda"], check=True,
+                       capture_output=True)
+        self.fails(cuda, ["--device", "cpu"], f"'{cuda}' was built for cuda, not for --device cpu (rebuild it with --target cpu)")
         self.fails(self.good, ["--device", "cuda-sim"], "--device cuda-sim runs the model's source (compiled for the simulator): "
                                                        "give it the .dnn file, not an artifact")
         # (ref said the CPU artifact was built for cpu, "rebuild it with --target cpu")

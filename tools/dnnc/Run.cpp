@@ -217,12 +217,9 @@ int runArtifact(const std::string &path, const RunOptions &o) {
     if (o.device == "cuda-sim" || o.device == "ref")
       throw DataError(fmt::format("--device {} runs the model's source ({}): give it the .dnn file, not an artifact", o.device,
                                   o.device == "ref" ? "on the reference interpreter" : "compiled for the simulator"));
-    exe = rt::loadArtifact(path, &info);
+    exe = rt::loadArtifact(path, &info, o.device);
     if (!o.model.empty() && o.model != exe->graph().name)
       throw DataError(fmt::format("'{}' holds model '{}', not '{}'", path, exe->graph().name, o.model));
-    if (o.device != "auto" && o.device != info.target)
-      throw DataError(fmt::format("'{}' was built for {}, not for --device {} (rebuild it with --target {})", path,
-                                  info.target, o.device, o.device));
     for (auto &[name, value] : o.binding)
       if (!exe->graph().dimRanges.count(name))
         throw DataError(fmt::format("model '{}' has no dim '{}'", exe->graph().name, name));
