@@ -451,6 +451,8 @@ SafetensorsFile parseSafetensors(std::string bytes, const std::string &path) {
     throw bad(fmt::format("the header claims {} bytes but the file has {}", headerLen, bytes.size() - 8));
   if (headerLen == 0 || bytes[8] != '{')
     throw bad("its header does not start with '{'");
+  if (std::find(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(headerLen), '\0') != bytes.begin() + 8 + static_cast<long>(headerLen))
+    throw bad("its JSON header holds a NUL byte"); // which the parser took for the end of the text
   nlohmann::json header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(headerLen),
                                                 nullptr, false);
   if (header.is_discarded())

@@ -120,7 +120,10 @@ struct Checkpoint {
 // shards, files beside it, each opened once and checked to hold what the index says.
 void addIndex(Checkpoint &c, const std::string &path) {
   auto bad = [&](const std::string &why) { return DataError(fmt::format("'{}' is not a safetensors index: {}", path, why)); };
-  nlohmann::json j = nlohmann::json::parse(readFile(path), nullptr, false);
+  std::string text = readFile(path);
+  // JSON has no raw NUL byte; the parser took one for the end of the text.
+  bool nul = text.find('\0') != std::string::npos;
+  nlohmann::json j = nul ? nlohmann::json(nlohmann::json::value_t::discarded) : nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded())
     throw bad("it does not parse as JSON");
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
@@ -130,6 +133,8 @@ void addIndex(Checkpoint &c, const std::string &path) {
     if (!shard.is_string())
       throw bad(fmt::format("the shard of tensor '{}' is not a file name", name));
     std::string file = shard.get<std::string>();
+    if (file.find('\0') != std::string::npos) // a file name ends at one: another file would open
+      throw bad(fmt::format("the shard of tensor '{}' has a NUL character in its name", name));
     if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..")
       throw bad(fmt::format("the shard of tensor '{}' is '{}', not the name of a file beside the index", name, file));
     byShard[file].push_back(name);

@@ -277,6 +277,8 @@ class BadInputs(unittest.TestCase):
                  (struct.pack("<Q", 1 << 40) + raw[8:], "the header claims"),
                  (raw[:8] + b"[" + raw[9:], "its header does not start with '{'"),
                  (raw[:9] + b"!" + raw[10:], "JSON header does not parse"),
+                 # The parser took a NUL for the end of the text: what followed went unread.
+                 (raw[:8 + header_len - 4] + b"\0 {{" + raw[8 + header_len:], "its JSON header holds a NUL byte"),
                  (raw[:-100], "lies outside the"),
                  (raw[:8] + raw[8:8 + header_len].replace(b'"F32"', b'"U16"') + raw[8 + header_len:], "dtype \"U16\" is not supported")]
         for content, message in cases:

@@ -31,6 +31,9 @@ with open(os.path.join(HERE, "ckpt.safetensors.index.json"), "w") as f:
 with open(os.path.join(HERE, "ckpt_bad.safetensors.index.json"), "w") as f:
     json.dump({"metadata": {}, "weight_map": {"pooler.dense.bias": "../ckpt.safetensors"}}, f)
     f.write("\n")
+with open(os.path.join(HERE, "ckpt_nul.safetensors.index.json"), "w") as f:  # the name's end would open ckpt.safetensors
+    json.dump({"metadata": {}, "weight_map": {"pooler.dense.bias": "ckpt.safetensors\0.x"}}, f)
+    f.write("\n")
 broken = {k: v for k, v in full.items() if "query.bias" not in k and not k.startswith("encoder.layer.1")}
 broken["encoder.layer.1.attention.self.querry.weight"] = full["encoder.layer.1.attention.self.query.weight"]
 write_safetensors(os.path.join(HERE, "ckpt_broken.safetensors"), broken)
