@@ -197,7 +197,7 @@ void decodeValues(Tensor &t, const char *data, size_t bytes) {
   if (t.dtype == DType::Bool)
     for (size_t k = 0; k < n; ++k)
       if (t.bytes[k] > 1)
-        throw DataError(fmt::format("a bool holds the byte {}", static_cast<int>(t.bytes[k])));
+        throw DataError(fmt::format("bool element {} holds the byte {}, not 0 or 1", k, static_cast<int>(t.bytes[k])));
 }
 
 namespace {
@@ -390,7 +390,11 @@ Tensor readNpyBytes(const std::string &bytes, const std::string &path) {
   if (have != need)
     throw DataError(fmt::format("'{}' is truncated or padded: {} needs {} bytes of data, the file has {}", path,
                                 t.typeText(), need, have));
-  decodeValues(t, bytes.data() + start + headerLen, have);
+  try {
+    decodeValues(t, bytes.data() + start + headerLen, have);
+  } catch (const DataError &e) {
+    throw bad(e.what());
+  }
   return t;
 }
 

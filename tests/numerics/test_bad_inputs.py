@@ -258,6 +258,12 @@ class BadInputs(unittest.TestCase):
                 self.assertEqual(p.returncode, 0, p.stderr)
                 np.testing.assert_array_equal(np.load(os.path.join(d, "out", "out0.npy")), values * 2)
 
+    def test_bool_bytes_other_than_0_or_1(self):
+        # Refused in .npy inputs as in weights, naming the file (the .npy error named none).
+        bools = np.frombuffer(bytes([0, 1, 2, 1]), dtype=np.bool_)
+        self.fails_everywhere("model main(m: bool[4]) -> bool[4] {\n  return not m;\n}\n", ["--input", "m=%d/m.npy"],
+                              "/m.npy' is not a valid .npy file: bool element 2 holds the byte 2, not 0 or 1", files={"m.npy": bools})
+
     def test_malformed_safetensors(self):
         w = {"w1": np.zeros((784, 512), np.float32), "b1": np.zeros(512, np.float32),
              "w2": np.zeros((512, 10), np.float32), "b2": np.zeros(10, np.float32)}
