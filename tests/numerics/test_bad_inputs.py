@@ -264,6 +264,13 @@ class BadInputs(unittest.TestCase):
         self.fails_everywhere("model main(m: bool[4]) -> bool[4] {\n  return not m;\n}\n", ["--input", "m=%d/m.npy"],
                               "/m.npy' is not a valid .npy file: bool element 2 holds the byte 2, not 0 or 1", files={"m.npy": bools})
 
+    def test_bf16_output(self):
+        # Found before the run, leaving no --out folder (it failed after the run, naming
+        # no output, and left the folder made).
+        self.fails_everywhere("dim B;\nmodel main(x: f32[B, 4]) -> (a: f32[B, 4], b: bf16[B, 4]) {\n"
+                              "  return (x, cast(x, bf16));\n}\n", ["--random-inputs", "--bind", "B=2"],
+                              "output 'b' is bf16[B, 4], and the .npy format has no bf16 type: return cast(..., f32) instead")
+
     def test_malformed_safetensors(self):
         w = {"w1": np.zeros((784, 512), np.float32), "b1": np.zeros(512, np.float32),
              "w2": np.zeros((512, 10), np.float32), "b2": np.zeros(10, np.float32)}

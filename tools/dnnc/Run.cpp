@@ -82,6 +82,10 @@ std::vector<std::string> writeOutputs(const ir::Graph &g, const std::vector<Tens
 // weights, runs, and writes the outputs only once everything has succeeded.
 int execute(const ir::Graph &g, rt::Executable *compiled, const RunOptions &o) {
   try {
+    for (size_t k = 0; k < g.body.yields.size(); ++k) // found before the run, not after it
+      if (g.body.yields[k]->type.dtype == DType::BF16)
+        throw DataError(fmt::format("output '{}' is {}, and the .npy format has no bf16 type: return cast(..., f32) instead",
+                                    ir::outputName(g, k), g.body.yields[k]->type.str()));
     std::vector<std::optional<Tensor>> inputs(g.body.args.size());
     for (auto &[name, path] : o.inputs) {
       auto it = std::find_if(g.body.args.begin(), g.body.args.end(), [&](const ir::Value *a) { return a->name == name; });
