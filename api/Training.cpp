@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <set>
 
 namespace dnnc::api {
 
@@ -237,12 +238,14 @@ void writeCheckpoint(const std::string &out, const std::map<std::string, Tensor>
 // --resume FILE: the params (each the model's dtype and shape), the optimizer state and
 // the steps done. Returns the steps done.
 int64_t readCheckpoint(const std::string &path, const ir::TrainStep &step, const std::string &optimizer,
-                       std::map<std::string, Tensor> &params, std::vector<Tensor> &states) {
+                       std::map<std::string, Tensor> &params, std::vector<Tensor> &states, bool strict, const TrainHooks &hooks) {
   std::map<std::string, Tensor> all = rt::readSafetensors(path);
+  std::set<std::string> taken;
   auto take = [&](const std::string &name, DType dt, const std::vector<int64_t> &shape) {
     auto it = all.find(name);
     if (it == all.end())
       throw DataError(fmt::format("--resume {}: no tensor '{}' (is it a .state file that dnnc train --save wrote?)", path, name));
+    taken.insert(name);
     Tensor want = Tensor::zeros(dt, shape);
     if (it->second.dtype != dt || it->second.shape != shape)
       throw DataError(fmt::format("--resume {}: '{}' is {}, but the model needs {}", path, name, it->second.typeText(), want.typeText()));
@@ -263,6 +266,20 @@ int64_t readCheckpoint(const std::string &path, const ir::TrainStep &step, const
   for (const std::string &name : step.params)
     for (size_t k = 0; k < step.statesPerParam; ++k, ++at)
       states[at] = take(name + "." + step.stateNames[k], states[at].dtype, states[at].shape);
+  // What the step does not take (every param is taken): another model's params and state.
+  std::vector<std::string> unused;
+  for (const auto &[name, t] : all)
+    if (!taken.count(name))
+      unused.push_back(name);
+  if (!unused.empty()) {
+    std::string text = fmt::format("--resume {}: {} tensor{} in it {} used by no param of this training step: {}", path,
+                                   unused.size(), unused.size() == 1 ? "" : "s", unused.size() == 1 ? "is" : "are",
+                                   rt::someNames(unused, 5));
+    if (strict)
+      throw DataError(text + " (--strict)");
+    if (hooks.note)
+      hooks.note(text);
+  }
   return done;
 }
 
@@ -340,7 +357,7 @@ TrainResult train(ir::Graph &g, const TrainConfig &o, const TrainHooks &hooks) {
       states.push_back(Tensor::zeros(params.at(name).dtype, params.at(name).shape));
   int64_t first = 0;
   if (!o.resume.empty())
-    first = readCheckpoint(o.resume, step, o.optimizerName, params, states);
+    first = readCheckpoint(o.resume, step, o.optimizerName, params, states, o.strict, hooks);
   if (first >= steps)
     throw DataError(fmt::format("--resume {}: it is already at step {}, and this run ends at step {} (--steps and --epochs count "
                                 "from the start of training, resumed steps included)",

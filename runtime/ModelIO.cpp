@@ -91,6 +91,15 @@ Tensor randomInput(const ir::Value &arg, const Binding &b, uint64_t seed) {
   return t;
 }
 
+// "'a', 'b', 'c' and 4 more"
+std::string someNames(const std::vector<std::string> &names, size_t shown) {
+  std::vector<std::string> quoted;
+  for (size_t k = 0; k < names.size() && k < shown; ++k)
+    quoted.push_back("'" + names[k] + "'");
+  std::string out = fmt::format("{}", fmt::join(quoted, ", "));
+  return names.size() > shown ? fmt::format("{} and {} more", out, names.size() - shown) : out;
+}
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -253,14 +262,6 @@ std::optional<Tensor> readParam(const Checkpoint &c, const ParamSpec &spec, cons
   return out;
 }
 
-// "'a', 'b', 'c' and 4 more"
-std::string someNames(const std::vector<std::string> &names, size_t shown) {
-  std::vector<std::string> quoted;
-  for (size_t k = 0; k < names.size() && k < shown; ++k)
-    quoted.push_back("'" + names[k] + "'");
-  std::string out = fmt::format("{}", fmt::join(quoted, ", "));
-  return names.size() > shown ? fmt::format("{} and {} more", out, names.size() - shown) : out;
-}
 
 } // namespace
 

@@ -44,4 +44,7 @@ struct Weights {
 // `fillMissing`.
 Weights loadWeights(const ir::Graph &g, const WeightsSource &source, const Binding &b);
 
+// "'a', 'b', 'c' and 4 more": the first `shown` of `names`, quoted.
+std::string someNames(const std::vector<std::string> &names, size_t shown);
+
 } // namespace dnnc::rt

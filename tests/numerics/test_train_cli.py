@@ -283,6 +283,17 @@ class TrainCli(unittest.TestCase):
         write_safetensors(self.path("bad.state"), state)
         cases.append((self.train("--steps", "4", "--optimizer", "adam", "--resume", self.path("bad.state"), "--device", "ref"), 1,
                       f"--resume {self.path('bad.state')}: 'w1' is f32[3, 8], but the model needs f32[6, 8]"))
+        # Another model's state: what this step takes none of is named (in a note, an error
+        # under --strict); it was accepted without a word.
+        state = read_safetensors(save + ".state")
+        state.update({"v": np.zeros(2, np.float32), "v.exp_avg": np.zeros(2, np.float32), "v.exp_avg_sq": np.zeros(2, np.float32)})
+        write_safetensors(self.path("other.state"), state)
+        unused = f"--resume {self.path('other.state')}: 3 tensors in it are used by no param of this training step: 'v', 'v.exp_avg', 'v.exp_avg_sq'"
+        cases.append((self.train("--steps", "3", "--optimizer", "adam", "--resume", self.path("other.state"), "--device", "ref",
+                                 "--strict"), 1, unused + " (--strict)"))
+        p = self.train("--steps", "3", "--optimizer", "adam", "--resume", self.path("other.state"), "--device", "ref")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("dnnc: note: " + unused + "\n", p.stderr)
         for p, code, message in cases:
             with self.subTest(message=message):
                 self.assertEqual(p.returncode, code, p.stderr)
