@@ -161,7 +161,7 @@ bool checkValueSize(const Op &op, const Value &v, const Binding &b) {
       for (const std::string &n : names)
         if (!b.count(n))
           return false;
-      throw DataError(fmt::format("the result of {} is {}: dim {} ({}) cannot be computed at {}: it overflows 64 bits or divides by zero",
+      throw DataError(fmt::format("the result of {} is {}: dim {} ({}) cannot be computed at {}: it overflows 64 bits or divides by zero or by a negative number",
                                   opWhere(op), v.type.str(), k, d->str(), bindingText(b, names)));
     }
     if (*value < 0)

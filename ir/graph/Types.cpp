@@ -18,7 +18,10 @@ std::string dimText(sym::ExprRef d, const std::map<std::string, int64_t> *bindin
     for (auto &[k, v] : *binding)
       subst[k] = sym::constant(v);
     try {
-      return sym::substitute(d, subst)->str();
+      sym::ExprRef e = sym::substitute(d, subst);
+      if (!e->asConst() && sym::freeVars(e).empty()) // 3/0, 7/-2: dims divide by positive numbers only
+        return d->str() + " (undefined: it divides by zero or by a negative number)";
+      return e->str();
     } catch (const std::overflow_error &) { // a size no run makes, but still one to show
       return d->str() + " (past 2^63)";
     }
