@@ -91,8 +91,8 @@ void Sema::declareGlobals(ModuleCtx &m) {
              {{{}, fmt::format("looked in the model's folder, the -I paths and the stdlib ({})", stdlibDir())}});
       g.kind = Global::Kind::Import;
       g.import = loadFile(path, nullptr, d.nameRange);
-      if (!g.import)
-        throw CompileError(diags_->diagnostics().back()); // the imported file's syntax error
+      if (!g.import) // its syntax error is reported: say which import read it
+        fail(DiagKind::Import, d.nameRange, fmt::format("cannot import module '{}': {} does not parse", d.name, path));
       break;
     }
     case ast::Decl::Kind::Const: {

@@ -62,6 +62,20 @@ class BadInputs(unittest.TestCase):
                             else:
                                 os.environ[k] = v
 
+    def test_imported_module_that_does_not_parse(self):
+        # Its syntax error once (it was reported twice), then the import that read it.
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "m.dnn"), "w") as f:
+                f.write("import broken;\ndim B;\nmodel main(x: f32[B]) -> f32[B] { return x; }\n")
+            with open(os.path.join(d, "broken.dnn"), "w") as f:
+                f.write("fn f(x: f32[N]) -> f32[N] {\n  return x +* 1.0;\n}\n")
+            p = subprocess.run([self.exe, "check", "m.dnn"], capture_output=True, text=True, cwd=d, timeout=60)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            errors = [line for line in p.stderr.splitlines() if ": error: " in line]
+            self.assertEqual(len(errors), 2, p.stderr)
+            self.assertTrue(errors[0].startswith("./broken.dnn:2:13: error: extraneous input '*'"), p.stderr)
+            self.assertEqual(errors[1], "m.dnn:1:8: error: cannot import module 'broken': ./broken.dnn does not parse [import]")
+
     def test_negative_size(self):
         self.fails_everywhere("dim A;\nmodel main(x: f32[A]) -> f32[M] {\n  return zeros([A - 5]) + 1.0;\n}\n",
                               ["--bind", "A=2"], "dim 0 is A - 5 = -3, which is negative at A = 2")
