@@ -47,7 +47,8 @@ public:
       end.col += 1;
     std::string text = msg;
     if (bad && bad->getType() == antlr::DnnLexer::ERROR_CHAR)
-      text = "unexpected character '" + bad->getText() + "'";
+      text = bad->getText() == "\"" ? "this string is never closed: a string ends with '\"' on its own line"
+                                     : "unexpected character '" + bad->getText() + "'";
     diags_.report({DiagKind::Parse, {at, end, at}, text, {}});
   }
   int count() const { return count_; }
