@@ -11,6 +11,10 @@
 namespace dnnc {
 
 int SourceManager::add(std::string path, std::string text) {
+  // A lone CR ends a line (old Mac files), as CRLF and LF do: the lexer counts LFs only.
+  for (size_t k = 0; k < text.size(); ++k)
+    if (text[k] == '\r' && (k + 1 == text.size() || text[k + 1] != '\n'))
+      text[k] = '\n';
   files_.push_back({std::move(path), std::move(text)});
   return static_cast<int>(files_.size()) - 1;
 }
