@@ -361,6 +361,12 @@ SVal Sema::callFn(const ast::Decl &fn, ModuleCtx &m, CallArgs &args,
   bool returned = false;
   try {
     returned = execBlock(fn.body, scope, &result);
+  } catch (CompileError &err) {
+    if (st_)
+      --st_->depth;
+    // A generic fn's error depends on its arguments: name the call that gave them.
+    err.diag.notes.push_back({e.range, fmt::format("in this call of '{}'", fn.name)});
+    throw;
   } catch (...) {
     if (st_)
       --st_->depth;
