@@ -35,8 +35,34 @@ void Sema::ruleFailure(const ir::RuleError &err, const ir::Op &op, SourceRange l
     notes.push_back({v->loc, fmt::format("'{}' gets dim {} here", v->name, dim->str())});
   }
   if (!err.suggestion.empty())
-    notes.push_back({{}, err.suggestion});
+    notes.push_back({{}, nameableSuggestion(err.suggestion, op)});
   fail(err.kind, loc, err.message, notes);
+}
+
+std::string Sema::nameableSuggestion(std::string text, const ir::Op &op) const {
+  // A dim made by a run (masked_select's N) has no name in the source: an assert about it
+  // is written with shape(value, axis) of a named operand that has it.
+  std::map<std::string, std::string> spelled;
+  for (const ir::Value *v : op.operands)
+    for (size_t k = 0; !v->name.empty() && k < v->type.rank(); ++k)
+      if (const sym::Atom *a = v->type.dims[k]->asVar(); a && st_ && st_->generated.count(a->name))
+        spelled.emplace(a->name, fmt::format("shape({}, {})", v->name, k));
+  auto isWord = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    size_t j = i;
+    while (j < text.size() && isWord(text[j]))
+      ++j;
+    if (j == i) {
+      out += text[i++];
+      continue;
+    }
+    std::string word = text.substr(i, j - i);
+    auto it = spelled.find(word);
+    out += it != spelled.end() ? it->second : word;
+    i = j;
+  }
+  return out;
 }
 
 ir::Op *Sema::emit(OpKind kind, std::vector<ir::Value *> operands, std::map<std::string, ir::Attr> attrs,

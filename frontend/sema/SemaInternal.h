@@ -133,6 +133,9 @@ public:
 
   // Loads a module file (and its imports) and declares its globals. Null when the file
   // has syntax errors (already reported).
+  // `text` (a rule's suggested fix) with the fresh dims of op's named operands written as
+  // shape(name, axis), which the source can say.
+  std::string nameableSuggestion(std::string text, const ir::Op &op) const;
   ModuleCtx *loadFile(const std::string &path, const std::string *text, SourceRange from);
   void checkModels(ModuleCtx &m, std::vector<ModelInfo> &out);
   ExprType typeExpression(ModelInfo &info, const ast::Expr &e);
