@@ -194,8 +194,11 @@ std::optional<std::string> failedAssert(const Op &op, const Binding &b) {
   if (ok)
     return "";
   // (a pin is what a declared type makes of a fresh dim: detect.dnn's N pinned to M)
-  return fmt::format("{} {} {} {} at line {} fails: {} = {} and {} = {}", std::holds_alternative<sym::ExprRef>(lhs) ? "assert" : "the pin",
-                     l->str(), rel, r->str(), op.loc.begin.line, l->str(), *lv, r->str(), *rv);
+  auto valueOf = [](sym::ExprRef e, int64_t v) { return e->asConst() ? std::string() : fmt::format("{} = {}", e->str(), v); };
+  std::string values = valueOf(l, *lv), right = valueOf(r, *rv); // a constant side says nothing more
+  values += values.empty() || right.empty() ? right : " and " + right;
+  return fmt::format("{} {} {} {} at line {} fails: {}", std::holds_alternative<sym::ExprRef>(lhs) ? "assert" : "the pin",
+                     l->str(), rel, r->str(), op.loc.begin.line, values);
 }
 
 std::vector<std::pair<const Op *, const Value *>> madeValues(const Op &op) {

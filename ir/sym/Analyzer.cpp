@@ -324,7 +324,10 @@ bool Analyzer::canProve(ExprRef a, Rel rel, ExprRef b) const {
   b = simplify(b);
   ExprRef one = constant(1);
   switch (rel) {
-  case Rel::EQ: return a == b || simplify(sub(a, b)) == constant(0);
+  case Rel::EQ: { // equal in form, else both ways bounded (facts such as T % 2 == 0 are bounds)
+    ExprRef d = simplify(sub(a, b));
+    return d == constant(0) || (!d->asConst() && proveNonNegative(d, 0) && proveNonNegative(simplify(neg(d)), 0));
+  }
   case Rel::NE: return proveNonNegative(sub(sub(a, b), one), 0) || proveNonNegative(sub(sub(b, a), one), 0);
   case Rel::LE: return proveNonNegative(sub(b, a), 0);
   case Rel::LT: return proveNonNegative(sub(sub(b, a), one), 0);

@@ -505,6 +505,18 @@ class Semantics(unittest.TestCase):
             self.assertEqual(p.returncode, 1, p.stderr)
             self.assertIn("assert N == J at line 5 fails: N = 2 and J = 1", p.stderr)
 
+    def test_divisibility_from_asserts(self):
+        # `assert T % 2 == 0` makes T - 2*(T/2) zero: reshapes by halves and a T/2*2 input
+        # type-check (every assert, the suggested one included, left them unprovable).
+        with tempfile.TemporaryDirectory() as d:
+            m = self.model(d, "even", "dim T;\nmodel main(x: f32[T], y: f32[T/2*2]) -> (f32[P, 2], f32[T/2, 2], f32[T]) {\n"
+                           "  assert T % 2 == 0;\n  return (reshape(x, [-1, 2]), reshape(x, [T / 2, 2]), x + y);\n}\n")
+            x, y = np.arange(6, dtype=np.float32), np.ones(6, np.float32)
+            self.check_each(self.run_ok(m, {"x": x, "y": y}, n=3), (x.reshape(3, 2), x.reshape(3, 2), x + y), "T=6")
+            outs, p = self.dnnc.run(m, None, {"x": x[:5], "y": y[:4]})
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn("assert T % 2 == 0 at line 3 fails: T % 2 = 1", p.stderr)
+
     def test_i64_literals_past_2_53(self):
         # A constant op holds a double: 9007199254740993 became ...992. Integers past 2^53
         # go through a dim's value, exactly.

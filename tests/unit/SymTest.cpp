@@ -154,6 +154,18 @@ TEST_CASE("assert facts feed the analyzer", "[sym]") {
   CHECK(an.canProve(var("K"), Rel::LE, add(T, c(3))));
 }
 
+// Equality from bounds both ways: `assert T % 2 == 0` is a pair of bounds (neither side is
+// a dim), and T == 2*(T/2) follows only through them.
+TEST_CASE("an equality follows from a divisibility fact", "[sym]") {
+  Analyzer an;
+  ExprRef twiceHalf = mul(c(2), floorDiv(T, c(2)));
+  CHECK_FALSE(an.canProve(T, Rel::EQ, twiceHalf));
+  an.addFact(mod(T, c(2)), Rel::EQ, c(0));
+  CHECK(an.canProve(T, Rel::EQ, twiceHalf));
+  CHECK(an.canProve(mod(T, c(2)), Rel::EQ, c(0)));
+  CHECK_FALSE(an.canProve(mod(T, c(4)), Rel::EQ, c(0)));
+}
+
 // Sema renames a fresh dim that a declared type names: the facts move with it, and the
 // old name is free for the next fresh dim (which must not inherit them).
 TEST_CASE("a renamed dim keeps its range and facts under its new name", "[sym]") {
