@@ -131,6 +131,8 @@ void Sema::execLoop(const ast::Stmt &s, ScopePtr scope) {
   op->regions.push_back(std::move(body));
   op->shapeClass = fresh ? ir::ShapeClass::EDO : ir::ShapeClass::ISDOS;
   st_->cur->ops.push_back(op);
+  for (size_t k = 0; k < carried.size(); ++k) // each var's value after the loop (`:type h`, dnnc shapes)
+    record(carried[k], "var", SVal::ofTensor(op->results[k]), s.range);
 }
 
 } // namespace dnnc::sema

@@ -179,6 +179,8 @@ void Sema::execIf(const ast::Stmt &s, ScopePtr scope, SVal *returned, bool &didR
   }
   op->shapeClass = fresh ? ir::ShapeClass::EDO : ir::ShapeClass::ISDOS;
   st_->cur->ops.push_back(op);
+  for (size_t i = 0; i < carried.size(); ++i) // each var's value after the if, the branches joined
+    record(carried[i], "var", SVal::ofTensor(op->results[i]), s.range);
 }
 
 void Sema::execAssert(const ast::Stmt &s, ScopePtr scope) {
