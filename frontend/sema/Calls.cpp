@@ -2,6 +2,8 @@
 // user fns at their call sites.
 #include "frontend/sema/SemaInternal.h"
 
+#include <limits>
+
 namespace dnnc::sema {
 
 namespace {
@@ -136,10 +138,20 @@ std::optional<SVal> Sema::callSemaBuiltin(const std::string &name, CallArgs &arg
              "the step of arange must be a nonzero constant (or an i64[] value, checked when it runs)");
       // ceil((stop - start) / step) elements, none where the range runs the other way: for a
       // negative step, ceil((start - stop) / -step).
-      ExprRef span = *s > 0 ? sym::sub(stop.dim, start.dim) : sym::sub(start.dim, stop.dim);
-      int64_t stride = *s > 0 ? *s : -*s;
-      ExprRef count = an().simplify(
-          sym::max(sym::floorDiv(sym::add(span, sym::constant(stride - 1)), sym::constant(stride)), sym::constant(0)));
+      ExprRef count;
+      auto a = start.dim->asConst(), b = stop.dim->asConst();
+      if (a && b) { // in 128 bits, as the run counts values: the span may pass 2^63 (-5e18 to 5e18)
+        __int128 span = *s > 0 ? __int128(*b) - *a : __int128(*a) - *b, stride = *s > 0 ? __int128(*s) : -__int128(*s);
+        __int128 n = span > 0 ? (span + stride - 1) / stride : 0;
+        if (n > std::numeric_limits<int64_t>::max())
+          fail(DiagKind::Range, e.range, fmt::format("arange from {} to {} by {} has more than 2^63 elements", *a, *b, *s));
+        count = sym::constant(static_cast<int64_t>(n));
+      } else {
+        ExprRef span = *s > 0 ? sym::sub(stop.dim, start.dim) : sym::sub(start.dim, stop.dim);
+        int64_t stride = *s > 0 ? *s : -*s;
+        count = an().simplify(
+            sym::max(sym::floorDiv(sym::add(span, sym::constant(stride - 1)), sym::constant(stride)), sym::constant(0)));
+      }
       std::map<std::string, ir::Attr> attrs{{"count", count}, {"dtype", dtype}, {"start", start.dim}, {"step", step.dim}};
       return SVal::ofTensor(emit(OpKind::Arange, {}, attrs, 1, e.range)->results[0]);
     }

@@ -539,6 +539,15 @@ class Semantics(unittest.TestCase):
                                               "c": np.array(1, np.int64)})
             self.assertEqual(p.returncode, 1, p.stderr)
             self.assertIn("arange from -9223372036854775808 to 9223372036854775807 by 1 has more than 2^63 elements", p.stderr)
+            # The same bounds written as constants count alike (they were refused: 'the
+            # value of this expression overflows 64 bits'), and the same count is refused.
+            m = self.model(d, "arange_wide_const", "model main() -> i64[P] {\n"
+                           "  return arange(-5000000000000000000, 5000000000000000000, 1000000000000000000);\n}\n")
+            self.check_each(self.run_ok(m, {}, n=1), (np.arange(-5 * 10 ** 18, 5 * 10 ** 18, 10 ** 18, dtype=np.int64),), "constants")
+            m = self.model(d, "arange_huge_const", "model main() -> i64[P] {\n  return arange(-9223372036854775807 - 1, 9223372036854775807);\n}\n")
+            outs, p = self.dnnc.run(m, None, {})
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn("arange from -9223372036854775808 to 9223372036854775807 by 1 has more than 2^63 elements [range]", p.stderr)
 
     # ---- integer division and modulo ----
     def test_integer_division(self):
