@@ -149,7 +149,12 @@ void addIndex(Checkpoint &c, const std::string &path) {
     byShard[file].push_back(name);
   }
   for (const auto &[file, names] : byShard) {
-    SafetensorsFile f = openSafetensors((fs::path(path).parent_path() / file).string());
+    SafetensorsFile f;
+    try {
+      f = openSafetensors((fs::path(path).parent_path() / file).string());
+    } catch (const DataError &e) { // a shard the index names
+      throw DataError(fmt::format("{} (a shard '{}' names)", e.what(), path));
+    }
     for (const std::string &name : names)
       if (!f.entries.count(name))
         throw bad(fmt::format("it puts tensor '{}' in '{}', which has no such tensor", name, f.path));

@@ -31,6 +31,9 @@ with open(os.path.join(HERE, "ckpt.safetensors.index.json"), "w") as f:
 with open(os.path.join(HERE, "ckpt_bad.safetensors.index.json"), "w") as f:
     json.dump({"metadata": {}, "weight_map": {"pooler.dense.bias": "../ckpt.safetensors"}}, f)
     f.write("\n")
+with open(os.path.join(HERE, "ckpt_missing.safetensors.index.json"), "w") as f:  # a shard that is not there
+    json.dump({"metadata": {}, "weight_map": {"pooler.dense.bias": "ckpt-gone.safetensors"}}, f)
+    f.write("\n")
 with open(os.path.join(HERE, "ckpt_nul.safetensors.index.json"), "w") as f:  # the name's end would open ckpt.safetensors
     json.dump({"metadata": {}, "weight_map": {"pooler.dense.bias": "ckpt.safetensors\0.x"}}, f)
     f.write("\n")
