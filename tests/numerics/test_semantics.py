@@ -60,6 +60,12 @@ class Semantics(unittest.TestCase):
         self.assertEqual(len(outs), n)
         return outs
 
+    def run_fails(self, path, inputs, message):
+        """The run stops with a user error whose text holds `message`."""
+        _, p = self.dnnc.run(path, None, inputs)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn(message, p.stderr)
+
     def check(self, got, want, msg, rtol=1e-6, atol=1e-6):
         want = np.asarray(want)
         self.assertEqual(got.shape, want.shape, msg)
@@ -455,9 +461,7 @@ class Semantics(unittest.TestCase):
                 rows, cols = (np.arange(a) * 3) // a, (np.arange(a) * 4) // a
                 self.check_each(outs, (x.reshape(a, -1) * 2, np.broadcast_to(x, (a, 3, 4)) + 1, x[rows][:, cols], 2 * x + a), f"a={a}")
             for a, message in ((5, "cannot reshape f32[3, 4] "), (-2, "has the negative entry -2, given by a value")):
-                outs, p = self.dnnc.run(m, None, {"x": x, "a": np.array(a, np.int64)})
-                self.assertEqual(p.returncode, 1, p.stderr)
-                self.assertIn(message, p.stderr)
+                self.run_fails(m, {"x": x, "a": np.array(a, np.int64)}, message)
             # As in NumPy, sizes past 2^63 are refused even beside a 0 (the count was 0).
             m = self.model(d, "value_shaped_huge", "dim N in 0..8;\nmodel main(x: f32[N], a: i64[]) -> (f32[P, Q, R], f32[S, T, U]) {\n"
                            "  return (reshape(x, [0, a, a]), reshape(x, [a, a, -1]));\n}\n")
@@ -481,9 +485,8 @@ class Semantics(unittest.TestCase):
                 f = self.model(d, f"value_shaped_f32_{a}", "dim N in 0..8;\nmodel main(x: f32[N], a: i64[], b: i64[]) -> f32[P, Q, R] {\n"
                                "  return reshape(x, [a, b, 0]);\n}\n" if message is None else
                                "dim N in 0..8;\nmodel main(x: f32[N], a: i64[], b: i64[]) -> f32[P, Q, R] {\n  return reshape(x, [a, b, -1]);\n}\n")
-                outs, p = self.dnnc.run(f, None, {"x": np.zeros(0, np.float32), "a": np.array(a, np.int64), "b": np.array(b, np.int64)})
-                self.assertEqual(p.returncode, 1, p.stderr)
-                self.assertIn(message or "f32[2147483648, 2147483648, 0]: its byte count overflows 64 bits", p.stderr)
+                self.run_fails(f, {"x": np.zeros(0, np.float32), "a": np.array(a, np.int64), "b": np.array(b, np.int64)},
+                               message or "f32[2147483648, 2147483648, 0]: its byte count overflows 64 bits")
             # Sizes computed from values: the reshape was fused with the add that makes its
             # size, a group no kernel could run ('has neither a kernel nor a host implementation').
             m = self.model(d, "value_shaped_computed", "dim T;\nmodel main(x: f32[T], s: i64[]) -> (f32[K], f32[L]) {\n"
@@ -501,9 +504,7 @@ class Semantics(unittest.TestCase):
                            "  assert shape(m, 0) == shape(n, 0);\n  return m + n;\n}\n")
             x = np.array([1, -2, 3, -4], np.float32)
             self.check_each(self.run_ok(m, {"x": x}, n=1), (x[x > 0] + x[x < 0],), "two of each")
-            outs, p = self.dnnc.run(m, None, {"x": x[:3]})
-            self.assertEqual(p.returncode, 1, p.stderr)
-            self.assertIn("assert N == J at line 5 fails: N = 2 and J = 1", p.stderr)
+            self.run_fails(m, {"x": x[:3]}, "assert N == J at line 5 fails: N = 2 and J = 1")
 
     def test_divisibility_from_asserts(self):
         # `assert T % 2 == 0` makes T - 2*(T/2) zero: reshapes by halves and a T/2*2 input
@@ -513,9 +514,7 @@ class Semantics(unittest.TestCase):
                            "  assert T % 2 == 0;\n  return (reshape(x, [-1, 2]), reshape(x, [T / 2, 2]), x + y);\n}\n")
             x, y = np.arange(6, dtype=np.float32), np.ones(6, np.float32)
             self.check_each(self.run_ok(m, {"x": x, "y": y}, n=3), (x.reshape(3, 2), x.reshape(3, 2), x + y), "T=6")
-            outs, p = self.dnnc.run(m, None, {"x": x[:5], "y": y[:4]})
-            self.assertEqual(p.returncode, 1, p.stderr)
-            self.assertIn("assert T % 2 == 0 at line 3 fails: T % 2 = 1", p.stderr)
+            self.run_fails(m, {"x": x[:5], "y": y[:4]}, "assert T % 2 == 0 at line 3 fails: T % 2 = 1")
 
     def test_i64_literals_past_2_53(self):
         # A constant op holds a double: 9007199254740993 became ...992. Integers past 2^53
@@ -545,9 +544,7 @@ class Semantics(unittest.TestCase):
                            "  return arange(-5000000000000000000, 5000000000000000000, 1000000000000000000);\n}\n")
             self.check_each(self.run_ok(m, {}, n=1), (np.arange(-5 * 10 ** 18, 5 * 10 ** 18, 10 ** 18, dtype=np.int64),), "constants")
             m = self.model(d, "arange_huge_const", "model main() -> i64[P] {\n  return arange(-9223372036854775807 - 1, 9223372036854775807);\n}\n")
-            outs, p = self.dnnc.run(m, None, {})
-            self.assertEqual(p.returncode, 1, p.stderr)
-            self.assertIn("arange from -9223372036854775808 to 9223372036854775807 by 1 has more than 2^63 elements [range]", p.stderr)
+            self.run_fails(m, {}, "arange from -9223372036854775808 to 9223372036854775807 by 1 has more than 2^63 elements [range]")
 
     # ---- integer division and modulo ----
     def test_integer_division(self):
