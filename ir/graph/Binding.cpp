@@ -317,6 +317,26 @@ void checkPadWidths(const Op &op, const Binding &b) {
       throw DataError(fmt::format("{}: pad widths must be non-negative, but {} = {} at {}", opWhere(op), w->str(), *v,
                                   bindingText(b, sym::freeVars(w))));
 }
+// A point index written as a dim expression (x[:, T - 2]) must lie in its axis: known from
+// the binding alone, before the op runs (the REPL's :bind took T = 1).
+void checkStaticPoints(const Op &op, const Binding &b) {
+  if (op.kind != OpKind::Index)
+    return;
+  IndexAttrs ix = IndexAttrs::of(op);
+  const TensorType &t = op.operands[0]->type;
+  for (size_t a = 0; a < ix.starts.size(); ++a) {
+    if (!ix.isPoint(a) || !ix.starts[a])
+      continue;
+    std::optional<int64_t> at = sym::evaluate(ix.starts[a], b), size = sym::evaluate(t.dims[a], b);
+    if (!at || !size)
+      continue; // not known yet: the op's own run checks
+    try {
+      ix.resolvePoint(a, t.dims[a], *at, *size, t.str(&b));
+    } catch (const DataError &e) {
+      throw DataError(fmt::format("{}: {}", opWhere(op), e.what()));
+    }
+  }
+}
 } // namespace
 
 void checkBeforeRunning(const Op &op, const Binding &b) {
@@ -328,6 +348,7 @@ void checkBeforeRunning(const Op &op, const Binding &b) {
   checkEmptyReduction(op, b);
   checkWindowFits(op, b);
   checkPadWidths(op, b);
+  checkStaticPoints(op, b);
 }
 
 } // namespace dnnc::ir
