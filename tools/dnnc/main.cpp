@@ -10,6 +10,7 @@
 #include "runtime/Artifact.h"
 #include "runtime/GemmSelect.h"
 #include "runtime/ThreadPool.h"
+#include "base/Size.h"
 #include "tools/dnnc/Driver.h"
 
 #include <boost/program_options.hpp>
@@ -949,6 +950,12 @@ int main(int argc, char **argv) {
     if (cmd == "--help" || cmd == "-h" || cmd == "help") {
       std::cout << kUsageText;
       return kOk;
+    }
+    try { // the environment, before any command reads a file by it (a pipe's error was tagged [import])
+      rt::memoryLimit();
+    } catch (const DataError &e) {
+      std::cerr << "dnnc: error: " << e.what() << "\n";
+      return kUserError;
     }
     if (cmd == "check")
       return cmdCheck(argc - 1, argv + 1);
