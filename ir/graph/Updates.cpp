@@ -37,10 +37,19 @@ bool writesInPlace(const Op &op, const Value *operand, const Value *result) {
   return true;
 }
 
+std::vector<const Value *> viewsOf(const Region &body, const Value *target) {
+  std::vector<const Value *> views{target};
+  for (const Op *op : body.ops) // in order: a view of a view comes after it
+    if (opInfo(op->kind).has(OpFlag::ParamView) && !op->operands.empty() &&
+        std::find(views.begin(), views.end(), op->operands[0]) != views.end())
+      views.insert(views.end(), op->results.begin(), op->results.end());
+  return views;
+}
+
 namespace {
-bool readsValue(const Op &op, const Value *v) {
+bool readsAny(const Op &op, const std::vector<const Value *> &values) {
   bool reads = false;
-  forEachRead(op, [&](const Value *x) { reads = reads || x == v; });
+  forEachRead(op, [&](const Value *x) { reads = reads || std::find(values.begin(), values.end(), x) != values.end(); });
   return reads;
 }
 } // namespace
@@ -64,7 +73,7 @@ std::vector<std::pair<Graph::Update, const Op *>> updateWriters(const Graph &g) 
         std::count(body.yields.begin(), body.yields.end(), t) != 0 || y->type.dtype != t->type.dtype ||
         y->type.dims != t->type.dims)
       continue;
-    if (readsValue(*y->def, t) && !writesInPlace(*y->def, t, y))
+    if (readsAny(*y->def, {t}) && !writesInPlace(*y->def, t, y))
       continue;
     out.emplace_back(u, y->def);
   }
@@ -74,12 +83,12 @@ std::vector<std::pair<Graph::Update, const Op *>> updateWriters(const Graph &g) 
 std::vector<Graph::Update> safeUpdates(const Graph &g) {
   std::vector<Graph::Update> out;
   for (const auto &[u, writer] : updateWriters(g)) {
-    const Value *t = updateTarget(g, u);
+    std::vector<const Value *> old = viewsOf(g.body, updateTarget(g, u));
     bool seen = false, safe = true;
     for (const Op *op : g.body.ops) {
       if (op == writer)
         seen = true;
-      else if (seen && readsValue(*op, t))
+      else if (seen && readsAny(*op, old))
         safe = false;
     }
     if (safe)

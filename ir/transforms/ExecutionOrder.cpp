@@ -136,10 +136,12 @@ private:
       if (at == madeBy.end())
         continue;
       size_t writer = at->second;
-      const Value *t = updateTarget(g_, u);
+      // Readers of the old value: of the target, or of a view of it (w[l], no copy).
+      std::vector<const Value *> old = viewsOf(g_.body, updateTarget(g_, u));
       std::vector<size_t> readers;
       for (size_t k = 0; k < n; ++k)
-        if (k != writer && std::find(reads[k].begin(), reads[k].end(), t) != reads[k].end())
+        if (k != writer && std::any_of(reads[k].begin(), reads[k].end(),
+                                       [&](const Value *v) { return std::find(old.begin(), old.end(), v) != old.end(); }))
           readers.push_back(k);
       // Everything that (transitively) waits for the writer: none of it may be a reader.
       std::vector<std::vector<size_t>> users(n);

@@ -20,7 +20,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dnnc_test_util import run_with_exe  # noqa: E402
+from dnnc_test_util import read_safetensors, run_with_exe  # noqa: E402
 from test_recompute import STDLIB, TrainingRuns, example  # noqa: E402
 from test_train import LM, MODEL  # noqa: E402
 
@@ -103,6 +103,43 @@ class InPlace(TrainingRuns):
         self.check("lstm", src, [self.save("xs", self.rng.standard_normal((5, 4, 3)).astype(np.float32)),
                                  self.save("labels", self.rng.integers(0, 3, 5).astype(np.int32))], batch=2,
                    optimizers=("momentum", "adam"))
+
+    def test_slice_of_an_updated_param(self):
+        """A param read as a slice w[0] (a view of its memory, no copy): the ops that read
+        the slice come before w's update too. The order let g @ w[0]ᵀ, which a's gradient
+        needs, and a metric's z @ w[0] read the new w (cpu and cuda-sim; ref was right)."""
+        models = {
+            "grad": ("dim B in 1..4096;\nparam a: f32[16, 256] = normal(0.0, 0.1);\nparam w: f32[2, 256, 64] = normal(0.0, 0.1);\n"
+                     "model main(x: f32[B, 16]) -> f32[] {\n  let o = (x @ a) @ w[0];\n  return mean(o * o);\n}\n",
+                     {"x": (8, 16)}),
+            "metric": ("dim B in 1..4;\ndim K in 1..4096;\nparam w: f32[2, 64, 64] = normal(0.0, 0.1);\n"
+                       "model main(x: f32[B, 64], z: f32[K, 64]) -> (f32[], f32[]) {\n  let o = x @ w[0];\n"
+                       "  return (mean(o * o), sum(z @ w[0]));\n}\n", {"x": (8, 64), "z": (8, 64)}),
+        }
+        for name, (source, shapes) in models.items():
+            model = self.path(f"slice_{name}.dnn")
+            with open(model, "w") as f:
+                f.write(source)
+            data = [self.save(f"{name}_{k}", self.rng.standard_normal(shape).astype(np.float32)) for k, shape in shapes.items()]
+            data = [f"{k}={d.split('=', 1)[1]}" for k, d in zip(shapes, data)]
+            runs = {}
+            for device, extra in (("ref", ()), ("cpu", ()), ("cpu", ("--no-in-place",)), ("cuda-sim", ())):
+                out = self.path(f"slice-{name}-{device}-{len(extra)}.safetensors")
+                args = [self.exe, "train", model, "--batch", "4", "--steps", "3", "--optimizer", "sgd", "--lr", "1.0", "--json",
+                        "--device", device, "--seed", "3", "--save", out, *extra]
+                for d in data:
+                    args += ["--data", d]
+                p = subprocess.run(args, capture_output=True, text=True, timeout=600)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                runs[(device, extra)] = ([json.loads(line) for line in p.stdout.splitlines()], read_safetensors(out))
+            want_log, want = runs[("ref", ())]
+            for key, (log, params) in runs.items():
+                with self.subTest(model=name, run=key):
+                    for got, expected in zip(log, want_log):
+                        for metric in set(expected) - {"step", "ms"}:
+                            self.assertAlmostEqual(got[metric], expected[metric], delta=1e-4 * max(1.0, abs(expected[metric])))
+                    for param in want:
+                        np.testing.assert_allclose(params[param], want[param], rtol=1e-4, atol=1e-6, err_msg=param)
 
     def test_params_stay_on_the_device(self):
         """cuda-sim: the params and Adam's state (and the layer rows read as views of the
