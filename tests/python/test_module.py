@@ -320,7 +320,7 @@ class Module(unittest.TestCase):
         for name in ("'b1'", "'w2'", "'b2'", "random_params=True"):
             self.assertIn(name, text)
         self.assertEqual(self.error(dnnc.load, self.mlp, weights=self.path("none.safetensors")),
-                         f"cannot read '{self.path('none.safetensors')}'")
+                         f"cannot read '{self.path('none.safetensors')}': No such file or directory")
 
     # -- the GIL --------------------------------------------------------------------------
 
