@@ -3,6 +3,7 @@
 #include "ir/sym/Analyzer.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 namespace dnnc::sym {
 namespace {
@@ -79,6 +80,9 @@ void Analyzer::rename(const std::string &from, const std::string &to) {
   equalities_ = std::move(equalities);
   for (ExprRef &f : nonNegative_)
     f = substitute(f, m);
+  for (auto &[dim, c] : divisible_)
+    if (dim == from)
+      dim = to;
   if (auto it = ranges_.find(from); it != ranges_.end()) {
     ranges_[to] = it->second;
     ranges_.erase(from);
@@ -109,6 +113,25 @@ void Analyzer::addFact(ExprRef a, Rel rel, ExprRef b) {
     } else {
       nonNegative_.push_back(sub(a, b));
       nonNegative_.push_back(sub(b, a));
+      // d % c == 0: d is c times some integer, which equalities through products need
+      // (T*D == 2*T*(D/2)), beyond what the two bounds give.
+      // (`D % 2 == 0`, or `2*(D/2) == D`: a difference of ±(D % c), or of ±(c*(D/c) - D).)
+      ExprRef diff = simplify(sub(a, b));
+      const std::vector<Term> &t = diff->terms();
+      auto single = [](const Term &x, Atom::Kind kind) {
+        const Atom *m = x.factors.size() == 1 ? x.factors[0] : nullptr;
+        return m && m->kind == kind && m->lhs->asVar() && m->rhs->asConst() && *m->rhs->asConst() > 0 ? m : nullptr;
+      };
+      if (diff->constant() == 0 && t.size() == 1 && std::abs(t[0].coef) == 1)
+        if (const Atom *m = single(t[0], Atom::Kind::Mod))
+          divisible_.emplace_back(m->lhs->asVar()->name, *m->rhs->asConst());
+      if (diff->constant() == 0 && t.size() == 2)
+        for (int q = 0; q < 2; ++q) {
+          const Atom *m = single(t[q], Atom::Kind::Div);
+          const Term &x = t[1 - q];
+          if (m && x.factors.size() == 1 && x.factors[0] == m->lhs->asVar() && t[q].coef == -x.coef * *m->rhs->asConst())
+            divisible_.emplace_back(m->lhs->asVar()->name, *m->rhs->asConst());
+        }
     }
     return;
   }
@@ -326,7 +349,16 @@ bool Analyzer::canProve(ExprRef a, Rel rel, ExprRef b) const {
   switch (rel) {
   case Rel::EQ: { // equal in form, else both ways bounded (facts such as T % 2 == 0 are bounds)
     ExprRef d = simplify(sub(a, b));
-    return d == constant(0) || (!d->asConst() && proveNonNegative(d, 0) && proveNonNegative(simplify(neg(d)), 0));
+    if (d == constant(0) || (!d->asConst() && proveNonNegative(d, 0) && proveNonNegative(simplify(neg(d)), 0)))
+      return true;
+    if (divisible_.empty() || d->asConst())
+      return false;
+    // Each d asserted divisible by c written as c times a scratch dim: T*D - 2*T*(D/2)
+    // becomes 2*T*q - 2*T*q.
+    std::map<std::string, ExprRef> multiples;
+    for (const auto &[dim, c] : divisible_)
+      multiples[dim] = mul(constant(c), var(dim + "$multiple"));
+    return simplify(substitute(d, multiples)) == constant(0);
   }
   case Rel::NE: return proveNonNegative(sub(sub(a, b), one), 0) || proveNonNegative(sub(sub(b, a), one), 0);
   case Rel::LE: return proveNonNegative(sub(b, a), 0);

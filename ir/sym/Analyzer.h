@@ -62,6 +62,7 @@ private:
 
   std::map<std::string, Interval> ranges_;
   std::map<std::string, ExprRef> equalities_; // dim -> what it equals
+  std::vector<std::pair<std::string, int64_t>> divisible_; // (d, c): d % c == 0 (asserted)
   std::vector<ExprRef> nonNegative_;          // facts f >= 0
   // Remainder variables introduced while a proof eliminates a floor division.
   mutable std::map<std::string, Interval> proofScratch_;

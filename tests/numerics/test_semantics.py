@@ -516,6 +516,18 @@ class Semantics(unittest.TestCase):
             x, y = np.arange(6, dtype=np.float32), np.ones(6, np.float32)
             self.check_each(self.run_ok(m, {"x": x, "y": y}, n=3), (x.reshape(3, 2), x.reshape(3, 2), x + y), "T=6")
             self.run_fails(m, {"x": x[:5], "y": y[:4]}, "assert T % 2 == 0 at line 3 fails: T % 2 = 1")
+            # Through a product with another dim: nn.attention over a width D that is a dim
+            # (its `assert hd * heads == D` did not make [B, T, heads, hd] a reshape of
+            # [B, T, D]).
+            m = self.model(d, "attention_d", "import nn;\ndim B; dim T; dim D;\n"
+                           "model main(q: f32[B, T, D]) -> f32[B, T, D] {\n  return nn.attention(q, q, q, heads = 2);\n}\n")
+            q = np.random.default_rng(5).standard_normal((2, 3, 8)).astype(np.float32)
+            qh = q.reshape(2, 3, 2, 4).transpose(0, 2, 1, 3)
+            s = qh @ qh.transpose(0, 1, 3, 2) / 2.0
+            p = np.exp(s - s.max(-1, keepdims=True))
+            want = ((p / p.sum(-1, keepdims=True)) @ qh).transpose(0, 2, 1, 3).reshape(2, 3, 8)
+            self.check(self.run_ok(m, {"q": q}, n=1)[0], want.astype(np.float32), "heads of 4", rtol=1e-5, atol=1e-6)
+            self.run_fails(m, {"q": q[:, :, :7]}, "assert 2*(D/2) == D at line 36 fails: 2*(D/2) = 6 and D = 7")
 
     def test_i64_literals_past_2_53(self):
         # A constant op holds a double: 9007199254740993 became ...992. Integers past 2^53

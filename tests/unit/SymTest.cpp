@@ -164,6 +164,13 @@ TEST_CASE("an equality follows from a divisibility fact", "[sym]") {
   CHECK(an.canProve(T, Rel::EQ, twiceHalf));
   CHECK(an.canProve(mod(T, c(2)), Rel::EQ, c(0)));
   CHECK_FALSE(an.canProve(mod(T, c(4)), Rel::EQ, c(0)));
+  // Through a product with another dim, too (reshape(q, [B, 2, D/2]) of q: f32[B, D]):
+  // the bounds of D % 2 do not reach B*D - 2*B*(D/2), a multiple of D does.
+  ExprRef D = var("D");
+  CHECK_FALSE(an.canProve(mul(B, D), Rel::EQ, mul(c(2), mul(B, floorDiv(D, c(2))))));
+  an.addFact(mul(floorDiv(D, c(2)), c(2)), Rel::EQ, D); // the stdlib's `assert hd * heads == D`
+  CHECK(an.canProve(mul(B, D), Rel::EQ, mul(c(2), mul(B, floorDiv(D, c(2))))));
+  CHECK_FALSE(an.canProve(mul(B, D), Rel::EQ, mul(c(4), mul(B, floorDiv(D, c(4))))));
 }
 
 // Sema renames a fresh dim that a declared type names: the facts move with it, and the
