@@ -4,6 +4,7 @@ Exits 77 (ctest: skipped) where the CUDA toolkit is not installed."""
 import argparse
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,9 +31,15 @@ with tempfile.TemporaryDirectory() as d:
                 print(f"FAIL {model} {arch}: dnnc exited {p.returncode}\n{p.stderr}")
                 failures += 1
                 continue
-            entries = sum(1 for line in open(ptx) if line.startswith(".visible .entry"))
-            q = subprocess.run([ptxas, f"-arch={arch}", ptx, "-o", os.path.join(d, "k.cubin")], capture_output=True, text=True)
-            status = "ok" if q.returncode == 0 and entries > 0 else "FAIL"
+            text = open(ptx).read()
+            entries = text.count("\n.visible .entry")
+            # Each kernel states its block size (.maxntid), so that ptxas keeps its registers
+            # within what a block of that size may have: a launch never asks for too many.
+            bounded = len(re.findall(r"\n\.maxntid \d+, 1, 1", text))
+            q = subprocess.run([ptxas, "-v", f"-arch={arch}", ptx, "-o", os.path.join(d, "k.cubin")], capture_output=True, text=True)
+            registers = [int(r) for r in re.findall(r"Used (\d+) registers", q.stderr)]
+            status = "ok" if q.returncode == 0 and entries > 0 and bounded == entries and max(registers, default=0) <= 255 else "FAIL"
             failures += status != "ok"
-            print(f"{status} {os.path.basename(model)} {arch}: {entries} kernels{'' if q.returncode == 0 else chr(10) + q.stderr}")
+            print(f"{status} {os.path.basename(model)} {arch}: {entries} kernels, {bounded} with .maxntid, at most "
+                  f"{max(registers, default=0)} registers{'' if q.returncode == 0 else chr(10) + q.stderr}")
 sys.exit(1 if failures else 0)

@@ -510,6 +510,11 @@ protected:
     params.insert(params.end(), names.size(), b_.getInt64Ty());
     beginFunction(params);
     fn_->setCallingConv(llvm::CallingConv::PTX_Kernel);
+    // .maxntid: ptxas then keeps the registers within what a block of this many threads
+    // may have (the convnet's GEMM used 255 of the 256 a 256-thread block allows).
+    llvm::Metadata *bound[] = {llvm::ValueAsMetadata::get(fn_), llvm::MDString::get(ctx_, "maxntidx"),
+                               llvm::ValueAsMetadata::get(b_.getInt32(static_cast<uint32_t>(gpu::gridOf(k_).threads)))};
+    fn_->getParent()->getOrInsertNamedMetadata("nvvm.annotations")->addOperand(llvm::MDNode::get(ctx_, bound));
     for (size_t i = 0; i < arguments; ++i) {
       fn_->getArg(static_cast<unsigned>(i))->setName(k_.buffers[i].name);
       bufs_.push_back(fn_->getArg(static_cast<unsigned>(i)));
