@@ -6,17 +6,17 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
-#include <optional>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <mutex>
-#include <algorithm>
+#include <optional>
 #include <sstream>
 
 #include <fcntl.h>
